@@ -1,0 +1,1 @@
+"""pytest-toolbench: CI regression tests for LLM tool-calling behaviour."""

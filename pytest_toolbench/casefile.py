@@ -1,0 +1,170 @@
+"""Case files -> validated cases, with every problem reported as ``file:line``.
+
+Used by collection and by ``toolbench validate``, so both print the same messages.
+"""
+
+from __future__ import annotations
+
+import difflib
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
+
+from .loader import CaseFileError, Document, KeyPath, format_key_path, load_documents
+from .matchers import MatcherError
+from .models.case import Case
+
+
+@dataclass(frozen=True)
+class LoadedCase:
+    """A validated case and where it came from."""
+
+    case: Case
+    file: Path
+    document: Document
+
+    def line_of(self, *path: str | int) -> int:
+        return self.document.line_of(path)
+
+
+class CaseFileErrors(Exception):
+    """All problems found in one file, in file order."""
+
+    def __init__(self, errors: list[CaseFileError]) -> None:
+        super().__init__("\n".join(str(error) for error in errors))
+        self.errors = errors
+
+
+def load_case_file(file: Path) -> list[LoadedCase]:
+    """Load and validate every case in ``file``; raise CaseFileErrors listing all problems."""
+    try:
+        documents = load_documents(file)
+    except CaseFileError as error:
+        raise CaseFileErrors([error]) from None
+    loaded: list[LoadedCase] = []
+    errors: list[CaseFileError] = []
+    for document in documents:
+        try:
+            loaded.append(LoadedCase(_validate(document), file, document))
+        except ValidationError as exc:
+            errors.extend(_describe(exc, document, file))
+    errors.extend(_duplicate_names(loaded))
+    if errors:
+        raise CaseFileErrors(sorted(errors, key=lambda error: error.line or 0))
+    return loaded
+
+
+def _validate(document: Document) -> Case:
+    if not isinstance(document.data, dict):
+        kind = type(document.data).__name__ if document.data is not None else "empty"
+        raise ValidationError.from_exception_data(
+            "Case",
+            [{"type": "model_type", "loc": (), "input": document.data,
+              "ctx": {"class_name": f"a mapping (got {kind})"}}],
+        )
+    return Case.model_validate(document.data)
+
+
+def _duplicate_names(loaded: list[LoadedCase]) -> list[CaseFileError]:
+    seen: set[str] = set()
+    errors = []
+    for item in loaded:
+        if item.case.name in seen:
+            line = item.line_of("name")
+            errors.append(CaseFileError(item.file, line, f"duplicate case name {item.case.name!r}",
+                                        ("name",)))
+        seen.add(item.case.name)
+    return errors
+
+
+def _describe(exc: ValidationError, document: Document, file: Path) -> list[CaseFileError]:
+    errors = []
+    for detail in exc.errors():
+        path = _data_path(detail, document.data)
+        message = _message(detail, path)
+        matcher_error = (detail.get("ctx") or {}).get("error")
+        if isinstance(matcher_error, MatcherError):
+            path = (*path, *matcher_error.path)
+            message = matcher_error.message
+        errors.append(CaseFileError(file, document.line_of(path), message, path))
+    return errors
+
+
+def _data_path(detail: ErrorDetails, data: Any) -> KeyPath:
+    """The error's location with pydantic's union-member labels removed.
+
+    pydantic adds a label per union member (``str``, ``literal['auto']``...) to ``loc``;
+    only the parts that exist in the data are kept, so the path is one the user wrote.
+    """
+    path: list[str | int] = []
+    node = data
+    for part in detail["loc"]:
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        elif detail["type"] == "missing" and part == detail["loc"][-1]:
+            pass  # the missing key itself: report it on its parent's line
+        else:
+            continue
+        path.append(part)
+    return tuple(path)
+
+
+def _message(detail: ErrorDetails, path: KeyPath) -> str:
+    if detail["type"] == "extra_forbidden":
+        key = str(path[-1]) if path else "?"
+        return f"unknown key {key!r}{_suggestion(key, path[:-1])}"
+    if detail["type"] == "missing":
+        return f"missing required key {format_key_path(detail['loc'][-1:])!r}"
+    return detail["msg"].removeprefix("Value error, ")
+
+
+def _suggestion(key: str, parent: KeyPath) -> str:
+    allowed = _allowed_keys(parent)
+    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+    if close:
+        return f" (did you mean {close[0]!r}?)"
+    return f" (allowed: {', '.join(sorted(allowed))})" if allowed else ""
+
+
+def _allowed_keys(parent: KeyPath) -> list[str]:
+    """Field names of the model found at ``parent`` inside a Case."""
+    model: Any = Case
+    for part in parent:
+        if isinstance(part, str):
+            if not _is_model(model) or part not in model.model_fields:
+                return []
+            model = _model_in(model.model_fields[part].annotation)
+        else:
+            model = _model_in(model)  # a list index: step into the item type
+    return list(model.model_fields) if _is_model(model) else []
+
+
+def _is_model(candidate: Any) -> bool:
+    return isinstance(candidate, type) and issubclass(candidate, BaseModel)
+
+
+def _model_in(annotation: Any) -> Any:
+    """The model class inside ``X | None``, ``list[X]``, ``Annotated[X, ...]``; else as is."""
+    if _is_model(annotation):
+        return annotation
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType, list, typing.Annotated):
+        for arg in typing.get_args(annotation):
+            found = _model_in(arg)
+            if _is_model(found):
+                return found
+    return annotation
+
+
+def describe_errors(errors: CaseFileErrors) -> str:
+    """The text shown for a broken case file: a count, then one line per problem."""
+    count = len(errors.errors)
+    head = f"{count} problem{'s' if count != 1 else ''} in case file"
+    return "\n".join([head, *(f"  {error}" for error in errors.errors)])

@@ -1,0 +1,222 @@
+"""Cassettes: one YAML file per case and model, recorded live and replayed offline.
+
+Replay plugs in below the client as ``httpx.MockTransport(router.async_handler)`` with a
+respx router, so the client, the SSE decoder and the executor run exactly as they do live.
+The cassette a request belongs to is the one active in the running case's context
+(a ``ContextVar``), which lets one shared client serve many concurrent cases.
+
+Never stored: headers of any kind (so no Authorization, cookies or other credentials);
+secret values are scrubbed from everything that is stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import difflib
+import json
+import os
+import tempfile
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import respx
+import yaml
+
+from .models.records import Interaction, StreamEvent
+from .transport.errors import ReplayError
+
+try:
+    from yaml import CSafeDumper as _Dumper
+    from yaml import CSafeLoader as _Loader
+except ImportError:  # pragma: no cover - depends on how PyYAML was built
+    from yaml import SafeDumper as _Dumper  # type: ignore[assignment]
+    from yaml import SafeLoader as _Loader  # type: ignore[assignment]
+
+SCRUBBED = "<scrubbed>"
+FORMAT_VERSION = 1
+
+
+@dataclass
+class Cassette:
+    """The recorded interactions of one case against one model, in request order."""
+
+    path: Path
+    interactions: list[Interaction] = field(default_factory=list)
+    replayed: int = 0
+    """How many interactions replay has handed out so far."""
+    rerecord_hint: str = ""
+    """The command that records this cassette, for messages."""
+
+    @classmethod
+    def load(cls, path: Path, rerecord_hint: str = "") -> Cassette:
+        try:
+            data = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
+            interactions = [_interaction(item) for item in data["interactions"]]
+        except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
+            raise ReplayError(f"cassette {path} is unreadable ({exc}); re-record it with: "
+                              f"{rerecord_hint}") from None
+        return cls(path, interactions, rerecord_hint=rerecord_hint)
+
+    def next_for(self, request: dict[str, Any]) -> Interaction:
+        """The recorded answer to ``request``, which must be the one recorded next."""
+        if self.replayed >= len(self.interactions):
+            raise ReplayError(
+                f"the case sent request {self.replayed + 1}, but {self.path} holds only "
+                f"{len(self.interactions)}; re-record with: {self.rerecord_hint}")
+        recorded = self.interactions[self.replayed]
+        if _canonical(recorded.request) != _canonical(request):
+            raise ReplayError(
+                f"request {self.replayed + 1} differs from the one recorded in {self.path}; "
+                f"re-record with: {self.rerecord_hint}\n{request_diff(recorded.request, request)}")
+        self.replayed += 1
+        return recorded
+
+    def save(self, secrets: Iterable[str] = ()) -> None:
+        """Write atomically: a temp file beside the target, renamed over it."""
+        document = {
+            "version": FORMAT_VERSION,
+            "interactions": [_plain(interaction) for interaction in self.interactions],
+        }
+        text = yaml.dump(scrub(document, [s for s in secrets if s]), Dumper=_Dumper,
+                         sort_keys=False, allow_unicode=True, width=1 << 20)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp",
+                                    dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(f"# Recorded by pytest-toolbench. Re-record: {self.rerecord_hint}\n")
+                handle.write(text)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temp, self.path)
+        except BaseException:
+            Path(temp).unlink(missing_ok=True)
+            raise
+
+
+ACTIVE: contextvars.ContextVar[Cassette | None] = contextvars.ContextVar(
+    "toolbench_cassette", default=None)
+
+
+def replay_transport(speed: float = 0.0) -> httpx.MockTransport:
+    """A transport that answers from the active cassette and never touches the network."""
+    router = respx.Router(assert_all_called=False, assert_all_mocked=True)
+    router.route(method="POST", path__regex=r"/chat/completions$").mock(
+        side_effect=lambda request: _replay(request, speed))
+    return httpx.MockTransport(router.async_handler)
+
+
+def _replay(request: httpx.Request, speed: float) -> httpx.Response:
+    cassette = ACTIVE.get()
+    if cassette is None:
+        raise ReplayError("no cassette is active for this request")
+    try:
+        body = json.loads(request.content)
+    except ValueError:
+        raise ReplayError("the request body is not JSON") from None
+    recorded = cassette.next_for(body)
+    headers = {"content-type": recorded.content_type} if recorded.content_type else {}
+    if recorded.events is not None:
+        return httpx.Response(recorded.status, headers=headers,
+                              stream=_EventStream(recorded.events, speed))
+    content = (recorded.body if isinstance(recorded.body, str)
+               else json.dumps(recorded.body)).encode()
+    return httpx.Response(recorded.status, headers=headers,
+                          stream=_EventStream([], speed, content, recorded.elapsed_ms))
+
+
+class _EventStream(httpx.AsyncByteStream):
+    """Re-sends recorded SSE events one network chunk each, optionally with their timing."""
+
+    def __init__(self, events: list[StreamEvent], speed: float, body: bytes = b"",
+                 elapsed_ms: float = 0.0) -> None:
+        self.events, self.speed, self.body, self.elapsed_ms = events, speed, body, elapsed_ms
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        clock = 0.0
+        for event in self.events:
+            clock = await self._wait_until(clock, event.offset_ms)
+            yield _sse_bytes(event)
+        if self.body:
+            await self._wait_until(0.0, self.elapsed_ms)
+            yield self.body
+
+    async def _wait_until(self, clock: float, offset_ms: float) -> float:
+        if self.speed > 0 and offset_ms > clock:
+            await asyncio.sleep((offset_ms - clock) / 1000 / self.speed)
+        return max(clock, offset_ms)
+
+
+def _sse_bytes(event: StreamEvent) -> bytes:
+    lines = [f"event: {event.event}"] if event.event != "message" else []
+    lines.extend(f"data: {line}" for line in event.data.split("\n"))
+    return ("\n".join(lines) + "\n\n").encode()
+
+
+def request_diff(recorded: dict[str, Any], sent: dict[str, Any]) -> str:
+    """A unified diff of two request bodies, keys sorted, for replay mismatches."""
+    before = json.dumps(recorded, indent=2, sort_keys=True).splitlines()
+    after = json.dumps(sent, indent=2, sort_keys=True).splitlines()
+    return "\n".join(difflib.unified_diff(before, after, "recorded request", "sent request",
+                                          lineterm=""))
+
+
+def scrub(value: Any, secrets: list[str]) -> Any:
+    """Replace every occurrence of every secret in every string inside ``value``."""
+    if not secrets:
+        return value
+    if isinstance(value, str):
+        for secret in secrets:
+            value = value.replace(secret, SCRUBBED)
+        return value
+    if isinstance(value, list):
+        return [scrub(item, secrets) for item in value]
+    if isinstance(value, dict):
+        return {scrub(k, secrets): scrub(v, secrets) for k, v in value.items()}
+    return value
+
+
+def _canonical(body: dict[str, Any]) -> str:
+    return json.dumps(body, sort_keys=True)
+
+
+def _plain(interaction: Interaction) -> dict[str, Any]:
+    response: dict[str, Any] = {"status": interaction.status,
+                                "content_type": interaction.content_type,
+                                "elapsed_ms": interaction.elapsed_ms}
+    if interaction.events is not None:
+        response["events"] = [_plain_event(event) for event in interaction.events]
+    else:
+        response["body"] = interaction.body
+    return {
+        "request": {"method": interaction.method, "path": interaction.path,
+                    "body": json.loads(_canonical(interaction.request))},
+        "response": response,
+    }
+
+
+def _plain_event(event: StreamEvent) -> dict[str, Any]:
+    plain: dict[str, Any] = {"at_ms": event.offset_ms, "data": event.data}
+    if event.event != "message":
+        plain["event"] = event.event
+    return plain
+
+
+def _interaction(item: dict[str, Any]) -> Interaction:
+    request, response = item["request"], item["response"]
+    events = response.get("events")
+    return Interaction(
+        request=request["body"],
+        status=int(response["status"]),
+        content_type=response.get("content_type", ""),
+        body=response.get("body"),
+        events=None if events is None else [
+            StreamEvent(e["data"], float(e["at_ms"]), e.get("event", "message")) for e in events],
+        elapsed_ms=float(response.get("elapsed_ms", 0.0)),
+        path=request.get("path", "/chat/completions"),
+        method=request.get("method", "POST"),
+    )

@@ -1,0 +1,100 @@
+"""Case files and case items: what pytest collects, runs and reports."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from .casefile import CaseFileErrors, LoadedCase, describe_errors, load_case_file
+from .engine import Engine, Job
+from .models.records import CaseResult
+from .reporting.failure import render_failure
+from .settings import Settings
+
+SETTINGS_KEY = pytest.StashKey[Settings]()
+ENGINE_KEY = pytest.StashKey[Engine]()
+ITEMS_KEY = pytest.StashKey[list["CaseItem"]]()
+
+
+class CaseFailed(Exception):
+    """The case ran and did not pass; ``repr_failure`` prints its story."""
+
+    def __init__(self, result: CaseResult) -> None:
+        super().__init__(result.case)
+        self.result = result
+
+
+class CaseFile(pytest.File):
+    """A ``*.case.yaml`` file: one item per case and model."""
+
+    def collect(self) -> Iterator[CaseItem]:
+        try:
+            loaded = load_case_file(self.path)
+        except CaseFileErrors as errors:
+            raise self.CollectError(describe_errors(errors)) from None
+        forced_models = self.config.stash[SETTINGS_KEY].models
+        for case in loaded:
+            for model in forced_models or case.case.models:
+                name = f"{case.case.name}[{model}]" if model is not None else case.case.name
+                yield CaseItem.from_parent(self, name=name, loaded=case, model=model)
+
+
+class CaseItem(pytest.Item):
+    """One case against one model."""
+
+    def __init__(self, *, loaded: LoadedCase, model: str | None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.loaded = loaded
+        self.model = model
+        self.result: CaseResult | None = None
+        for mark in loaded.case.marks:
+            self.add_marker(_mark(mark))
+
+    @property
+    def job(self) -> Job:
+        return Job(self.loaded, self.model, self.nodeid)
+
+    def runtest(self) -> None:
+        engine = self.config.stash[ENGINE_KEY]
+        self._start_ahead(engine)
+        self.result = engine.result(self.job)
+        if not self.result.passed:
+            raise CaseFailed(self.result)
+
+    def _start_ahead(self, engine: Engine) -> None:
+        """Live cases: start the next ones now so up to ``concurrency`` run at once."""
+        settings = self.config.stash[SETTINGS_KEY]
+        if not settings.mode.is_live or settings.concurrency < 2:
+            return
+        items = self.config.stash.get(ITEMS_KEY, [])
+        try:
+            position = items.index(self)
+        except ValueError:
+            return
+        for item in items[position:position + settings.concurrency]:
+            if item.get_closest_marker("skip") is None:
+                engine.start(item.job)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
+                     style: Any = None) -> str:
+        if isinstance(excinfo.value, CaseFailed):
+            return render_failure(excinfo.value.result, self.name)
+        return str(super().repr_failure(excinfo, style=style))
+
+    def reportinfo(self) -> tuple[Any, int, str]:
+        return self.path, self.loaded.document.start_line - 1, f"case: {self.name}"
+
+
+def _mark(mark: str | dict[str, Any]) -> pytest.MarkDecorator:
+    """``smoke``, ``{xfail: "reason"}``, ``{skip: "reason"}`` or ``{name: {kwarg: ...}}``."""
+    if isinstance(mark, str):
+        return getattr(pytest.mark, mark)  # type: ignore[no-any-return]
+    ((name, value),) = mark.items()
+    decorator: pytest.MarkDecorator = getattr(pytest.mark, name)
+    if isinstance(value, dict):
+        return decorator(**value)
+    if name in ("skip", "xfail") and value is not None:
+        return decorator(reason=str(value))
+    return decorator if value is None else decorator(value)

@@ -1,0 +1,165 @@
+"""The session's runtime: an event loop in a thread, one client per endpoint, cassettes.
+
+pytest runs items one by one on its own thread; each item hands its case to this loop and
+waits. Live and record cases may be started ahead (``--toolbench-concurrency``) so up to N
+run at once while pytest still reports them in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .casefile import LoadedCase
+from .cassettes import ACTIVE, Cassette, replay_transport
+from .executor.runner import CaseContext, run_case
+from .models.records import CaseResult, RunResult
+from .settings import Mode, ResolvedEndpoint, Settings
+from .transport.breaker import CircuitBreaker
+from .transport.client import ChatClient, ClientConfig
+
+
+@dataclass(frozen=True)
+class Job:
+    """One item's work: a case against one model."""
+
+    loaded: LoadedCase
+    model: str | None
+    nodeid: str
+
+    @property
+    def label(self) -> str:
+        name = self.loaded.case.name
+        return f"{name}[{self.model}]" if self.model is not None else name
+
+
+class Engine:
+    def __init__(self, settings: Settings, rootdir: Path) -> None:
+        self.settings = settings
+        self.rootdir = rootdir
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._clients: dict[tuple[ResolvedEndpoint, bool], ChatClient] = {}
+        self._breakers: dict[str, CircuitBreaker] = {}
+        self._started: dict[str, concurrent.futures.Future[CaseResult]] = {}
+
+    # -- running -------------------------------------------------------------------------
+
+    def start(self, job: Job) -> None:
+        """Start ``job`` now unless it already runs (used to run live cases ahead)."""
+        if job.nodeid not in self._started:
+            self._started[job.nodeid] = self._submit(self._execute(job))
+
+    def result(self, job: Job) -> CaseResult:
+        """Wait for ``job`` (starting it if nobody did) and return what it did."""
+        self.start(job)
+        return self._started.pop(job.nodeid).result()
+
+    def _submit(self, coroutine: Coroutine[Any, Any, CaseResult]
+                ) -> concurrent.futures.Future[CaseResult]:
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+            self._thread = threading.Thread(target=self._loop.run_forever,
+                                            name="toolbench-loop", daemon=True)
+            self._thread.start()
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+
+    def close(self) -> None:
+        """Cancel what was started ahead and never asked for, close clients, stop the loop."""
+        for future in self._started.values():
+            future.cancel()
+        if self._loop is None:
+            return
+        asyncio.run_coroutine_threadsafe(self._close_clients(), self._loop).result(timeout=10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._loop.close()
+        self._loop = None
+
+    async def _close_clients(self) -> None:
+        for client in self._clients.values():
+            await client.aclose()
+
+    # -- one case ------------------------------------------------------------------------
+
+    async def _execute(self, job: Job) -> CaseResult:
+        endpoint = self.settings.endpoint_for(job.loaded.case.endpoint)
+        path = self.cassette_path(job)
+        hint = f"pytest '{job.nodeid}' --toolbench-record"
+        replaying = self.settings.mode is Mode.REPLAY or (
+            self.settings.mode is Mode.MISSING and path.exists())
+        if replaying and not path.exists():
+            return self._no_run(job, f"no cassette at {self._show(path)}; record it with: {hint}")
+        if replaying:
+            cassette = Cassette.load(path, hint)
+            api_key = None
+        else:
+            cassette = Cassette(path, rerecord_hint=hint)
+            api_key = endpoint.api_key()
+        ACTIVE.set(cassette)  # this task's context only: concurrent cases keep their own
+        recording = self.settings.mode in (Mode.RECORD, Mode.MISSING) and not replaying
+        ctx = CaseContext(
+            job.loaded, job.model, self._client(endpoint, replaying), api_key=api_key,
+            sink=cassette.interactions.append if recording else None, runs=self._runs(job))
+        result = await run_case(ctx)
+        if recording:
+            self._save(cassette, result, endpoint, api_key)
+        return result
+
+    def _save(self, cassette: Cassette, result: CaseResult, endpoint: ResolvedEndpoint,
+              api_key: str | None) -> None:
+        """Keep the old cassette when the endpoint failed: a broken recording replays nothing."""
+        if any(turn.error for run in result.runs for turn in run.turns):
+            return
+        secrets = [api_key or "", *(value for name, value in endpoint.headers
+                                    if _is_credential(name))]
+        cassette.save(secrets)
+
+    def _runs(self, job: Job) -> int:
+        repeat = job.loaded.case.repeat
+        return self.settings.repeat or (repeat.runs if repeat else 1)
+
+    def _no_run(self, job: Job, reason: str) -> CaseResult:
+        loaded = job.loaded
+        return CaseResult(loaded.case.name, job.model, str(loaded.file),
+                          loaded.document.start_line, runs=[RunResult(1, error=reason)])
+
+    def _client(self, endpoint: ResolvedEndpoint, replaying: bool) -> ChatClient:
+        key = (endpoint, replaying)
+        if key not in self._clients:
+            config = ClientConfig(endpoint.base_url, endpoint.headers, endpoint.timeout_s,
+                                  endpoint.retries)
+            self._clients[key] = ChatClient(
+                config,
+                transport=replay_transport(self.settings.replay_speed) if replaying else None,
+                breaker=self._breakers.setdefault(endpoint.base_url, CircuitBreaker()),
+                sleep=_no_sleep if replaying and not self.settings.replay_speed else asyncio.sleep,
+            )
+        return self._clients[key]
+
+    def cassette_path(self, job: Job) -> Path:
+        file = job.loaded.file
+        directory = self.settings.cassette_dir or (file.parent / "__cassettes__")
+        stem = file.name.split(".case.")[0]
+        return directory / stem / f"{job.label}.yaml"
+
+    def _show(self, path: Path) -> str:
+        try:
+            return str(path.relative_to(self.rootdir))
+        except ValueError:
+            return str(path)
+
+
+async def _no_sleep(seconds: float) -> None:
+    """Replay waits for nothing, retries' back-off included."""
+
+
+def _is_credential(header: str) -> bool:
+    name = header.lower()
+    return any(word in name for word in ("auth", "key", "token", "secret", "cookie"))

@@ -1,0 +1,76 @@
+"""The executor's state machine: the states of a stage and the table of its transitions.
+
+The table is data, and the whole truth (``auto_transitions=False``): the executor fires
+only these triggers, and ``toolbench graph`` draws the same table, so they cannot drift.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from transitions import Machine
+
+
+class StageState(enum.Enum):
+    IDLE = "idle"  # not started yet, or reset to the conversation before it for a retry
+    SENDING = "sending"  # a request is on its way; waiting for the status line
+    RECEIVING = "receiving"  # reading the reply's body or stream
+    RUNNING_TOOLS = "running_tools"  # running the tools the reply (or the last stage) asked for
+    CHECKING = "checking"  # matching the expectations against the reply
+    PASSED = "passed"  # every expectation held
+    FAILED = "failed"  # an expectation failed, or no reply could be had
+
+
+S = StageState
+
+# trigger, sources, destination, what it means (the graph prints the trigger names).
+TRANSITIONS: list[dict[str, Any]] = [
+    {"trigger": "send", "source": [S.IDLE, S.RUNNING_TOOLS], "dest": S.SENDING},
+    {"trigger": "answer_pending", "source": S.IDLE, "dest": S.RUNNING_TOOLS},
+    {"trigger": "headers", "source": S.SENDING, "dest": S.RECEIVING},
+    {"trigger": "tool_use", "source": S.RECEIVING, "dest": S.RUNNING_TOOLS},
+    {"trigger": "end_turn", "source": S.RECEIVING, "dest": S.CHECKING},
+    {"trigger": "max_turns", "source": S.RECEIVING, "dest": S.FAILED},
+    {"trigger": "transport_error", "source": [S.SENDING, S.RECEIVING, S.RUNNING_TOOLS],
+     "dest": S.FAILED},
+    {"trigger": "other_variant", "source": S.CHECKING, "dest": S.IDLE},
+    {"trigger": "all_hold", "source": S.CHECKING, "dest": S.PASSED},
+    {"trigger": "mismatch", "source": S.CHECKING, "dest": S.FAILED},
+    {"trigger": "retry", "source": S.FAILED, "dest": S.IDLE},
+]
+"""``other_variant`` runs the second half of ``stream: both``; ``retry`` needs ``retry:``."""
+
+
+def build_machine() -> Machine:
+    """One machine for all stages; each stage run joins it as a model and leaves after."""
+    return Machine(
+        model=None,
+        states=StageState,
+        transitions=TRANSITIONS,
+        auto_transitions=False,
+        after_state_change="on_state_change",
+    )
+
+
+MACHINE = build_machine()
+
+
+class StageMachine:
+    """The model a stage's run drives through ``TRANSITIONS``, keeping the trail."""
+
+    state: StageState
+
+    def __init__(self) -> None:
+        self.trail: list[str] = [StageState.IDLE.value]
+        MACHINE.add_model(self, initial=StageState.IDLE)
+
+    def fire(self, trigger: str) -> None:
+        """Take the transition named ``trigger``; MachineError if the table forbids it."""
+        self.trigger(trigger)  # type: ignore[attr-defined]
+
+    def on_state_change(self) -> None:
+        self.trail.append(self.state.value)
+
+    def release(self) -> None:
+        MACHINE.remove_model(self)

@@ -1,0 +1,291 @@
+"""Runs a case: its stages in order, each through the state machine, with the agent loop.
+
+A case is one conversation. A stage appends its messages, sends, and (with ``run_tools``)
+answers tool calls and sends again until the model stops calling tools or ``max_turns``.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..casefile import LoadedCase
+from ..models.case import Stage
+from ..models.records import (
+    CaseResult,
+    Failure,
+    Reply,
+    RunResult,
+    StageAttempt,
+    StageResult,
+    ToolCall,
+    Turn,
+)
+from ..transport.client import ChatClient, InteractionSink
+from ..transport.errors import TransportError
+from .check import Outcome, check
+from .interpolate import InterpolationError, capture, interpolate
+from .machine import StageMachine, StageState
+from .tools import run_tool_calls, tool_message
+
+
+@dataclass
+class CaseContext:
+    """What one item needs to run: the case, its model, and where to send requests."""
+
+    loaded: LoadedCase
+    model: str | None
+    client: ChatClient
+    api_key: str | None = None
+    sink: InteractionSink | None = None
+    runs: int = 1
+
+
+@dataclass
+class Conversation:
+    """The messages so far, tool calls still waiting for results, and captured values."""
+
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    pending: list[ToolCall] = field(default_factory=list)
+    variables: dict[str, Any] = field(default_factory=dict)
+
+    def snapshot(self) -> Conversation:
+        return copy.deepcopy(self)
+
+
+async def run_case(ctx: CaseContext) -> CaseResult:
+    case = ctx.loaded.case
+    result = CaseResult(
+        case=case.name, model=ctx.model, file=str(ctx.loaded.file),
+        line=ctx.loaded.document.start_line,
+        min_pass_rate=case.repeat.min_pass_rate if case.repeat else 1.0,
+    )
+    for number in range(1, ctx.runs + 1):
+        result.runs.append(await run_once(ctx, number))
+    return result
+
+
+async def run_once(ctx: CaseContext, number: int) -> RunResult:
+    case = ctx.loaded.case
+    run = RunResult(number)
+    conversation = Conversation()
+    if case.system:
+        conversation.messages.append({"role": "system", "content": case.system})
+    for index, stage in enumerate(case.stages):
+        try:
+            stage_result = await run_stage(ctx, conversation, index, stage)
+        except InterpolationError as error:
+            run.error = str(error)
+            return run
+        run.stages.append(stage_result)
+        if not stage_result.passed:
+            break  # later stages build on this one's conversation: nothing to learn
+    return run
+
+
+async def run_stage(ctx: CaseContext, conversation: Conversation, index: int,
+                    stage: Stage) -> StageResult:
+    result = StageResult(stage.name)
+    attempts = stage.retry.attempts if stage.retry else 1
+    before = conversation.snapshot()
+    machine = StageMachine()
+    try:
+        for number in range(1, attempts + 1):
+            if number > 1:
+                machine.fire("retry")
+                _restore(conversation, before)
+            attempt = await StageRunner(ctx, conversation, index, stage, machine).run(number)
+            result.attempts.append(attempt)
+            if attempt.passed:
+                break
+    finally:
+        machine.release()
+    return result
+
+
+def _restore(conversation: Conversation, before: Conversation) -> None:
+    fresh = before.snapshot()
+    conversation.messages, conversation.pending = fresh.messages, fresh.pending
+    conversation.variables = fresh.variables
+
+
+class StageRunner:
+    """One attempt at one stage, driving the state machine from idle to passed or failed."""
+
+    def __init__(self, ctx: CaseContext, conversation: Conversation, index: int, stage: Stage,
+                 machine: StageMachine) -> None:
+        self.ctx, self.conversation, self.index = ctx, conversation, index
+        self.stage = stage
+        self.machine = machine
+        self.base: tuple[str | int, ...] = ("stages", index, "expect")
+
+    async def run(self, number: int) -> StageAttempt:
+        attempt = StageAttempt(self.stage.name, number)
+        trail_start = len(self.machine.trail) - 1
+        try:
+            await self._run(attempt)
+        finally:
+            attempt.trail = self.machine.trail[trail_start:]
+        return attempt
+
+    async def _run(self, attempt: StageAttempt) -> None:
+        start = self.conversation.snapshot()
+        variants = [True, False] if self.stage.stream == "both" else [bool(self.stage.stream)]
+        outcomes: list[Outcome] = []
+        for position, streamed in enumerate(variants):
+            if position:
+                self.machine.fire("other_variant")
+                first_run = self.conversation
+                self.conversation = start.snapshot()
+            outcome = await self._run_variant(attempt, streamed)
+            if outcome is None:
+                return
+            outcomes.append(outcome)
+            if not self._check(attempt, outcome, streamed, len(variants) > 1):
+                return
+            if position:
+                self.conversation = first_run  # the streamed variant carries the conversation
+        self._compare(attempt, outcomes)
+        self._capture(attempt, outcomes[0])
+        self.machine.fire("mismatch" if attempt.failures else "all_hold")
+
+    async def _run_variant(self, attempt: StageAttempt, streamed: bool) -> Outcome | None:
+        """The agent loop for one variant; None when the stage already failed."""
+        self._append_stage_messages()
+        if self.conversation.pending and not self._stage_sends_tool_messages():
+            self.machine.fire("answer_pending")
+            await self._answer(self.conversation.pending, None)
+        calls: list[ToolCall] = []
+        while True:
+            turn = await self._send(attempt, streamed)
+            if turn.reply is None:
+                return None
+            reply = turn.reply
+            calls.extend(reply.tool_calls)
+            self.conversation.messages.append(reply.to_message())
+            self.conversation.pending = list(reply.tool_calls)
+            if not (reply.tool_calls and self.stage.run_tools):
+                turn.stop_reason = "end_turn"
+                self.machine.fire("end_turn")
+                break
+            sent = sum(1 for t in attempt.turns if t.streamed == streamed)
+            if sent >= self.stage.max_turns:
+                turn.stop_reason = "max_turns"
+                self.machine.fire("max_turns")
+                names = ", ".join(call.name for call in reply.tool_calls)
+                attempt.failures.append(self._failure(
+                    f"max_turns ({self.stage.max_turns}) reached and the model still calls"
+                    f" tools: {names}", ("max_turns",)))
+                return None
+            turn.stop_reason = "tool_use"
+            self.machine.fire("tool_use")
+            await self._answer(reply.tool_calls, turn)
+        latency = sum(t.reply.latency_ms for t in attempt.turns
+                      if t.reply is not None and t.streamed == streamed)
+        return Outcome(reply, calls, latency)
+
+    def _append_stage_messages(self) -> None:
+        variables, name = self.conversation.variables, self.stage.name
+        if self.stage.user is not None:
+            content = interpolate(self.stage.user, variables, name)
+            self.conversation.messages.append({"role": "user", "content": content})
+        for message in self.stage.messages:
+            self.conversation.messages.append(interpolate(message, variables, name))
+
+    def _stage_sends_tool_messages(self) -> bool:
+        return any(message.get("role") == "tool" for message in self.stage.messages)
+
+    async def _answer(self, calls: list[ToolCall], turn: Turn | None) -> None:
+        runs = await run_tool_calls(calls, self.ctx.loaded.case)
+        if turn is not None:
+            turn.tool_runs = runs
+        self.conversation.messages.extend(tool_message(run) for run in runs)
+        self.conversation.pending = []
+        self.machine.fire("send")
+
+    async def _send(self, attempt: StageAttempt, streamed: bool) -> Turn:
+        if self.machine.state is StageState.IDLE:
+            self.machine.fire("send")
+        body = self._body(streamed)
+        turn = Turn(request=body, streamed=streamed)
+        attempt.turns.append(turn)
+        try:
+            pending = await self.ctx.client.open(
+                body, stream=streamed, api_key=self.ctx.api_key, sink=self.ctx.sink)
+            turn.retries = pending.retries
+            self.machine.fire("headers")
+            turn.reply = await pending.read()
+        except TransportError as error:
+            turn.error, turn.stop_reason = str(error), "error"
+            self.machine.fire("transport_error")
+            attempt.failures.append(self._failure(str(error), ()))
+        return turn
+
+    def _body(self, streamed: bool) -> dict[str, Any]:
+        case, stage = self.ctx.loaded.case, self.stage
+        body: dict[str, Any] = {}
+        if self.ctx.model is not None:
+            body["model"] = self.ctx.model
+        body["messages"] = copy.deepcopy(self.conversation.messages)
+        if case.tools:
+            body["tools"] = [tool.to_request() for tool in case.tools]
+        if stage.tool_choice is not None:
+            body["tool_choice"] = (stage.tool_choice if isinstance(stage.tool_choice, str) else
+                                   {"type": "function",
+                                    "function": {"name": stage.tool_choice.name}})
+        body.update(case.params)
+        body.update(stage.params)
+        if streamed:
+            body["stream"] = True
+            body.setdefault("stream_options", {"include_usage": True})
+        return body
+
+    def _check(self, attempt: StageAttempt, outcome: Outcome, streamed: bool,
+               label: bool) -> bool:
+        failures = check(self.stage.expect, outcome, self.base, self._line_of)
+        if label:
+            variant = "streamed" if streamed else "not streamed"
+            for failure in failures:
+                failure.message = f"[{variant}] {failure.message}"
+        attempt.failures.extend(failures)
+        if failures:
+            self.machine.fire("mismatch")
+        return not failures
+
+    def _compare(self, attempt: StageAttempt, outcomes: list[Outcome]) -> None:
+        """``stream: both``: the streamed and the plain reply must say the same."""
+        if len(outcomes) < 2:
+            return
+        streamed, plain = (_comparable(outcome) for outcome in outcomes)
+        for key in streamed:
+            if streamed[key] != plain[key]:
+                attempt.failures.append(Failure(
+                    f"streamed and non-streamed replies differ in {key}",
+                    (*self.base[:-1], "stream"), self._line_of(("stages", self.index, "stream")),
+                    expected=plain[key], actual=streamed[key]))
+
+    def _capture(self, attempt: StageAttempt, outcome: Outcome) -> None:
+        if attempt.failures or not self.stage.capture:
+            return
+        try:
+            self.conversation.variables.update(
+                capture(self.stage.capture, outcome.reply, outcome.tool_calls, self.stage.name))
+        except InterpolationError as error:
+            attempt.failures.append(self._failure(str(error), ("capture",)))
+
+    def _failure(self, message: str, path: tuple[str | int, ...]) -> Failure:
+        full = ("stages", self.index, *path)
+        return Failure(message, full, self._line_of(full))
+
+    def _line_of(self, path: tuple[str | int, ...]) -> int:
+        return self.ctx.loaded.document.line_of(path)
+
+
+def _comparable(outcome: Outcome) -> dict[str, Any]:
+    reply: Reply = outcome.reply
+    return {
+        "text": reply.text,
+        "finish_reason": reply.finish_reason,
+        "tool_calls": [{"name": c.name, "arguments": c.arguments} for c in outcome.tool_calls],
+    }

@@ -1,0 +1,231 @@
+"""The case-file schema (SPEC sections 3-6) as pydantic models.
+
+Every model forbids unknown keys. Matcher fields hold *compiled* matchers: a bad regex or
+JSON Schema fails validation at its key path, so it becomes a collection error at its line.
+Which expectations a case gives is ``Expect.model_fields_set``: an absent key checks nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+
+from ..matchers import Matcher, compile_matcher, compile_tool_calls
+
+_MATCHER_SCHEMA = {"description": "A value, or a mapping of $ operators (SPEC section 4)."}
+
+
+def _spec_of(matcher: Matcher) -> Any:
+    return matcher.spec
+
+
+MatcherField = Annotated[
+    Any, AfterValidator(compile_matcher), PlainSerializer(_spec_of), WithJsonSchema(_MATCHER_SCHEMA)
+]
+ToolCallsField = Annotated[
+    Any,
+    AfterValidator(compile_tool_calls),
+    PlainSerializer(_spec_of),
+    WithJsonSchema({"description": "A list of {name, arguments} matchers (SPEC section 5)."}),
+]
+Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Endpoint(StrictModel):
+    """Where a case sends its requests; each key given overrides ini and environment."""
+
+    base_url: str | None = None
+    """Base URL of the OpenAI-compatible API, e.g. ``http://127.0.0.1:8080/v1``."""
+    api_key_env: str | None = None
+    """The NAME of the environment variable holding the API key; keys never appear in files."""
+    headers: dict[str, str] = {}
+    """Extra request headers."""
+    timeout_s: float | None = Field(default=None, gt=0)
+    """Connect and read timeout in seconds."""
+    retries: int | None = Field(default=None, ge=0)
+    """Retries of transient failures (connect errors, 429, 5xx)."""
+
+
+class Tool(StrictModel):
+    """A tool offered to the model, and how the agent loop answers its calls."""
+
+    name: Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
+    description: str = ""
+    parameters: dict[str, Any] = {"type": "object", "properties": {}}
+    """JSON Schema of the arguments, sent as the OpenAI function schema."""
+    result: Any = None
+    """Canned result (any JSON; a string is sent as is)."""
+    python: str | None = None
+    """``module:function`` called with the arguments; sync or async."""
+    error: str | None = None
+    """The tool fails with this message."""
+    timeout_s: float = Field(default=30, gt=0)
+
+    @field_validator("python")
+    @classmethod
+    def _importable(cls, value: str | None) -> str | None:
+        if value is not None:
+            resolve_callable(value)
+        return value
+
+    @model_validator(mode="after")
+    def _one_implementation(self) -> Tool:
+        given = [key for key in ("result", "python", "error") if key in self.model_fields_set]
+        if len(given) > 1:
+            raise ValueError(f"give only one of result, python, error (got {', '.join(given)})")
+        return self
+
+    @property
+    def has_implementation(self) -> bool:
+        return bool({"result", "python", "error"} & self.model_fields_set)
+
+    def to_request(self) -> dict[str, Any]:
+        """The tool as an entry of the request's ``tools`` list."""
+        function: dict[str, Any] = {"name": self.name, "parameters": self.parameters}
+        if self.description:
+            function["description"] = self.description
+        return {"type": "function", "function": function}
+
+
+def resolve_callable(path: str) -> Any:
+    """Import ``module:function``; raise ValueError saying why it cannot be used."""
+    module_name, _, attribute = path.partition(":")
+    if not module_name or not attribute:
+        raise ValueError(f"python must be 'module:function', got {path!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # any import-time failure of user code is a case-file error
+        raise ValueError(f"cannot import {module_name!r}: {exc}") from None
+    target = getattr(module, attribute, None)
+    if not callable(target):
+        raise ValueError(f"{module_name!r} has no callable {attribute!r}")
+    return target
+
+
+class ToolChoiceFunction(StrictModel):
+    name: str
+
+
+class Retry(StrictModel):
+    attempts: int = Field(ge=1)
+    """Total attempts, the first included."""
+
+
+class Repeat(StrictModel):
+    runs: int = Field(ge=1)
+    min_pass_rate: float = Field(default=1.0, ge=0, le=1)
+
+
+class StreamExpect(StrictModel):
+    """Stream checks (SPEC section 6)."""
+
+    done: bool = True
+    """The stream ended with ``data: [DONE]``."""
+    chunks: MatcherField = None
+    """Matcher on the number of data events."""
+    ttft_ms: MatcherField = None
+    """Matcher on the time to the first content or tool-call delta."""
+    usage: bool | None = None
+    """True: a usage object must arrive; false: none may."""
+
+
+class Expect(StrictModel):
+    """What must hold after a stage; every key given must hold (SPEC section 4)."""
+
+    status: MatcherField = Field(default=200, validate_default=True)
+    """HTTP status of the last response. Any other status fails unless this names it."""
+    error: MatcherField = None
+    """Matcher on the error message of a non-2xx response."""
+    finish_reason: MatcherField = None
+    text: MatcherField = None
+    tool_calls: ToolCallsField = None
+    usage: MatcherField = None
+    latency_ms: MatcherField = None
+    stream: StreamExpect | None = None
+
+
+class Stage(StrictModel):
+    """One step of the conversation: append messages, send, check."""
+
+    name: Name
+    user: str | None = None
+    """Shorthand for one user message."""
+    messages: list[dict[str, Any]] = []
+    """Messages appended in order, after ``user``."""
+    tool_choice: Literal["auto", "none", "required"] | ToolChoiceFunction | None = None
+    stream: bool | Literal["both"] = False
+    run_tools: bool = False
+    max_turns: int = Field(default=5, ge=1)
+    params: dict[str, Any] = {}
+    """Merged over the case's params for this stage's requests."""
+    expect: Expect = Expect()
+    capture: dict[str, str] = {}
+    """Name -> path (``tool_calls.0.arguments.city``) saved for ``${name}`` in later stages."""
+    retry: Retry | None = None
+
+
+class Case(StrictModel):
+    """One conversation with a model, checked stage by stage."""
+
+    name: Name
+    description: str = ""
+    marks: list[str | dict[str, Any]] = []
+    model: str | list[str] | None = None
+    endpoint: Endpoint = Endpoint()
+    params: dict[str, Any] = {}
+    system: str | None = None
+    tools: list[Tool] = []
+    repeat: Repeat | None = None
+    stages: list[Stage] = Field(min_length=1)
+
+    @field_validator("marks")
+    @classmethod
+    def _one_name_per_mark(cls, marks: list[str | dict[str, Any]]) -> list[str | dict[str, Any]]:
+        for mark in marks:
+            if isinstance(mark, dict) and len(mark) != 1:
+                raise ValueError(f"a mark is a name or a one-key mapping, got {mark!r}")
+        return marks
+
+    @field_validator("stages")
+    @classmethod
+    def _unique_stage_names(cls, stages: list[Stage]) -> list[Stage]:
+        _reject_duplicates("stage", [stage.name for stage in stages])
+        return stages
+
+    @field_validator("tools")
+    @classmethod
+    def _unique_tool_names(cls, tools: list[Tool]) -> list[Tool]:
+        _reject_duplicates("tool", [tool.name for tool in tools])
+        return tools
+
+    @property
+    def models(self) -> list[str | None]:
+        if isinstance(self.model, list):
+            return list(self.model) or [None]
+        return [self.model]
+
+    def tool(self, name: str) -> Tool | None:
+        return next((tool for tool in self.tools if tool.name == name), None)
+
+
+def _reject_duplicates(kind: str, names: list[str]) -> None:
+    seen = set()
+    for name in names:
+        if name in seen:
+            raise ValueError(f"duplicate {kind} name {name!r}")
+        seen.add(name)

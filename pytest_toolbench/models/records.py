@@ -1,0 +1,237 @@
+"""Output records: what a request produced, independent of how it was obtained.
+
+These are plain dataclasses shared by the transport (which fills them), the executor
+(which appends them to transcripts) and reporting (which prints them). They know no pytest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class ToolCall:
+    """One tool call of an assistant reply, reassembled if it was streamed."""
+
+    name: str
+    arguments_raw: str
+    """The arguments exactly as the server sent them (an object is re-serialised as JSON)."""
+    id: str | None = None
+    arguments: Any = None
+    """The parsed JSON arguments; ``None`` when ``arguments_error`` is set."""
+    arguments_error: str | None = None
+    """Why ``arguments_raw`` is not valid JSON, or ``None`` when it is."""
+
+    def to_message(self) -> dict[str, Any]:
+        """The call as it goes back into the conversation's assistant message."""
+        return {
+            "id": self.id or "",
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments_raw},
+        }
+
+
+@dataclass
+class StreamStats:
+    """Facts about a streamed reply that the ``expect.stream`` checks read."""
+
+    done: bool = False
+    """The stream ended with ``data: [DONE]``."""
+    chunks: int = 0
+    """Number of ``data:`` events, ``[DONE]`` excluded."""
+    usage: bool = False
+    """A usage object arrived."""
+
+
+@dataclass
+class StreamEvent:
+    """One SSE ``data:`` payload and when it arrived, in ms after the request was sent."""
+
+    data: str
+    offset_ms: float
+    event: str = "message"
+    """The SSE event type; ``message`` unless the server named one (``error``...)."""
+
+
+@dataclass
+class Interaction:
+    """One HTTP exchange as it is kept in a cassette: request body and response."""
+
+    request: dict[str, Any]
+    """The JSON body that was sent."""
+    status: int
+    content_type: str
+    body: Any = None
+    """The response body: parsed JSON, or text when it is not JSON; ``None`` for streams."""
+    events: list[StreamEvent] | None = None
+    """The SSE data payloads of a streamed response, in order."""
+    elapsed_ms: float = 0.0
+    """How long the whole response took; replay at speed 1 waits as long."""
+    path: str = "/chat/completions"
+    method: str = "POST"
+
+
+@dataclass
+class Reply:
+    """A chat-completions response reduced to what expectations check."""
+
+    status: int = 200
+    text: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    error: str | None = None
+    """The error message of a non-2xx response, or of an in-band stream error."""
+    latency_ms: float = 0.0
+    ttft_ms: float | None = None
+    """Time to the first content or tool-call delta; streamed replies only."""
+    stream: StreamStats | None = None
+    """Set for streamed replies."""
+    problems: list[str] = field(default_factory=list)
+    """Protocol problems found while reading (non-JSON data, no index, bad arguments...)."""
+    interaction: Interaction | None = None
+    """The exchange that produced this reply, as a cassette keeps it."""
+
+    def to_message(self) -> dict[str, Any]:
+        """The reply as the assistant message appended to the conversation.
+
+        ``content`` is ``""`` rather than ``None``: some servers (llama.cpp) reject null.
+        """
+        message: dict[str, Any] = {"role": "assistant", "content": self.text}
+        if self.tool_calls:
+            message["tool_calls"] = [call.to_message() for call in self.tool_calls]
+        return message
+
+
+@dataclass
+class ToolRun:
+    """One run of a tool for one call: what it was given and what it answered."""
+
+    call_id: str | None
+    name: str
+    arguments: str
+    content: str
+    """The tool message's content as sent back to the model."""
+    error: str | None = None
+    duration_ms: float = 0.0
+
+
+@dataclass
+class Turn:
+    """One request of a stage and what came of it."""
+
+    request: dict[str, Any]
+    streamed: bool
+    reply: Reply | None = None
+    error: str | None = None
+    """Why no reply arrived (connect failure, timeout, reset, replay mismatch...)."""
+    retries: list[str] = field(default_factory=list)
+    tool_runs: list[ToolRun] = field(default_factory=list)
+    stop_reason: str | None = None
+    """``tool_use`` (the loop goes on), ``end_turn``, ``max_turns`` or ``error``."""
+
+
+@dataclass
+class Failure:
+    """An expectation that did not hold, or another reason a stage failed."""
+
+    message: str
+    key_path: tuple[str | int, ...] = ()
+    """Where in the case file the failing expectation is."""
+    line: int | None = None
+    expected: Any = None
+    actual: Any = None
+
+
+@dataclass
+class StageAttempt:
+    """One attempt at a stage (a stage with ``retry`` may have several)."""
+
+    stage: str
+    number: int
+    trail: list[str] = field(default_factory=list)
+    """The executor states this attempt went through, in order."""
+    turns: list[Turn] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    @property
+    def replies(self) -> list[Reply]:
+        return [turn.reply for turn in self.turns if turn.reply is not None]
+
+
+@dataclass
+class StageResult:
+    name: str
+    attempts: list[StageAttempt] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.attempts) and self.attempts[-1].passed
+
+
+@dataclass
+class RunResult:
+    """One run of a whole case (a case with ``repeat`` has several)."""
+
+    number: int
+    stages: list[StageResult] = field(default_factory=list)
+    error: str | None = None
+    """A failure outside any stage (missing cassette, interpolation error...)."""
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None and all(stage.passed for stage in self.stages)
+
+    @property
+    def turns(self) -> list[Turn]:
+        return [turn for stage in self.stages for attempt in stage.attempts
+                for turn in attempt.turns]
+
+
+@dataclass
+class CaseResult:
+    """Everything one item (a case against one model) did."""
+
+    case: str
+    model: str | None
+    file: str
+    line: int
+    runs: list[RunResult] = field(default_factory=list)
+    min_pass_rate: float = 1.0
+
+    @property
+    def passes(self) -> int:
+        return sum(run.passed for run in self.runs)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.runs) and self.passes >= self.min_pass_rate * len(self.runs) - 1e-9
+
+    @property
+    def replies(self) -> list[Reply]:
+        return [turn.reply for run in self.runs for turn in run.turns if turn.reply is not None]
+
+    @property
+    def latency_ms(self) -> float:
+        return sum(reply.latency_ms for reply in self.replies)
+
+    @property
+    def ttft_ms(self) -> float | None:
+        return next((r.ttft_ms for r in self.replies if r.ttft_ms is not None), None)
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(int((r.usage or {}).get("total_tokens") or 0) for r in self.replies)
+
+    @property
+    def tool_calls(self) -> int:
+        return sum(len(reply.tool_calls) for reply in self.replies)
+
+    @property
+    def turns(self) -> int:
+        return sum(len(run.turns) for run in self.runs)

@@ -1,0 +1,112 @@
+"""The pytest plugin: options, collection of case files, reports. Thin; delegates."""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .collect import ENGINE_KEY, ITEMS_KEY, SETTINGS_KEY, CaseFile, CaseItem
+from .engine import Engine
+from .reporting.json_report import case_record, write_report
+from .reporting.summary import render_summary
+from .models.case import Endpoint
+from .settings import DEFAULT_FILES, OPTIONS, Settings
+
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("toolbench", "toolbench: LLM tool-calling cases (*.case.yaml)")
+    for flag, name, help_text, _kind in OPTIONS:
+        group.addoption(f"--toolbench-{flag}", dest=f"toolbench_{name}", default=None,
+                        metavar=name.upper(), help=help_text)
+        parser.addini(f"toolbench_{name}", help_text, default=None)
+    group.addoption("--toolbench-record", dest="toolbench_record", action="store_true",
+                    help="shorthand for --toolbench-mode=record: run live, rewrite cassettes")
+    group.addoption("--toolbench-live", dest="toolbench_live", action="store_true",
+                    help="shorthand for --toolbench-mode=live: run live, write nothing")
+    parser.addini("toolbench_files", "globs of case files", type="linelist",
+                  default=list(DEFAULT_FILES))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    settings = Settings.from_config(config)
+    config.stash[SETTINGS_KEY] = settings
+    config.stash[ENGINE_KEY] = Engine(settings, Path(config.rootpath))
+    config.pluginmanager.register(SessionReports(config), "toolbench-reports")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    engine = config.stash.get(ENGINE_KEY, None)
+    if engine is not None:
+        engine.close()
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> CaseFile | None:
+    globs = parent.config.stash[SETTINGS_KEY].files
+    if any(fnmatch.fnmatch(file_path.name, glob) for glob in globs):
+        return CaseFile.from_parent(parent, path=file_path)  # type: ignore[no-any-return]
+    return None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Remember the final order (after -k, -m, --lf) so live cases can start ahead."""
+    config.stash[ITEMS_KEY] = [item for item in items if isinstance(item, CaseItem)]
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    settings = config.stash[SETTINGS_KEY]
+    endpoint = settings.endpoint_for(Endpoint())
+    where = "cassettes" if not settings.mode.is_live else endpoint.base_url
+    return f"toolbench: mode={settings.mode.value}, endpoint={where}"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
+                              ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if isinstance(item, CaseItem) and call.when == "call" and item.result is not None:
+        record = case_record(item.result, item.nodeid, _outcome(report))
+        report.toolbench = record  # type: ignore[attr-defined]  # travels with xdist reports
+        for key in ("latency_ms", "ttft_ms", "total_tokens", "tool_calls", "turns"):
+            if record[key] is not None:
+                report.user_properties.append((key, record[key]))
+    return report
+
+
+def _outcome(report: pytest.TestReport) -> str:
+    if hasattr(report, "wasxfail"):
+        return "xpassed" if report.passed else "xfailed"
+    return report.outcome
+
+
+class SessionReports:
+    """Gathers the case records of the session (from xdist workers too) and reports them."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.records: list[dict[str, Any]] = []
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        record = getattr(report, "toolbench", None)
+        if record is not None:
+            self.records.append(record)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not self.records or self.config.get_verbosity() < 0:
+            return
+        writer = terminalreporter._tw
+        terminalreporter.write_sep("=", "toolbench summary")
+        terminalreporter.write(render_summary(self.records, writer.fullwidth, writer.hasmarkup))
+
+    def pytest_sessionfinish(self) -> None:
+        path = self.config.stash[SETTINGS_KEY].report
+        if path is None or hasattr(self.config, "workerinput"):
+            return  # xdist workers send their records to the controller, which writes once
+        outcomes = [record["outcome"] for record in self.records]
+        counts = {outcome: outcomes.count(outcome) for outcome in sorted(set(outcomes))}
+        write_report(path, self.records, {"cases": len(self.records), **counts})

@@ -1,0 +1,180 @@
+"""One frozen Settings per session, resolved in one place.
+
+Precedence, highest first: command line > the case's ``endpoint`` > ini > environment >
+default. Every flag ``--toolbench-X`` has the ini twin ``toolbench_X``; bad values raise
+``pytest.UsageError`` naming the valid choices.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .models.case import Endpoint
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_RETRIES = 2
+DEFAULT_FILES = ("*.case.yaml", "*.case.yml")
+
+
+class Mode(enum.Enum):
+    """Where answers come from."""
+
+    REPLAY = "replay"  # from cassettes; nothing touches the network
+    RECORD = "record"  # live, and the cassettes are rewritten
+    MISSING = "missing"  # replay what is recorded, record the rest
+    LIVE = "live"  # live, nothing written
+
+    @property
+    def is_live(self) -> bool:
+        return self is not Mode.REPLAY
+
+
+@dataclass(frozen=True)
+class ResolvedEndpoint:
+    """The endpoint one case talks to, after precedence is applied."""
+
+    base_url: str
+    api_key_env: str
+    headers: tuple[tuple[str, str], ...] = ()
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    retries: int = DEFAULT_RETRIES
+
+    def api_key(self) -> str | None:
+        """The key's value, read from the environment only when a request is built."""
+        return os.environ.get(self.api_key_env) or None
+
+
+# (flag, ini name, help, kind). The ini twin of every flag is ``toolbench_<name>``.
+OPTIONS: tuple[tuple[str, str, str, str], ...] = (
+    ("mode", "mode", "where answers come from: replay (default), record, missing, live", "string"),
+    ("base-url", "base_url", "base URL of the OpenAI-compatible API", "string"),
+    ("api-key-env", "api_key_env", "NAME of the environment variable holding the API key",
+     "string"),
+    ("timeout", "timeout", "connect and read timeout in seconds", "string"),
+    ("model", "model", "run every case against these models: NAME[,NAME...]", "string"),
+    ("repeat", "repeat", "run every case N times (the case's min_pass_rate applies)", "string"),
+    ("concurrency", "concurrency", "live/record cases run at most N at a time (default 8)",
+     "string"),
+    ("replay-speed", "replay_speed", "0 replays instantly (default); 1 with recorded timing",
+     "string"),
+    ("report", "report", "write a JSON report of every case, stage and attempt to PATH",
+     "string"),
+    ("cassette-dir", "cassette_dir", "where cassettes live (default: __cassettes__ beside "
+     "each case file)", "string"),
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    mode: Mode = Mode.REPLAY
+    base_url: str | None = None
+    api_key_env: str | None = None
+    timeout_s: float | None = None
+    ini_base_url: str | None = None
+    ini_api_key_env: str | None = None
+    ini_timeout_s: float | None = None
+    models: tuple[str, ...] = ()
+    repeat: int | None = None
+    concurrency: int = 8
+    replay_speed: float = 0.0
+    report: Path | None = None
+    files: tuple[str, ...] = DEFAULT_FILES
+    cassette_dir: Path | None = None
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> Settings:
+        def cli(name: str) -> Any:
+            return config.getoption(f"toolbench_{name}")
+
+        def ini(name: str) -> Any:
+            value = config.getini(f"toolbench_{name}")
+            return value or None
+
+        def either(name: str) -> Any:
+            value = cli(name)
+            return ini(name) if value is None else value
+
+        return cls(
+            mode=_mode(cli("mode"), ini("mode"), cli("record"), cli("live")),
+            base_url=cli("base_url"),
+            api_key_env=cli("api_key_env"),
+            timeout_s=_number("timeout", cli("timeout"), float, minimum=0.001),
+            ini_base_url=ini("base_url"),
+            ini_api_key_env=ini("api_key_env"),
+            ini_timeout_s=_number("timeout", ini("timeout"), float, minimum=0.001),
+            models=tuple(m.strip() for m in (either("model") or "").split(",") if m.strip()),
+            repeat=_number("repeat", either("repeat"), int, minimum=1),
+            concurrency=_number("concurrency", either("concurrency"), int, minimum=1) or 8,
+            replay_speed=_number("replay-speed", either("replay_speed"), float, minimum=0) or 0.0,
+            report=_path(config, either("report")),
+            files=tuple(config.getini("toolbench_files") or DEFAULT_FILES),
+            cassette_dir=_path(config, either("cassette_dir")),
+        )
+
+    def endpoint_for(self, case: Endpoint) -> ResolvedEndpoint:
+        """Apply CLI > case > ini > env > default to one case's endpoint."""
+        env = os.environ
+        base_url = _first(self.base_url, case.base_url, self.ini_base_url,
+                          env.get("TOOLBENCH_BASE_URL"), env.get("OPENAI_BASE_URL"))
+        return ResolvedEndpoint(
+            base_url=(base_url or DEFAULT_BASE_URL).rstrip("/"),
+            api_key_env=_first(self.api_key_env, case.api_key_env, self.ini_api_key_env)
+            or "OPENAI_API_KEY",
+            headers=tuple(sorted(case.headers.items())),
+            timeout_s=_first(self.timeout_s, case.timeout_s, self.ini_timeout_s)
+            or DEFAULT_TIMEOUT_S,
+            retries=DEFAULT_RETRIES if case.retries is None else case.retries,
+        )
+
+
+def _first(*values: Any) -> Any:
+    return next((value for value in values if value is not None), None)
+
+
+def _mode(flag: str | None, ini: str | None, record: bool, live: bool) -> Mode:
+    if record and live:
+        raise pytest.UsageError("--toolbench-record and --toolbench-live exclude each other")
+    if record or live:
+        chosen = Mode.RECORD if record else Mode.LIVE
+        if flag is not None and flag != chosen.value:
+            raise pytest.UsageError(
+                f"--toolbench-mode={flag} contradicts --toolbench-{chosen.value}"
+            )
+        return chosen
+    value = flag or ini or Mode.REPLAY.value
+    try:
+        return Mode(value)
+    except ValueError:
+        choices = ", ".join(mode.value for mode in Mode)
+        raise pytest.UsageError(
+            f"--toolbench-mode must be one of {choices}; got {value!r}"
+        ) from None
+
+
+def _number(name: str, value: Any, kind: type[Any], minimum: float) -> Any:
+    if value is None or value == "":
+        return None
+    try:
+        number = kind(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or number < minimum:
+        wanted = "a whole number" if kind is int else "a number"
+        raise pytest.UsageError(
+            f"--toolbench-{name} must be {wanted} >= {minimum:g}; got {value!r}"
+        )
+    return number
+
+
+def _path(config: pytest.Config, value: str | None) -> Path | None:
+    if not value:
+        return None
+    path = Path(value)
+    return path if path.is_absolute() else Path(config.invocation_params.dir) / path

@@ -1,0 +1,89 @@
+"""A circuit breaker per endpoint, so a dead endpoint fails fast instead of timing out.
+
+closed --(threshold consecutive transport failures)--> open
+open --(cool-down elapsed, next request allowed through)--> half_open
+half_open --(success)--> closed      half_open --(failure)--> open
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable
+
+from transitions import Machine
+
+from .errors import CircuitOpen
+
+DEFAULT_THRESHOLD = 3
+DEFAULT_COOLDOWN_S = 30.0
+
+
+class BreakerState(enum.Enum):
+    CLOSED = "closed"  # requests flow; consecutive failures are counted
+    OPEN = "open"  # requests fail at once until the cool-down has passed
+    HALF_OPEN = "half_open"  # one trial request decides: closed again, or open again
+
+
+TRANSITIONS = [
+    {
+        "trigger": "trip",
+        "source": [BreakerState.CLOSED, BreakerState.HALF_OPEN],
+        "dest": BreakerState.OPEN,
+    },
+    {"trigger": "probe", "source": BreakerState.OPEN, "dest": BreakerState.HALF_OPEN},
+    {
+        "trigger": "reset",
+        "source": [BreakerState.CLOSED, BreakerState.HALF_OPEN],
+        "dest": BreakerState.CLOSED,
+    },
+]
+
+
+class CircuitBreaker:
+    """Counts consecutive transport failures of one endpoint and opens after ``threshold``."""
+
+    state: BreakerState
+
+    def __init__(
+        self,
+        threshold: int = DEFAULT_THRESHOLD,
+        cooldown_s: float = DEFAULT_COOLDOWN_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.threshold = threshold
+        self.cooldown_s = cooldown_s
+        self._clock = clock
+        self.failures = 0
+        self.last_error: str | None = None
+        self._opened_at = 0.0
+        Machine(
+            self,
+            states=BreakerState,
+            transitions=TRANSITIONS,
+            initial=BreakerState.CLOSED,
+            auto_transitions=False,
+        )
+
+    def check(self) -> None:
+        """Raise CircuitOpen while the circuit is open and cooling down."""
+        if self.state is BreakerState.OPEN:
+            if self._clock() - self._opened_at < self.cooldown_s:
+                raise CircuitOpen(
+                    f"{self.failures} consecutive transport failures; requests to this endpoint"
+                    f" fail at once for {self.cooldown_s:g} s. Last error: {self.last_error}"
+                )
+            self.probe()  # type: ignore[attr-defined]
+
+    def record_failure(self, error: str) -> None:
+        self.failures += 1
+        self.last_error = error
+        if self.state is BreakerState.HALF_OPEN or self.failures >= self.threshold:
+            if self.state is not BreakerState.OPEN:
+                self.trip()  # type: ignore[attr-defined]
+            self._opened_at = self._clock()
+
+    def record_success(self) -> None:
+        self.failures = 0
+        if self.state is not BreakerState.OPEN:
+            self.reset()  # type: ignore[attr-defined]

@@ -1,0 +1,49 @@
+"""Transport errors: a case fails with one of these as its reason.
+
+    TransportError            anything that kept a reply from arriving whole
+      ├── ConnectFailed       no connection (refused, DNS, connect timeout)
+      ├── ReadTimedOut        the server stalled past the read timeout
+      ├── ConnectionLost      the connection was reset or closed mid-response
+      ├── ProtocolViolation   the bytes are not a chat-completions response
+      ├── CircuitOpen         the endpoint's circuit breaker is open
+      └── ReplayError         replay could not answer (no cassette, different request...)
+"""
+
+from __future__ import annotations
+
+
+class TransportError(Exception):
+    """A reply could not be obtained; ``str()`` is the reason shown to the user."""
+
+    reason = "transport error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.reason}: {self.message}"
+
+
+class ConnectFailed(TransportError):
+    reason = "connect failed"
+
+
+class ReadTimedOut(TransportError):
+    reason = "read timed out"
+
+
+class ConnectionLost(TransportError):
+    reason = "connection lost"
+
+
+class ProtocolViolation(TransportError):
+    reason = "protocol violation"
+
+
+class CircuitOpen(TransportError):
+    reason = "circuit open"
+
+
+class ReplayError(TransportError):
+    reason = "replay"

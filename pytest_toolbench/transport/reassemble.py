@@ -1,0 +1,386 @@
+"""Chat-completions responses -> :class:`Reply`: streamed deltas reassembled, or one body.
+
+Servers differ in how they stream tool calls; :class:`StreamAssembler` reads them all and
+records protocol slips in ``Reply.problems`` instead of raising, so that a stage fails with
+a clear reason only where the spec (section 6) or an expectation asks.
+
+Tool-call deltas are matched to calls like this:
+
+- with an ``index``: the call of that index (new index, new call). A header sent again
+  (``id``/``name`` repeated) does not duplicate the name; only ``arguments`` append.
+- without an ``index`` (Ollama sends every call whole, index-less):
+
+  1. an ``id`` already seen continues that call (a repeated header);
+  2. otherwise an ``id`` or a ``name`` opens a new call;
+  3. ``arguments`` alone continue the single open call (or open one when there is none);
+     with several calls open they are appended to the last one and reported as ambiguous.
+
+A legacy ``function_call`` delta (llama.cpp sends it beside ``tool_calls``) counts only
+when the whole response has no ``tool_calls``. Only choice 0 is read: a reply has one text.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from json.scanner import make_scanner
+from typing import Any, cast
+
+from pytest_toolbench.models.records import Reply, StreamStats, ToolCall
+from pytest_toolbench.transport.sse import SSEEvent
+
+__all__ = ["StreamAssembler", "parse_completion"]
+
+_SNIPPET = 80
+# typeshed mistypes make_scanner's argument; it takes the decoder whose settings it copies.
+_scan_once: Callable[[str, int], tuple[Any, int]] = make_scanner(cast(Any, json.JSONDecoder()))
+
+
+def _loads(text: str) -> Any:
+    """``json.loads`` without its per-call overhead, which shows at 100k chunks a stream.
+
+    The C scanner reads one value from position 0; anything else (leading or trailing
+    whitespace, garbage, an error to report) goes through ``json.loads`` itself.
+    """
+    try:
+        value, end = _scan_once(text, 0)
+    except StopIteration:
+        return json.loads(text)  # raises the ValueError with json's own message
+    if end != len(text):
+        return json.loads(text)
+    return value
+
+
+def _snippet(text: str) -> str:
+    """``text`` cut to a length that fits in a one-line problem message."""
+    return repr(text if len(text) <= _SNIPPET else text[:_SNIPPET] + "...")
+
+
+def _arguments_text(arguments: Any) -> str:
+    """Arguments as a string: some servers send a JSON object instead of a string."""
+    if isinstance(arguments, str):
+        return arguments
+    if arguments is None:
+        return ""
+    return json.dumps(arguments)
+
+
+def _error_message(error: Any) -> str:
+    """The message of an ``error`` member: an object with ``message``, or a string."""
+    if isinstance(error, dict):
+        message = error.get("message")
+        if isinstance(message, str) and message:
+            return message
+        return json.dumps(error)
+    return error if isinstance(error, str) else json.dumps(error)
+
+
+class _CallBuilder:
+    """One tool call being put together from deltas."""
+
+    def __init__(self, position: int) -> None:
+        self.position = position
+        """Where the call stands in the reply, for messages."""
+        self.id: str | None = None
+        self.name = ""
+        self.parts: list[str] = []
+
+    def merge(self, item: dict[str, Any], problems: list[str]) -> None:
+        """Apply one tool-call item: ``{"id": ..., "function": {"name", "arguments"}}``."""
+        call_id = item.get("id")
+        if call_id is not None and call_id != "" and self.id is None:
+            self.id = str(call_id)  # some servers send an integer id
+        function = item.get("function")
+        if not isinstance(function, dict):
+            return
+        name = function.get("name")
+        if isinstance(name, str) and name and name != self.name:
+            if self.name:
+                problems.append(
+                    f"tool call {self.position} renamed from {self.name!r} to {name!r};"
+                    f" kept {self.name!r}"
+                )
+            else:
+                self.name = name
+        if "arguments" in function:
+            self.parts.append(_arguments_text(function["arguments"]))
+
+    def build(self, problems: list[str]) -> ToolCall:
+        """The finished call; invalid JSON arguments are recorded, not raised."""
+        raw = "".join(self.parts)
+        call = ToolCall(name=self.name, arguments_raw=raw, id=self.id)
+        if not self.name:
+            problems.append(f"tool call {self.position} has no name")
+        try:
+            # Stripped first: llama.cpp pads arguments with spaces ("{ ... } ").
+            call.arguments = json.loads(raw.strip())
+        except ValueError as exc:
+            call.arguments_error = f"arguments are not valid JSON: {exc}"
+            problems.append(
+                f"tool call {self.position} ({self.name or '?'}) arguments are not valid JSON:"
+                f" {exc}: {_snippet(raw)}"
+            )
+        return call
+
+
+class _ToolCalls:
+    """The tool calls of one reply, matched to deltas by index (or the rule above)."""
+
+    def __init__(self) -> None:
+        self.calls: list[_CallBuilder] = []
+        self._by_index: dict[int, _CallBuilder] = {}
+        self._by_id: dict[str, _CallBuilder] = {}
+
+    def add(self, item: Any, problems: list[str], chunk: int) -> None:
+        """Apply one tool-call delta item of data event number ``chunk``."""
+        if not isinstance(item, dict):
+            problems.append(
+                f"chunk {chunk}: tool-call delta is not an object: {_snippet(repr(item))}"
+            )
+            return
+        index = item.get("index")
+        if isinstance(index, int) and not isinstance(index, bool):
+            builder = self._by_index.get(index) or self._open(index)
+        else:
+            builder = self._without_index(item, problems, chunk)
+        builder.merge(item, problems)
+        if builder.id is not None and "id" in item:
+            self._by_id.setdefault(builder.id, builder)
+
+    def add_whole(self, item: Any, problems: list[str]) -> None:
+        """One complete call of a non-streamed message: always a call of its own."""
+        if not isinstance(item, dict):
+            problems.append(f"tool call is not an object: {_snippet(repr(item))}")
+            return
+        self._open().merge(item, problems)
+
+    def _open(self, index: int | None = None) -> _CallBuilder:
+        builder = _CallBuilder(len(self.calls))
+        self.calls.append(builder)
+        if index is not None:
+            self._by_index[index] = builder
+        return builder
+
+    def _without_index(self, item: dict[str, Any], problems: list[str], chunk: int) -> _CallBuilder:
+        call_id = item.get("id")
+        if call_id is not None and str(call_id) in self._by_id:
+            return self._by_id[str(call_id)]
+        function = item.get("function")
+        has_name = isinstance(function, dict) and bool(function.get("name"))
+        if call_id not in (None, "") or has_name or not self.calls:
+            return self._open()
+        if len(self.calls) > 1:
+            problems.append(
+                f"chunk {chunk}: tool-call delta has no index while {len(self.calls)} calls are"
+                " open; appended to the last one"
+            )
+        return self.calls[-1]
+
+    def build(self, problems: list[str]) -> list[ToolCall]:
+        return [builder.build(problems) for builder in self.calls]
+
+
+def _message_text(content: Any) -> str:
+    """Message content as text: a string, or a list of ``{"type": "text"}`` parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            part["text"]
+            for part in content
+            if isinstance(part, dict) and isinstance(part.get("text"), str)
+        )
+    return ""
+
+
+def _first_choice(choices: Any) -> dict[str, Any] | None:
+    """Choice 0 of a ``choices`` list (by its ``index``, else the first), if any."""
+    if not isinstance(choices, list):
+        return None
+    for choice in choices:
+        if isinstance(choice, dict) and choice.get("index", 0) == 0:
+            return choice
+    return None
+
+
+class StreamAssembler:
+    """Turns the SSE events of one streamed chat-completions response into a Reply."""
+
+    def __init__(self) -> None:
+        self._text: list[str] = []
+        self._tool_calls = _ToolCalls()
+        self._legacy: _CallBuilder | None = None  # a ``function_call`` delta stream
+        self._finish_reason: str | None = None
+        self._usage: dict[str, Any] | None = None
+        self._error: str | None = None
+        self._problems: list[str] = []
+        self._chunks = 0
+        self._done = False
+        self._ttft_ms: float | None = None
+
+    def add(self, event: SSEEvent, offset_ms: float) -> None:
+        """Read one event; ``offset_ms`` is the time since the request was sent."""
+        data = event.data
+        if not data.startswith("{") and data.strip() == "[DONE]":
+            self._done = True
+            return
+        self._chunks += 1
+        if self._done:
+            self._problems.append(f"chunk {self._chunks} arrived after [DONE]")
+        if event.event == "error":
+            self._set_error(self._event_error(data))
+            return
+        try:
+            chunk = _loads(data)
+        except ValueError as exc:
+            self._problems.append(f"chunk {self._chunks} is not JSON: {exc}: {_snippet(data)}")
+            return
+        self._read_chunk(chunk, offset_ms)
+
+    def finish(self, *, truncated: bool = False) -> Reply:
+        """The reassembled reply; ``truncated``: the stream ended inside an event."""
+        if truncated:
+            self._problems.append(
+                "stream ended inside an event (no blank line after its last data line)"
+            )
+        return Reply(
+            text="".join(self._text),
+            tool_calls=_calls_of(self._tool_calls, self._legacy, self._problems),
+            finish_reason=self._finish_reason,
+            usage=self._usage,
+            error=self._error,
+            ttft_ms=self._ttft_ms,
+            stream=StreamStats(done=self._done, chunks=self._chunks, usage=self._usage is not None),
+            problems=self._problems,
+        )
+
+    def _read_chunk(self, chunk: Any, offset_ms: float) -> None:
+        if not isinstance(chunk, dict):
+            self._problems.append(
+                f"chunk {self._chunks} is not a JSON object: {_snippet(str(chunk))}"
+            )
+            return
+        if chunk.get("error") is not None:
+            self._set_error(_error_message(chunk["error"]))
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):  # ``usage: null`` rides on every chunk of some servers
+            self._usage = usage
+        choice = _first_choice(chunk.get("choices"))
+        if choice is None:
+            return
+        if choice.get("finish_reason") is not None:
+            self._finish_reason = str(choice["finish_reason"])
+        delta = choice.get("delta")
+        if isinstance(delta, dict) and self._read_delta(delta) and self._ttft_ms is None:
+            self._ttft_ms = offset_ms
+
+    def _read_delta(self, delta: dict[str, Any]) -> bool:
+        """Apply one delta; true when it carried content or a tool-call delta."""
+        carried = False
+        content = delta.get("content")
+        if isinstance(content, str) and content:
+            self._text.append(content)
+            carried = True
+        tool_calls = delta.get("tool_calls")
+        if isinstance(tool_calls, list) and tool_calls:
+            for item in tool_calls:
+                self._tool_calls.add(item, self._problems, self._chunks)
+            carried = True
+        function_call = delta.get("function_call")
+        if isinstance(function_call, dict):
+            if self._legacy is None:
+                self._legacy = _CallBuilder(0)
+            self._legacy.merge({"function": function_call}, self._problems)
+            carried = True
+        return carried
+
+    def _event_error(self, data: str) -> str:
+        """The message of an ``event: error`` payload: JSON with a message, or plain text."""
+        try:
+            payload = json.loads(data)
+        except ValueError:
+            return data.strip()
+        if isinstance(payload, dict) and "error" in payload:
+            return _error_message(payload["error"])
+        return _error_message(payload)
+
+    def _set_error(self, message: str) -> None:
+        if self._error is None:  # the first error is the cause; later ones are fallout
+            self._error = message
+
+
+def _calls_of(
+    tool_calls: _ToolCalls, legacy: _CallBuilder | None, problems: list[str]
+) -> list[ToolCall]:
+    """Built tool calls; a legacy ``function_call`` only when there are no ``tool_calls``."""
+    if tool_calls.calls or legacy is None:
+        return tool_calls.build(problems)
+    return [legacy.build(problems)]
+
+
+def parse_completion(
+    status: int, body: bytes | str, content_type: str = "application/json"
+) -> Reply:
+    """A non-streamed response (any status) -> Reply.
+
+    A non-2xx response sets ``error``: ``error.message`` (object or string) or the raw body
+    text (``text/plain``, HTML). A 2xx body that is not a chat completion is a problem.
+    """
+    text = body.decode("utf-8", errors="replace") if isinstance(body, bytes) else body
+    text = text.removeprefix("\ufeff")
+    try:
+        payload: Any = json.loads(text)
+    except ValueError as exc:
+        payload, parse_error = None, str(exc)
+    else:
+        parse_error = ""
+    if not 200 <= status < 300:
+        return Reply(status=status, error=_http_error(status, text, payload))
+    if parse_error:
+        problem = f"response body ({content_type}) is not JSON: {parse_error}: {_snippet(text)}"
+        return Reply(status=status, problems=[problem])
+    return _completion_reply(status, payload)
+
+
+def _http_error(status: int, text: str, payload: Any) -> str:
+    """The error message of a non-2xx response, whatever shape its body has."""
+    if isinstance(payload, dict):
+        for key in ("error", "detail", "message"):  # OpenAI, FastAPI, plain servers
+            if payload.get(key) is not None:
+                return _error_message(payload[key])
+    if isinstance(payload, str) and payload:
+        return payload
+    return text.strip() or f"HTTP {status} with an empty body"
+
+
+def _completion_reply(status: int, payload: Any) -> Reply:
+    """A parsed 2xx JSON body -> Reply; anything but a chat completion is a problem."""
+    reply = Reply(status=status)
+    if isinstance(payload, dict) and payload.get("error") is not None:
+        reply.error = _error_message(payload["error"])
+        return reply
+    choice = _first_choice(payload.get("choices")) if isinstance(payload, dict) else None
+    message = choice.get("message") if choice is not None else None
+    if choice is None or not isinstance(message, dict):
+        reply.problems.append(f"response is not a chat completion: {_snippet(json.dumps(payload))}")
+        return reply
+    reply.text = _message_text(message.get("content"))
+    reply.tool_calls = _message_calls(message, reply.problems)
+    if choice.get("finish_reason") is not None:
+        reply.finish_reason = str(choice["finish_reason"])
+    usage = payload.get("usage")
+    reply.usage = usage if isinstance(usage, dict) else None
+    return reply
+
+
+def _message_calls(message: dict[str, Any], problems: list[str]) -> list[ToolCall]:
+    """The tool calls of a complete assistant message (legacy ``function_call`` as fallback)."""
+    calls = _ToolCalls()
+    items = message.get("tool_calls")
+    for item in items if isinstance(items, list) else []:
+        calls.add_whole(item, problems)
+    legacy = None
+    if isinstance(message.get("function_call"), dict):
+        legacy = _CallBuilder(0)
+        legacy.merge({"function": message["function_call"]}, problems)
+    return _calls_of(calls, legacy, problems)

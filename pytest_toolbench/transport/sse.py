@@ -1,0 +1,126 @@
+"""Incremental Server-Sent Events decoding, per the WHATWG HTML "server-sent events" spec.
+
+Bytes arrive in arbitrary pieces; :class:`SSEDecoder` turns them into :class:`SSEEvent`
+objects as soon as each event's terminating blank line is seen. It works on whole lines of
+decoded text (``str.find`` / ``str.split``), never character by character, because a
+benchmark pushes tens of megabytes of tool-call deltas through it.
+"""
+
+from __future__ import annotations
+
+import codecs
+from dataclasses import dataclass
+
+__all__ = ["SSEDecoder", "SSEEvent"]
+
+
+@dataclass(frozen=True)
+class SSEEvent:
+    """One dispatched event."""
+
+    data: str
+    """The event's ``data`` lines joined with ``"\\n"``."""
+    event: str = "message"
+    """The ``event`` field, ``"message"`` when none was given."""
+    id: str | None = None
+    """The last event ID at dispatch time (it persists across events, as the spec says)."""
+
+
+class SSEDecoder:
+    """Incremental decoder per the WHATWG SSE spec.
+
+    Feed it bytes with :meth:`feed` at any boundaries, then call :meth:`close` at the end
+    of the stream. Attributes a caller may read:
+
+    - ``comments``: number of ``:`` comment lines seen (keep-alives);
+    - ``retry``: the last valid ``retry`` field, in ms, or ``None``;
+    - ``truncated``: set by :meth:`close` when the stream ended inside an event, i.e.
+      data was pending without the blank line that dispatches it. The spec discards such
+      an event; the flag lets callers report it.
+    """
+
+    def __init__(self) -> None:
+        # "utf-8-sig" strips a BOM at stream start only (even one split across chunks).
+        self._decoder = codecs.getincrementaldecoder("utf-8-sig")(errors="replace")
+        self._tail: list[str] = []  # pieces of the current, not yet terminated line
+        self._skip_lf = False  # the last chunk ended in CR: a leading LF completes a CRLF
+        self._data: list[str] = []
+        self._event_type = ""
+        self._last_id = ""
+        self.comments = 0
+        self.retry: int | None = None
+        self.truncated = False
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        """Decode ``chunk`` and return the events it completes."""
+        return self._feed_text(self._decoder.decode(chunk))
+
+    def close(self) -> list[SSEEvent]:
+        """End of stream: flush the decoder; an unterminated event is discarded."""
+        events = self._feed_text(self._decoder.decode(b"", final=True))
+        tail = "".join(self._tail).strip()
+        # A half-received line counts unless it is a comment (a keep-alive cut short).
+        self.truncated = bool(self._data) or bool(tail and not tail.startswith(":"))
+        self._tail.clear()
+        self._data.clear()
+        self._event_type = ""
+        return events
+
+    def _feed_text(self, text: str) -> list[SSEEvent]:
+        if self._skip_lf and text:
+            self._skip_lf = False
+            if text[0] == "\n":
+                text = text[1:]
+        if "\r" in text:
+            # A CR at the very end may be the first half of a CRLF split across chunks:
+            # treat it as a line break now and drop the LF if the next chunk starts with one.
+            self._skip_lf = text[-1] == "\r"
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+        last_break = text.rfind("\n")
+        if last_break < 0:
+            if text:
+                self._tail.append(text)
+            return []
+        # Only the unterminated remainder is kept: the tail never holds complete lines.
+        self._tail.append(text[:last_break])
+        complete = "".join(self._tail)
+        self._tail = [text[last_break + 1 :]] if last_break + 1 < len(text) else []
+        return self._process_lines(complete.split("\n"))
+
+    def _process_lines(self, lines: list[str]) -> list[SSEEvent]:
+        events: list[SSEEvent] = []
+        for line in lines:
+            if not line:
+                event = self._dispatch()
+                if event is not None:
+                    events.append(event)
+            elif line.startswith("data:"):
+                # The hot path: most lines of a chat-completions stream are data lines.
+                self._data.append(line[6:] if line.startswith(" ", 5) else line[5:])
+            elif line[0] == ":":
+                self.comments += 1
+            else:
+                self._process_field(line)
+        return events
+
+    def _process_field(self, line: str) -> None:
+        name, colon, value = line.partition(":")
+        if colon and value.startswith(" "):
+            value = value[1:]
+        if name == "data":
+            self._data.append(value)
+        elif name == "event":
+            self._event_type = value
+        elif name == "id" and "\0" not in value:  # the spec ignores IDs containing NULL
+            self._last_id = value
+        elif name == "retry" and value.isascii() and value.isdigit():
+            self.retry = int(value)
+        # Any other field (or a bad id / retry value) is ignored, as the spec requires.
+
+    def _dispatch(self) -> SSEEvent | None:
+        event_type, self._event_type = self._event_type, ""
+        if not self._data:
+            return None
+        data = "\n".join(self._data)
+        self._data.clear()
+        return SSEEvent(data=data, event=event_type or "message", id=self._last_id or None)

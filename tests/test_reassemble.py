@@ -1,0 +1,410 @@
+"""StreamAssembler and parse_completion on the shapes real servers send (SPEC section 6)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from pytest_toolbench.models.records import Reply, StreamStats
+from pytest_toolbench.transport.reassemble import StreamAssembler, parse_completion
+from pytest_toolbench.transport.sse import SSEEvent
+
+Chunk = dict[str, Any] | str | SSEEvent
+
+
+def chunk(delta: dict[str, Any] | None = None, finish: str | None = None, **extra: Any) -> Chunk:
+    """A chat.completion.chunk with one choice."""
+    choice = {"index": 0, "delta": delta or {}, "finish_reason": finish}
+    return {"object": "chat.completion.chunk", "choices": [choice], **extra}
+
+
+def call(
+    index: int | None = None,
+    id: Any = None,
+    name: str | None = None,
+    arguments: Any = None,
+) -> dict[str, Any]:
+    """A tool-call delta item; ``None`` fields are left out."""
+    item: dict[str, Any] = {}
+    if index is not None:
+        item["index"] = index
+    if id is not None:
+        item.update(id=id, type="function")
+    function = {"name": name, "arguments": arguments}
+    item["function"] = {key: value for key, value in function.items() if value is not None}
+    return item
+
+
+def calls(*items: dict[str, Any]) -> Chunk:
+    return chunk({"tool_calls": list(items)})
+
+
+def assemble(*chunks: Chunk, done: bool = True, truncated: bool = False) -> Reply:
+    """Feed the chunks (dicts become JSON data events) at offsets 10, 20, ... ms."""
+    assembler = StreamAssembler()
+    for number, item in enumerate(chunks, start=1):
+        if isinstance(item, dict):
+            item = SSEEvent(json.dumps(item))
+        elif isinstance(item, str):
+            item = SSEEvent(item)
+        assembler.add(item, offset_ms=10.0 * number)
+    if done:
+        assembler.add(SSEEvent("[DONE]"), offset_ms=1000.0)
+    return assembler.finish(truncated=truncated)
+
+
+def summary(reply: Reply) -> list[tuple[str | None, str, Any]]:
+    return [(c.id, c.name, c.arguments) for c in reply.tool_calls]
+
+
+USAGE = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
+
+
+def test_text_stream_with_usage_chunk() -> None:
+    reply = assemble(
+        chunk({"role": "assistant", "content": ""}),
+        chunk({"content": "Hel"}),
+        chunk({"content": "lo"}),
+        chunk({}, finish="stop"),
+        {"choices": [], "usage": USAGE},
+    )
+    assert (reply.text, reply.finish_reason, reply.usage) == ("Hello", "stop", USAGE)
+    assert reply.stream == StreamStats(done=True, chunks=5, usage=True)
+    assert reply.ttft_ms == 20.0  # the empty content of chunk 1 is not a first token
+    assert reply.problems == [] and reply.error is None and reply.tool_calls == []
+
+
+def test_arguments_fragments_split_json_tokens() -> None:
+    reply = assemble(
+        calls(call(0, "call_1", "get_weather", "")),
+        calls(call(0, arguments='{"ci')),
+        calls(call(0, arguments='ty": "Pa')),
+        calls(call(0, arguments='ris"}')),
+        chunk(finish="tool_calls"),
+    )
+    assert summary(reply) == [("call_1", "get_weather", {"city": "Paris"})]
+    assert reply.tool_calls[0].arguments_raw == '{"city": "Paris"}'
+    assert reply.finish_reason == "tool_calls"
+    assert reply.ttft_ms == 10.0 and reply.problems == []
+
+
+def test_parallel_calls_interleaved_by_index() -> None:
+    reply = assemble(
+        calls(call(0, "a", "f", ""), call(1, "b", "g", "")),
+        calls(call(1, arguments='{"y"')),
+        calls(call(0, arguments='{"x": 1}')),
+        calls(call(1, arguments=": 2}")),
+    )
+    assert summary(reply) == [("a", "f", {"x": 1}), ("b", "g", {"y": 2})]
+    assert reply.problems == []
+
+
+def test_usage_in_finish_chunk() -> None:
+    reply = assemble(chunk({"content": "hi"}), chunk(finish="stop", usage=USAGE))
+    assert reply.usage == USAGE and reply.stream is not None and reply.stream.usage
+
+
+def test_usage_null_on_every_chunk_is_ignored() -> None:
+    reply = assemble(
+        chunk({"content": "hi"}, usage=None),
+        {"choices": [], "usage": USAGE},
+        chunk(finish="stop", usage=None),
+    )
+    assert reply.usage == USAGE
+
+
+def test_no_usage_chunk() -> None:
+    reply = assemble(chunk({"content": "hi"}, finish="stop"))
+    assert reply.usage is None and reply.stream == StreamStats(done=True, chunks=1, usage=False)
+
+
+def test_no_done_marker() -> None:
+    reply = assemble(chunk({"content": "hi"}, finish="stop"), done=False)
+    assert reply.stream is not None and not reply.stream.done and reply.problems == []
+
+
+def test_llamacpp_null_first_delta_repeated_header_and_padded_arguments() -> None:
+    nulls = {"role": "assistant", "content": None, "function_call": None, "tool_calls": None}
+    header = {"index": 0, "id": "call_0", "type": "function"}
+    fragments = ["{", ' "', "city", '":', ' "', "Paris", '"', " }", " ", ""]
+    reply = assemble(
+        chunk(nulls),
+        *(
+            chunk(
+                {
+                    "content": None,
+                    "function_call": {"name": "get_weather", "arguments": piece},
+                    "tool_calls": [
+                        {**header, "function": {"name": "get_weather", "arguments": piece}}
+                    ],
+                }
+            )
+            for piece in fragments
+        ),
+        chunk({"function_call": None, "tool_calls": None}, finish="tool_calls"),
+    )
+    assert summary(reply) == [("call_0", "get_weather", {"city": "Paris"})]
+    assert reply.tool_calls[0].arguments_raw == '{ "city": "Paris" } '
+    assert reply.ttft_ms == 20.0
+    assert reply.problems == []
+
+
+def test_ollama_whole_calls_without_index() -> None:
+    reply = assemble(
+        chunk(
+            {
+                "content": "",
+                "tool_calls": [
+                    call(id="call_a", name="get_weather", arguments='{"city": "Paris"}'),
+                    call(id="call_b", name="get_weather", arguments='{"city": "Rome"}'),
+                ],
+            }
+        ),
+        chunk({"content": ""}, finish="stop"),
+    )
+    assert summary(reply) == [
+        ("call_a", "get_weather", {"city": "Paris"}),
+        ("call_b", "get_weather", {"city": "Rome"}),
+    ]
+    assert reply.finish_reason == "stop" and reply.problems == []
+
+
+def test_index_less_fragments_continue_the_single_open_call() -> None:
+    reply = assemble(
+        calls(call(id="c1", name="f", arguments="")),
+        calls(call(arguments='{"a"')),
+        calls(call(arguments=": 1}")),
+    )
+    assert summary(reply) == [("c1", "f", {"a": 1})] and reply.problems == []
+
+
+def test_index_less_repeated_id_continues_that_call() -> None:
+    reply = assemble(
+        calls(call(id="c1", name="f", arguments='{"a"')),
+        calls(call(id="c1", name="f", arguments=": 1}")),
+    )
+    assert summary(reply) == [("c1", "f", {"a": 1})] and reply.problems == []
+
+
+def test_index_less_fragment_with_two_open_calls_is_ambiguous() -> None:
+    reply = assemble(
+        calls(call(id="c1", name="f", arguments="{}")),
+        calls(call(id="c2", name="g", arguments="{")),
+        calls(call(arguments="}")),
+    )
+    assert summary(reply) == [("c1", "f", {}), ("c2", "g", {})]
+    assert reply.problems == [
+        "chunk 3: tool-call delta has no index while 2 calls are open; appended to the last one"
+    ]
+
+
+def test_repeated_header_does_not_duplicate_name() -> None:
+    reply = assemble(
+        calls(call(0, "c1", "get_weather", "")),
+        calls(call(0, "c1", "get_weather", '{"city":')),
+        calls(call(0, "c1", "get_weather", '"Oslo"}')),
+    )
+    assert summary(reply) == [("c1", "get_weather", {"city": "Oslo"})]
+
+
+def test_header_renaming_a_call_is_a_problem() -> None:
+    reply = assemble(calls(call(0, "c1", "f", "{}")), calls(call(0, name="g")))
+    assert summary(reply) == [("c1", "f", {})]
+    assert reply.problems == ["tool call 0 renamed from 'f' to 'g'; kept 'f'"]
+
+
+def test_arguments_as_object_and_integer_id() -> None:
+    reply = assemble(calls(call(0, 7, "f", {"city": "Paris", "n": [1, 2]})))
+    assert summary(reply) == [("7", "f", {"city": "Paris", "n": [1, 2]})]
+    assert json.loads(reply.tool_calls[0].arguments_raw) == {"city": "Paris", "n": [1, 2]}
+
+
+def test_legacy_function_call_only() -> None:
+    reply = assemble(
+        chunk({"function_call": {"name": "f", "arguments": '{"a"'}}),
+        chunk({"function_call": {"arguments": ": 1}"}}),
+        chunk(finish="function_call"),
+    )
+    assert summary(reply) == [(None, "f", {"a": 1})]
+    assert reply.finish_reason == "function_call"
+
+
+def test_legacy_function_call_ignored_beside_tool_calls() -> None:
+    reply = assemble(
+        chunk(
+            {
+                "function_call": {"name": "f", "arguments": "{}"},
+                "tool_calls": [call(0, "c1", "f", "{}")],
+            }
+        )
+    )
+    assert summary(reply) == [("c1", "f", {})]
+
+
+def test_finish_reason_kept_as_is() -> None:
+    assert assemble(chunk({"content": "x"}, finish="eos_token")).finish_reason == "eos_token"
+
+
+def test_non_json_chunk_is_a_problem() -> None:
+    reply = assemble(chunk({"content": "a"}), "not json", chunk({"content": "b"}))
+    assert reply.text == "ab"
+    assert len(reply.problems) == 1
+    assert reply.problems[0].startswith("chunk 2 is not JSON: Expecting value")
+
+
+def test_invalid_arguments_are_a_problem_not_an_exception() -> None:
+    reply = assemble(calls(call(0, "c1", "f", '{"city": "Par')))
+    [tool_call] = reply.tool_calls
+    assert tool_call.arguments is None
+    assert tool_call.arguments_error is not None
+    assert tool_call.arguments_error.startswith("arguments are not valid JSON: Unterminated")
+    assert len(reply.problems) == 1
+    assert reply.problems[0].startswith("tool call 0 (f) arguments are not valid JSON:")
+
+
+def test_call_without_name_is_a_problem() -> None:
+    reply = assemble(calls(call(0, arguments="{}")))
+    assert reply.problems == ["tool call 0 has no name"]
+
+
+def test_error_event_sets_error() -> None:
+    reply = assemble(
+        chunk({"content": "a"}),
+        SSEEvent('{"error": {"message": "model overloaded", "code": 503}}', event="error"),
+    )
+    assert reply.error == "model overloaded" and reply.text == "a"
+
+
+def test_error_event_with_plain_text() -> None:
+    assert assemble(SSEEvent("upstream died", event="error")).error == "upstream died"
+
+
+@pytest.mark.parametrize(
+    ("error", "message"),
+    [
+        (
+            {"message": "context too long", "type": "invalid_request", "code": 400},
+            "context too long",
+        ),
+        ("boom", "boom"),
+        ({"code": 500}, '{"code": 500}'),
+    ],
+)
+def test_error_object_inside_200_stream(error: Any, message: str) -> None:
+    reply = assemble(chunk({"content": "a"}), {"error": error})
+    assert reply.error == message
+    assert reply.problems == []
+
+
+def test_truncated_stream_is_a_problem() -> None:
+    reply = assemble(chunk({"content": "a"}), done=False, truncated=True)
+    assert reply.problems == [
+        "stream ended inside an event (no blank line after its last data line)"
+    ]
+
+
+def test_chunk_after_done_is_a_problem() -> None:
+    assembler = StreamAssembler()
+    assembler.add(SSEEvent("[DONE]"), 1.0)
+    assembler.add(SSEEvent(json.dumps(chunk({"content": "late"}))), 2.0)
+    assert assembler.finish().problems == ["chunk 1 arrived after [DONE]"]
+
+
+def test_non_object_chunk_is_a_problem() -> None:
+    assert assemble("[1, 2]").problems == ["chunk 1 is not a JSON object: '[1, 2]'"]
+
+
+# -- parse_completion -----------------------------------------------------------------
+
+
+def completion(message: dict[str, Any], finish: str = "stop", **extra: Any) -> str:
+    choice = {"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish}
+    return json.dumps({"object": "chat.completion", "choices": [choice], **extra})
+
+
+def test_completion_text_and_usage() -> None:
+    reply = parse_completion(200, completion({"content": "hi"}, usage=USAGE).encode())
+    assert (reply.status, reply.text, reply.finish_reason, reply.usage) == (
+        200,
+        "hi",
+        "stop",
+        USAGE,
+    )
+    assert reply.stream is None and reply.problems == [] and reply.error is None
+
+
+def test_completion_tool_calls_with_padding_object_arguments_and_legacy() -> None:
+    body = completion(
+        {
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "f", "arguments": '{ "a": 1 } '},
+                },
+                {"id": 2, "type": "function", "function": {"name": "g", "arguments": {"b": 2}}},
+            ],
+            "function_call": {"name": "f", "arguments": '{ "a": 1 } '},
+        },
+        finish="tool_calls",
+    )
+    reply = parse_completion(200, body)
+    assert summary(reply) == [("c1", "f", {"a": 1}), ("2", "g", {"b": 2})]
+    assert reply.text == "" and reply.finish_reason == "tool_calls"
+
+
+def test_completion_legacy_function_call_only() -> None:
+    body = completion({"function_call": {"name": "f", "arguments": "{}"}}, "function_call")
+    assert summary(parse_completion(200, body)) == [(None, "f", {})]
+
+
+def test_completion_calls_with_same_id_stay_separate() -> None:
+    item = {"id": "x", "function": {"name": "f", "arguments": "{}"}}
+    assert len(parse_completion(200, completion({"tool_calls": [item, item]})).tool_calls) == 2
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "content_type", "error"),
+    [
+        (400, '{"error": {"message": "bad tools", "code": 400}}', "application/json", "bad tools"),
+        (500, '{"error": "internal"}', "application/json", "internal"),
+        (422, '{"detail": "field required"}', "application/json", "field required"),
+        (503, "Service Unavailable\n", "text/plain", "Service Unavailable"),
+        (
+            502,
+            "<html><h1>Bad Gateway</h1></html>",
+            "text/html",
+            "<html><h1>Bad Gateway</h1></html>",
+        ),
+        (500, "", "text/plain", "HTTP 500 with an empty body"),
+    ],
+)
+def test_completion_error_statuses(status: int, body: str, content_type: str, error: str) -> None:
+    reply = parse_completion(status, body.encode(), content_type)
+    assert (reply.status, reply.error, reply.problems) == (status, error, [])
+
+
+def test_completion_2xx_not_json_is_a_problem() -> None:
+    reply = parse_completion(200, b"<html>hi</html>", "text/html")
+    assert reply.error is None
+    assert len(reply.problems) == 1
+    assert reply.problems[0].startswith("response body (text/html) is not JSON: Expecting value")
+
+
+def test_completion_2xx_json_but_not_a_completion_is_a_problem() -> None:
+    reply = parse_completion(200, '{"object": "list", "data": []}')
+    assert reply.problems == [
+        'response is not a chat completion: \'{"object": "list", "data": []}\''
+    ]
+
+
+def test_completion_2xx_with_error_object() -> None:
+    assert parse_completion(200, '{"error": {"message": "nope"}}').error == "nope"
+
+
+def test_completion_bom_and_bytes() -> None:
+    reply = parse_completion(200, b"\xef\xbb\xbf" + completion({"content": "\u00e9"}).encode())
+    assert reply.text == "\u00e9"
