@@ -61,8 +61,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_report_header(config: pytest.Config) -> str:
     settings = config.stash[SETTINGS_KEY]
     endpoint = settings.endpoint_for(Endpoint())
-    where = "cassettes" if not settings.mode.is_live else endpoint.base_url
-    return f"toolbench: mode={settings.mode.value}, endpoint={where}"
+    where = "cassettes" if not settings.mode.is_live else f"{endpoint.base_url} (unless a case"\
+        " sets endpoint.base_url)"
+    return f"toolbench: mode={settings.mode.value}, answers from {where}"
 
 
 @pytest.hookimpl(wrapper=True)
@@ -75,6 +76,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
         for key in ("latency_ms", "ttft_ms", "total_tokens", "tool_calls", "turns"):
             if record[key] is not None:
                 report.user_properties.append((key, record[key]))
+                item.user_properties.append((key, record[key]))  # junitxml reads teardown's
     return report
 
 

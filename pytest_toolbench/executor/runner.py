@@ -152,10 +152,12 @@ class StageRunner:
 
     async def _run_variant(self, attempt: StageAttempt, streamed: bool) -> Outcome | None:
         """The agent loop for one variant; None when the stage already failed."""
-        self._append_stage_messages()
+        # Tool results must follow the assistant message that asked for them, so calls left
+        # open by the previous stage are answered before this stage's own messages.
         if self.conversation.pending and not self._stage_sends_tool_messages():
             self.machine.fire("answer_pending")
             await self._answer(self.conversation.pending, None)
+        self._append_stage_messages()
         calls: list[ToolCall] = []
         while True:
             turn = await self._send(attempt, streamed)

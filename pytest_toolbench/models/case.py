@@ -21,13 +21,15 @@ from pydantic import (
     model_validator,
 )
 
-from ..matchers import Matcher, compile_matcher, compile_tool_calls
+from ..matchers import Matcher, MatcherError, compile_matcher, compile_tool_calls
 
 _MATCHER_SCHEMA = {"description": "A value, or a mapping of $ operators (SPEC section 4)."}
 
 
-def _spec_of(matcher: Matcher) -> Any:
-    return matcher.spec
+def _spec_of(matcher: Matcher | None) -> Any:
+    # None is the default of every optional matcher field: dumping it (or the JSON
+    # Schema's defaults) must not fail.
+    return None if matcher is None else matcher.spec
 
 
 MatcherField = Annotated[
@@ -225,7 +227,8 @@ class Case(StrictModel):
 
 def _reject_duplicates(kind: str, names: list[str]) -> None:
     seen = set()
-    for name in names:
+    for index, name in enumerate(names):
         if name in seen:
-            raise ValueError(f"duplicate {kind} name {name!r}")
+            # A MatcherError carries the path below the field, so the error names this line.
+            raise MatcherError(f"duplicate {kind} name {name!r}", (index, "name"))
         seen.add(name)

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from ..loader import format_key_path
-from ..models.records import CaseResult, Failure, Reply, RunResult, StageAttempt, Turn
+from ..models.records import CaseResult, Failure, Reply, RunResult, StageAttempt, ToolCall, Turn
 
 MAX_TEXT = 300
 """Longer texts are cut in the transcript; the JSON report keeps them whole."""
@@ -94,9 +94,17 @@ def expected_vs_actual(expected: Any, actual: Any) -> list[str]:
 
 def _pretty(value: Any) -> str:
     try:
-        return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=repr)
+        return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=_plain)
     except (TypeError, ValueError):
         return repr(value)
+
+
+def _plain(value: Any) -> Any:
+    """What JSON cannot hold: tool calls as the model made them, anything else as repr."""
+    if isinstance(value, ToolCall):
+        arguments = value.arguments if value.arguments_error is None else value.arguments_raw
+        return {"name": value.name, "arguments": arguments}
+    return repr(value)
 
 
 def _turn_text(number: int, turn: Turn) -> list[str]:

