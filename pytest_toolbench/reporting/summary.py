@@ -10,6 +10,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+# The outcome comes right after the names, so a narrow terminal never hides it.
+COLUMNS = ("case", "model", "outcome", "stages", "turns", "calls", "tokens", "latency", "ttft")
 OUTCOME_STYLE = {"passed": "green", "failed": "red", "xfailed": "yellow", "xpassed": "yellow",
                  "skipped": "dim"}
 
@@ -19,29 +21,33 @@ def render_summary(records: list[dict[str, Any]], width: int, color: bool) -> st
     buffer = io.StringIO()
     console = Console(file=buffer, width=max(width, 60), force_terminal=color,
                       color_system="standard" if color else None, highlight=False)
-    console.print(_case_table(records))
-    models = {record["model"] for record in records}
+    models = sorted({record["model"] or "-" for record in records})
+    console.print(_case_table(records, models))
     if len(models) > 1:
         console.print(_model_table(records))
     return buffer.getvalue()
 
 
-def _case_table(records: list[dict[str, Any]]) -> Table:
-    table = Table(title="toolbench", title_justify="left", box=box.SIMPLE_HEAD,
+def _case_table(records: list[dict[str, Any]], models: list[str]) -> Table:
+    """With one model, it is named in the title and the column is left out to save width."""
+    title = "toolbench" if len(models) > 1 else f"toolbench (model: {models[0]})"
+    columns = [c for c in COLUMNS if c != "model" or len(models) > 1]
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD,
                   pad_edge=False, collapse_padding=True)
-    widest_case = max((len(record["case"]) for record in records), default=4)
-    for column in ("case", "model", "stages", "turns", "calls", "tokens", "latency",
-                   "ttft", "outcome"):
+    width = min(max((len(record["case"]) for record in records), default=4), 20)
+    for column in columns:
         numeric = column not in ("case", "model", "outcome")
         table.add_column(column, justify="right" if numeric else "left",
-                         no_wrap=column != "case", overflow="fold",
-                         min_width=min(widest_case, 30) if column == "case" else None)
+                         no_wrap=numeric or column == "outcome", overflow="fold",
+                         min_width=width if column == "case" else None)
     for record in records:
-        table.add_row(
-            record["case"], record["model"] or "-", str(record["stages"]), str(record["turns"]),
-            str(record["tool_calls"]), str(record["total_tokens"] or "-"),
-            _ms(record["latency_ms"]), _ms(record["ttft_ms"]), _outcome(record),
-        )
+        cells = {
+            "case": record["case"], "model": record["model"] or "-", "outcome": _outcome(record),
+            "stages": str(record["stages"]), "turns": str(record["turns"]),
+            "calls": str(record["tool_calls"]), "tokens": str(record["total_tokens"] or "-"),
+            "latency": _ms(record["latency_ms"]), "ttft": _ms(record["ttft_ms"]),
+        }
+        table.add_row(*(cells[column] for column in columns))
     return table
 
 
