@@ -108,10 +108,8 @@ def _data_path(detail: ErrorDetails, data: Any) -> KeyPath:
             node = node[part]
         elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
             node = node[part]
-        elif detail["type"] == "missing" and part == detail["loc"][-1]:
-            pass  # the missing key itself: report it on its parent's line
         else:
-            continue
+            continue  # a union label, or the missing key itself (reported on its parent)
         path.append(part)
     return tuple(path)
 

@@ -68,6 +68,8 @@ class CaseItem(pytest.Item):
         settings = self.config.stash[SETTINGS_KEY]
         if not settings.mode.is_live or settings.concurrency < 2:
             return
+        if hasattr(self.config, "workerinput"):
+            return  # an xdist worker collects every item but runs only those it is sent
         items = self.config.stash.get(ITEMS_KEY, [])
         try:
             position = items.index(self)

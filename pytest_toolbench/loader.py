@@ -64,7 +64,13 @@ def format_key_path(path: Sequence[str | int]) -> str:
 
 def load_documents(file: Path, text: str | None = None) -> list[Document]:
     """Parse every YAML document of ``file``; raise CaseFileError on bad YAML."""
-    source = file.read_text(encoding="utf-8") if text is None else text
+    try:
+        source = file.read_text(encoding="utf-8") if text is None else text
+    except UnicodeDecodeError as exc:
+        raise CaseFileError(file, None, f"not UTF-8 text (byte {exc.start}: {exc.reason})") \
+            from None
+    except OSError as exc:
+        raise CaseFileError(file, None, f"cannot read the file: {exc.strerror or exc}") from None
     loader = _Loader(source)
     try:
         return [_document(file, loader, node) for node in _nodes(loader)]

@@ -105,7 +105,7 @@ stages:
     assert results == ['{"temp_c": 21, "sky": "sunny"}', '{"temp_c": 21, "sky": "sunny"}',
                        '{"fahrenheit": 69.8}']
     assert [m["tool_call_id"] for m in tool_messages(third)] == ["call_0", "call_1", "call_0"]
-    result.stdout.fnmatch_lines(["*trip*m*passed*1*3*3*"])  # summary: 1 stage, 3 turns, 3 calls
+    result.stdout.fnmatch_lines(["toolbench (model: m)*", "*trip*passed*1*3*3*"])  # 1 stage, 3 turns, 3 calls
 
 
 def test_failure_shows_every_tool_run_and_stop_reason(

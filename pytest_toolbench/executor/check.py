@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..matchers import MISSING, Matcher, Mismatch
-from ..models.case import Expect
+from ..models.case import Expect, StreamExpect
 from ..models.records import Failure, Reply, ToolCall
 
 LineOf = Callable[[tuple[str | int, ...]], int]
@@ -32,7 +32,7 @@ def check(expect: Expect, outcome: Outcome, base: tuple[str | int, ...],
         matcher: Matcher = getattr(expect, key)
         path = (*base, key)
         failures.extend(_failure(path, m, line_of) for m in matcher.match(actual, (key,)))
-    if expect.stream is not None and reply.stream is not None:
+    if reply.stream is not None:  # ``done`` defaults to true: a cut stream fails unasked
         failures.extend(_check_stream(expect, reply, (*base, "stream"), line_of))
     failures.extend(_protocol_failures(reply, base, line_of))
     return failures
@@ -55,8 +55,8 @@ def _actuals(expect: Expect, outcome: Outcome) -> list[tuple[str, Any]]:
 
 def _check_stream(expect: Expect, reply: Reply, path: tuple[str | int, ...],
                   line_of: LineOf) -> list[Failure]:
-    assert expect.stream is not None and reply.stream is not None
-    spec, stats = expect.stream, reply.stream
+    assert reply.stream is not None
+    spec, stats = expect.stream or StreamExpect(), reply.stream
     failures = []
     if spec.done and not stats.done:
         failures.append(_plain("stream ended without data: [DONE]", (*path, "done"), line_of))

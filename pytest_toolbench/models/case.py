@@ -45,7 +45,8 @@ Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
 
 
 class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Field docstrings become descriptions in the JSON Schema, so editors show them.
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 class Endpoint(StrictModel):

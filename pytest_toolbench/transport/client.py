@@ -70,10 +70,10 @@ class PendingReply:
                 reply = await self._read_body()
         except httpx.TimeoutException as exc:
             raise ReadTimedOut(
-                f"no data for the read timeout while reading the body ({exc})"
+                f"no data for the read timeout while reading the body ({_detail(exc)})"
             ) from None
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.StreamError) as exc:
-            raise ConnectionLost(f"while reading the body: {exc or type(exc).__name__}") from None
+            raise ConnectionLost(f"while reading the body: {_detail(exc)}") from None
         finally:
             await self.response.aclose()
         reply.latency_ms = _ms_since(self.started)
@@ -177,7 +177,10 @@ class ChatClient:
                 raise
             status = pending.response.status_code
             if status not in RETRYABLE_STATUS or last:
-                self.breaker.record_success()
+                if status in RETRYABLE_STATUS and status != 429:  # 5xx to the end: it is down
+                    self.breaker.record_failure(f"HTTP {status}")
+                else:
+                    self.breaker.record_success()
                 pending.retries = retries
                 return pending
             reply = await pending.read()  # keep the failed exchange in the cassette too
@@ -201,15 +204,15 @@ class ChatClient:
         try:
             response = await self._client.send(request, stream=True)
         except httpx.ConnectTimeout as exc:
-            raise ConnectFailed(f"{request.url}: connect timed out ({exc})") from None
+            raise ConnectFailed(f"{request.url}: connect timed out ({_detail(exc)})") from None
         except httpx.ConnectError as exc:
-            raise ConnectFailed(f"{request.url}: {exc}") from None
+            raise ConnectFailed(f"{request.url}: {_detail(exc)}") from None
         except httpx.TimeoutException:
             raise ReadTimedOut(
                 f"{request.url}: no response within {self.config.timeout_s:g} s"
             ) from None
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
-            raise ConnectionLost(f"{request.url}: {exc or type(exc).__name__}") from None
+            raise ConnectionLost(f"{request.url}: {_detail(exc)}") from None
         return PendingReply(response, body, stream, started, sink)
 
     async def _back_off(self, attempt: int, reason: str, response: httpx.Response | None) -> str:
@@ -250,6 +253,11 @@ def _body_for_cassette(raw: bytes) -> Any:
         return json.loads(text)
     except ValueError:
         return text
+
+
+def _detail(exc: Exception) -> str:
+    """An httpx error's message; many are empty (a reset), so then its class name."""
+    return str(exc) or type(exc).__name__
 
 
 def _ms_since(started: float) -> float:

@@ -1,0 +1,386 @@
+"""The ``toolbench`` command: validate, schema, graph and the delegated subcommands."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import sysconfig
+import textwrap
+import types
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from pytest_toolbench.cli import SCHEMA_PATH, main, schema_text
+from pytest_toolbench.executor.machine import TRANSITIONS, StageState
+
+VALID = """\
+name: paris_weather
+tools:
+  - name: get_weather
+    parameters: {type: object, properties: {city: {type: string}}}
+    result: {temp_c: 21}
+stages:
+  - name: ask
+    user: What's the weather in Paris?
+    expect:
+      finish_reason: tool_calls
+  - name: answer
+    run_tools: true
+    stream: both
+    max_turns: 3
+    retry: {attempts: 2}
+    expect:
+      text: {$contains: ["21"]}
+"""
+
+ALL_TRIGGERS = {row["trigger"] for row in TRANSITIONS}
+
+
+def write(directory: Path, name: str, text: str) -> Path:
+    path = directory / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def cases(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty project directory, made the working directory so messages show short paths."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# ---------------------------------------------------------------------------- the script
+
+
+def test_console_script_prints_help() -> None:
+    script = Path(sysconfig.get_path("scripts"), "toolbench")
+    done = subprocess.run([str(script), "--help"], check=False, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    for command in ("validate", "schema", "graph", "import-bfcl", "serve-local"):
+        assert command in done.stdout
+
+
+@pytest.mark.parametrize("command", ["validate", "schema", "graph"])
+def test_every_command_has_help(capsys: pytest.CaptureFixture[str], command: str) -> None:
+    code, out, _ = run(capsys, command, "--help")
+    assert code == 0
+    assert out.startswith(f"usage: toolbench {command}")
+    assert len(out.splitlines()) > 5  # a description and options, not just a usage line
+
+
+def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys)
+    assert code == 2
+    assert "required: COMMAND" in err
+
+
+# ---------------------------------------------------------------------------- validate
+
+
+def test_valid_file_passes(cases: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write(cases, "weather.case.yaml", VALID)
+    assert run(capsys, "validate", "weather.case.yaml") == (0, "1 file, 1 case: ok\n", "")
+
+
+def test_directory_is_searched_for_case_files(cases: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    write(cases, "suite/a.case.yaml", VALID)
+    write(cases, "suite/deep/b.case.yml", VALID + "---\n" + VALID.replace("paris", "rome"))
+    write(cases, "suite/notes.yaml", "not: a case")
+    write(cases, "suite/.hidden/c.case.yaml", "broken: [")
+    code, out, _ = run(capsys, "validate", "suite")
+    assert (code, out) == (0, "2 files, 3 cases: ok\n")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param("name: x\nstages: [\n", "bad.case.yaml:3: YAML syntax error", id="yaml"),
+        pytest.param(
+            "name: x\nstages:\n  - name: s\n    expect:\n      tool_cals: []\n",
+            "bad.case.yaml:5: stages[0].expect.tool_cals: unknown key 'tool_cals'"
+            " (did you mean 'tool_calls'?)",
+            id="unknown-key",
+        ),
+        pytest.param(
+            "name: x\nstages:\n  - name: s\n    expect:\n      text: {$regex: '(open'}\n",
+            "bad.case.yaml:5: stages[0].expect.text.$regex: bad regex '(open'",
+            id="bad-regex",
+        ),
+    ],
+)
+def test_problems_name_file_and_line(cases: Path, capsys: pytest.CaptureFixture[str],
+                                     text: str, expected: str) -> None:
+    write(cases, "bad.case.yaml", text)
+    code, out, _ = run(capsys, "validate", "bad.case.yaml")
+    assert code == 1
+    assert expected in out
+    assert out.endswith("1 file, 0 cases: 1 problem in 1 file\n")
+
+
+def test_every_file_and_problem_is_reported(cases: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    write(cases, "good.case.yaml", VALID)
+    write(cases, "bad.case.yaml", "name: x\nstage: []\n")
+    code, out, _ = run(capsys, "validate", ".")
+    assert code == 1
+    assert "bad.case.yaml:2: stage: unknown key 'stage' (did you mean 'stages'?)" in out
+    assert "bad.case.yaml:1: missing required key 'stages'" in out
+    assert out.endswith("2 files, 1 case: 2 problems in 1 file\n")
+
+
+def test_unreadable_file_is_a_problem_not_a_traceback(cases: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    (cases / "latin1.case.yaml").write_bytes("name: caf\xe9\n".encode("latin-1"))
+    code, out, _ = run(capsys, "validate", "latin1.case.yaml")
+    assert code == 1
+    assert "latin1.case.yaml: not UTF-8 text (byte 9" in out
+
+
+TOOL_CASE = """\
+name: local_tool
+tools: [{name: add, python: "{module}:add"}]
+stages: [{name: s}]
+"""
+
+
+@pytest.mark.parametrize("with_conftest", [True, False])
+def test_python_tools_import_as_under_pytest(cases: Path, capsys: pytest.CaptureFixture[str],
+                                            with_conftest: bool) -> None:
+    """pytest puts a conftest.py's directory on sys.path; validate does the same, and undoes it."""
+    module = f"toolbench_cli_tools_{with_conftest}".lower()
+    write(cases, f"suite/{module}.py", "def add(a, b):\n    return a + b\n")
+    write(cases, "suite/tools.case.yaml", TOOL_CASE.replace("{module}", module))
+    if with_conftest:
+        write(cases, "suite/conftest.py", "")
+    path_before = list(sys.path)
+    try:
+        code, out, _ = run(capsys, "validate", "suite")
+    finally:
+        sys.modules.pop(module, None)
+    assert sys.path == path_before
+    if with_conftest:
+        assert (code, out) == (0, "1 file, 1 case: ok\n")
+    else:
+        assert code == 1
+        assert f"tools.case.yaml:2: tools[0].python: cannot import {module!r}" in out
+
+
+@pytest.mark.parametrize(
+    ("paths", "message"),
+    [
+        (["missing.case.yaml"], "no such file or directory: missing.case.yaml"),
+        (["empty"], "no case files (*.case.yaml, *.case.yml) under empty"),
+    ],
+)
+def test_bad_paths_are_usage_errors(cases: Path, capsys: pytest.CaptureFixture[str],
+                                    paths: list[str], message: str) -> None:
+    (cases / "empty").mkdir()
+    code, out, err = run(capsys, "validate", *paths)
+    assert (code, out) == (2, "")
+    assert err == f"toolbench validate: error: {message}\n"
+
+
+def test_glob_option_replaces_the_default_patterns(cases: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    write(cases, "suite/one.yaml", VALID)
+    write(cases, "suite/two.case.yaml", "broken: [")
+    code, out, _ = run(capsys, "validate", "suite", "--glob", "*.yaml", "--glob", "none")
+    assert code == 1  # both files matched *.yaml
+    assert out.endswith("2 files, 1 case: 1 problem in 1 file\n")
+
+
+# ---------------------------------------------------------------------------- schema
+
+
+def test_schema_describes_a_case(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "schema")
+    schema = json.loads(out)
+    assert code == 0
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert schema["title"] == "pytest-toolbench case file"
+    assert schema["$id"]
+    assert {"name", "model", "endpoint", "tools", "stages"} <= set(schema["properties"])
+    assert schema["required"] == ["name", "stages"]
+    assert schema["additionalProperties"] is False
+
+
+def test_schema_accepts_a_case_and_rejects_an_unknown_key() -> None:
+    validator = jsonschema.Draft202012Validator(json.loads(schema_text()))
+    case: dict[str, Any] = yaml.safe_load(VALID)
+    assert list(validator.iter_errors(case)) == []
+    case["stages"][0]["expect"]["tool_cals"] = []
+    assert ["'tool_cals' was unexpected" in error.message
+            for error in validator.iter_errors(case)] == [True]
+
+
+def test_committed_schema_matches_the_models() -> None:
+    assert SCHEMA_PATH.read_text(encoding="utf-8") == schema_text(), (
+        "pytest_toolbench/case.schema.json is out of date with the models; regenerate it:"
+        " toolbench schema --output pytest_toolbench/case.schema.json"
+    )
+
+
+def test_schema_output_writes_the_file(tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "case.schema.json"
+    code, out, _ = run(capsys, "schema", "--output", str(target))
+    assert (code, out) == (0, f"wrote the case-file schema to {target}\n")
+    assert target.read_text(encoding="utf-8") == schema_text()
+
+
+def test_schema_output_to_a_missing_directory_is_a_usage_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "schema", "--output", str(tmp_path / "no" / "such.json"))
+    assert code == 2
+    assert err.startswith(f"toolbench schema: error: cannot write {tmp_path / 'no'}")
+
+
+# ---------------------------------------------------------------------------- graph
+
+EDGE = re.compile(r"^(\w+) --> (\w+): (.+)$")
+
+
+def graph_of(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    code, out, err = run(capsys, "graph", *argv)
+    assert (code, err) == (0, "")
+    return out
+
+
+def stage_states(diagram: str, stage_id: str) -> set[str]:
+    return set(re.findall(rf'^\s*state "(\w+)" as {stage_id}__\w+$', diagram, re.MULTILINE))
+
+
+def stage_triggers(diagram: str, stage_id: str) -> dict[str, str]:
+    """Trigger name -> its full label, for the edges inside one stage."""
+    triggers = {}
+    for line in diagram.splitlines():
+        match = EDGE.match(line.strip())
+        if match and match[1].startswith(f"{stage_id}__"):
+            for label in match[3].split(" | "):
+                triggers[label.split(" ")[0]] = label
+    return triggers
+
+
+def test_graph_draws_each_stage_from_the_table(cases: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    write(cases, "weather.case.yaml", VALID)
+    diagram = graph_of(capsys, "weather.case.yaml")
+    assert 'state "ask" as stage0' in diagram
+    assert 'state "answer" as stage1' in diagram
+    assert "stage0 --> stage1: passed" in diagram
+    # ask: one request, no loop, no retry, no second variant
+    assert stage_states(diagram, "stage0") == {
+        state.value for state in StageState if state is not StageState.RUNNING_TOOLS}
+    assert set(stage_triggers(diagram, "stage0")) == ALL_TRIGGERS - {
+        "answer_pending", "tool_use", "max_turns", "other_variant", "retry"}
+    # answer: everything the table has, with its settings in the labels
+    assert stage_states(diagram, "stage1") == {state.value for state in StageState}
+    answer = stage_triggers(diagram, "stage1")
+    assert set(answer) == ALL_TRIGGERS
+    assert answer["tool_use"] == "tool_use (max 3 turns)"
+    assert answer["max_turns"] == "max_turns (3 sent)"
+    assert answer["retry"] == "retry (up to 2 attempts)"
+
+
+def test_pending_tool_calls_are_answered_only_after_a_stage_without_the_loop(
+        cases: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write(cases, "loop.case.yaml", """\
+        name: loop
+        stages:
+          - {name: first, run_tools: true}
+          - {name: second}
+          - {name: third}
+          - name: fourth
+            messages: [{role: tool, tool_call_id: c1, content: done}]
+        """)
+    diagram = graph_of(capsys, "loop.case.yaml")
+    has_pending = ["answer_pending" in stage_triggers(diagram, f"stage{index}")
+                   for index in range(4)]
+    assert has_pending == [False, False, True, False]
+    assert "running_tools" in stage_states(diagram, "stage2")
+    assert "running_tools" not in stage_states(diagram, "stage1")
+
+
+def test_graph_is_plain_state_diagram_syntax(cases: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Every line is one of the few stateDiagram-v2 forms, and edges join declared states."""
+    write(cases, "weather.case.yaml", VALID)
+    lines = graph_of(capsys, "weather.case.yaml").splitlines()
+    assert lines[:4] == ["---", 'title: "paris_weather"', "---", "stateDiagram-v2"]
+    forms = [r"direction LR", r"classDef \w+ [\w:,]+", r'state "[\w.-]+" as \w+',
+             r"Class \w+ \w+", r"state \w+ \{", r"\}", r"(\[\*\]|\w+) --> (\[\*\]|\w+)(: .+)?", ""]
+    declared = set(re.findall(r' as (\w+)$', "\n".join(lines), re.MULTILINE))
+    depth = 0
+    for line in lines[4:]:
+        assert any(re.fullmatch(form, line.strip()) for form in forms), line
+        depth += line.count("{") - line.count("}")
+        if "-->" in line:
+            ends = re.findall(r"(\[\*\]|\w+)", line.split(":")[0])
+            assert all(end == "[*]" or end in declared for end in ends), line
+    assert depth == 0
+
+
+def test_graph_markdown_wraps_in_a_fence(cases: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write(cases, "weather.case.yaml", VALID)
+    out = graph_of(capsys, "weather.case.yaml", "--markdown")
+    assert out.startswith("```mermaid\n---\n")
+    assert out.endswith("\n```")
+
+
+def test_graph_needs_a_name_when_the_file_has_several_cases(
+        cases: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write(cases, "two.case.yaml", VALID + "---\nname: other\nstages: [{name: only}]\n")
+    code, _, err = run(capsys, "graph", "two.case.yaml")
+    assert code == 2
+    assert err == ("toolbench graph: error: two.case.yaml holds 2 cases;"
+                   " name one of: paris_weather, other\n")
+    assert 'state "only" as stage0' in graph_of(capsys, "two.case.yaml", "other")
+
+
+def test_graph_of_an_invalid_file_shows_its_problems(
+        cases: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write(cases, "bad.case.yaml", "name: x\nstages: []\n")
+    code, out, err = run(capsys, "graph", "bad.case.yaml")
+    assert (code, out) == (1, "")
+    assert "bad.case.yaml:2: stages: List should have at least 1 item" in err
+
+
+# ---------------------------------------------------------------------------- delegates
+
+
+def test_delegates_get_the_rest_of_the_command_line(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    seen: list[list[str]] = []
+
+    def fake_main(argv: list[str]) -> int:
+        seen.append(argv)
+        return 3
+
+    module = types.ModuleType("pytest_toolbench.bfcl")
+    module.main = fake_main  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "pytest_toolbench.bfcl", module)
+    code, _, _ = run(capsys, "import-bfcl", "q.json", "a.json", "out", "--help")
+    assert (code, seen) == (3, [["q.json", "a.json", "out", "--help"]])
+
+
+def test_a_missing_delegate_module_is_reported(monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "pytest_toolbench.bfcl", None)
+    code, _, err = run(capsys, "import-bfcl", "x")
+    assert code == 2
+    assert err.startswith("toolbench import-bfcl: error: not available in this install")
