@@ -138,10 +138,17 @@ class Engine:
             self._clients[key] = ChatClient(
                 config,
                 transport=replay_transport(self.settings.replay_speed) if replaying else None,
-                breaker=self._breakers.setdefault(endpoint.base_url, CircuitBreaker()),
+                breaker=self._breaker(endpoint.base_url),
                 sleep=_no_sleep if replaying and not self.settings.replay_speed else asyncio.sleep,
             )
         return self._clients[key]
+
+    def _breaker(self, base_url: str) -> CircuitBreaker:
+        """One breaker per endpoint, shared by its live and replay clients."""
+        if base_url not in self._breakers:
+            self._breakers[base_url] = CircuitBreaker(self.settings.breaker_threshold,
+                                                      self.settings.breaker_cooldown_s)
+        return self._breakers[base_url]
 
     def cassette_path(self, job: Job) -> Path:
         file = job.loaded.file

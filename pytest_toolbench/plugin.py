@@ -11,16 +11,15 @@ import pytest
 
 from .collect import ENGINE_KEY, ITEMS_KEY, SETTINGS_KEY, CaseFile, CaseItem
 from .engine import Engine
+from .models.case import Endpoint
 from .reporting.json_report import case_record, write_report
 from .reporting.summary import render_summary
-from .models.case import Endpoint
 from .settings import DEFAULT_FILES, OPTIONS, Settings
-
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("toolbench", "toolbench: LLM tool-calling cases (*.case.yaml)")
-    for flag, name, help_text, _kind in OPTIONS:
+    for flag, name, help_text in OPTIONS:
         group.addoption(f"--toolbench-{flag}", dest=f"toolbench_{name}", default=None,
                         metavar=name.upper(), help=help_text)
         parser.addini(f"toolbench_{name}", help_text, default=None)
@@ -48,7 +47,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> CaseFile | None:
     globs = parent.config.stash[SETTINGS_KEY].files
     if any(fnmatch.fnmatch(file_path.name, glob) for glob in globs):
-        return CaseFile.from_parent(parent, path=file_path)  # type: ignore[no-any-return]
+        return CaseFile.from_parent(parent, path=file_path)
     return None
 
 

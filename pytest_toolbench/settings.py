@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from .models.case import Endpoint
+from .transport.breaker import DEFAULT_COOLDOWN_S, DEFAULT_THRESHOLD
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_TIMEOUT_S = 60.0
@@ -51,23 +52,23 @@ class ResolvedEndpoint:
         return os.environ.get(self.api_key_env) or None
 
 
-# (flag, ini name, help, kind). The ini twin of every flag is ``toolbench_<name>``.
-OPTIONS: tuple[tuple[str, str, str, str], ...] = (
-    ("mode", "mode", "where answers come from: replay (default), record, missing, live", "string"),
-    ("base-url", "base_url", "base URL of the OpenAI-compatible API", "string"),
-    ("api-key-env", "api_key_env", "NAME of the environment variable holding the API key",
-     "string"),
-    ("timeout", "timeout", "connect and read timeout in seconds", "string"),
-    ("model", "model", "run every case against these models: NAME[,NAME...]", "string"),
-    ("repeat", "repeat", "run every case N times (the case's min_pass_rate applies)", "string"),
-    ("concurrency", "concurrency", "live/record cases run at most N at a time (default 8)",
-     "string"),
-    ("replay-speed", "replay_speed", "0 replays instantly (default); 1 with recorded timing",
-     "string"),
-    ("report", "report", "write a JSON report of every case, stage and attempt to PATH",
-     "string"),
-    ("cassette-dir", "cassette_dir", "where cassettes live (default: __cassettes__ beside "
-     "each case file)", "string"),
+# (flag, ini name, help). The ini twin of every flag is ``toolbench_<name>``.
+OPTIONS: tuple[tuple[str, str, str], ...] = (
+    ("mode", "mode", "where answers come from: replay (default), record, missing, live"),
+    ("base-url", "base_url", "base URL of the OpenAI-compatible API"),
+    ("api-key-env", "api_key_env", "NAME of the environment variable holding the API key"),
+    ("timeout", "timeout", "connect and read timeout in seconds"),
+    ("model", "model", "run every case against these models: NAME[,NAME...]"),
+    ("repeat", "repeat", "run every case N times (the case's min_pass_rate applies)"),
+    ("concurrency", "concurrency", "live/record cases run at most N at a time (default 8)"),
+    ("replay-speed", "replay_speed", "0 replays instantly (default); 1 with recorded timing"),
+    ("report", "report", "write a JSON report of every case, stage and attempt to PATH"),
+    ("cassette-dir", "cassette_dir",
+     "where cassettes live (default: __cassettes__ beside each case file)"),
+    ("breaker-threshold", "breaker_threshold",
+     "consecutive transport failures that open an endpoint's circuit (default 3; 0: never)"),
+    ("breaker-cooldown", "breaker_cooldown",
+     "seconds an open circuit fails requests at once before one may try again (default 30)"),
 )
 
 
@@ -87,6 +88,8 @@ class Settings:
     report: Path | None = None
     files: tuple[str, ...] = DEFAULT_FILES
     cassette_dir: Path | None = None
+    breaker_threshold: int = DEFAULT_THRESHOLD
+    breaker_cooldown_s: float = DEFAULT_COOLDOWN_S
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
@@ -116,6 +119,10 @@ class Settings:
             report=_path(config, either("report")),
             files=tuple(config.getini("toolbench_files") or DEFAULT_FILES),
             cassette_dir=_path(config, either("cassette_dir")),
+            breaker_threshold=_or(_number("breaker-threshold", either("breaker_threshold"), int,
+                                          minimum=0), DEFAULT_THRESHOLD),
+            breaker_cooldown_s=_or(_number("breaker-cooldown", either("breaker_cooldown"), float,
+                                           minimum=0), DEFAULT_COOLDOWN_S),
         )
 
     def endpoint_for(self, case: Endpoint) -> ResolvedEndpoint:
@@ -132,6 +139,11 @@ class Settings:
             or DEFAULT_TIMEOUT_S,
             retries=DEFAULT_RETRIES if case.retries is None else case.retries,
         )
+
+
+def _or(value: Any, default: Any) -> Any:
+    """``value`` unless it was not given (``0`` is a given value)."""
+    return default if value is None else value
 
 
 def _first(*values: Any) -> Any:

@@ -65,7 +65,7 @@ async def _call_python(tool: Tool, arguments: Any) -> Any:
         return await asyncio.wait_for(asyncio.to_thread(function, **arguments), tool.timeout_s)
     except asyncio.TimeoutError:
         raise ToolFailed(f"{tool.name} timed out after {tool.timeout_s:g} s") from None
-    except Exception as exc:  # the tool is user code: any failure is an answer, not a crash
+    except Exception as exc:  # noqa: BLE001 - the tool is user code: a failure is an answer
         raise ToolFailed(f"{type(exc).__name__}: {exc}") from None
 
 

@@ -112,11 +112,12 @@ def resolve_callable(path: str) -> Any:
         raise ValueError(f"python must be 'module:function', got {path!r}")
     try:
         module = importlib.import_module(module_name)
-    except Exception as exc:  # any import-time failure of user code is a case-file error
+    except Exception as exc:  # noqa: BLE001 - any failure importing user code is a case error
         raise ValueError(f"cannot import {module_name!r}: {exc}") from None
     target = getattr(module, attribute, None)
     if not callable(target):
-        raise ValueError(f"{module_name!r} has no callable {attribute!r}")
+        # ValueError, not TypeError: pydantic reports only ValueError as a validation error.
+        raise ValueError(f"{module_name!r} has no callable {attribute!r}")  # noqa: TRY004
     return target
 
 

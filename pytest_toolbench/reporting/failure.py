@@ -109,9 +109,10 @@ def _plain(value: Any) -> Any:
 
 def _turn_text(number: int, turn: Turn) -> list[str]:
     mode = "stream" if turn.streamed else "request"
-    last = turn.request.get("messages", [{}])[-1] if turn.request.get("messages") else {}
-    lines = [f"  > {mode} {number}: {len(turn.request.get('messages', []))} messages, last "
-             f"{last.get('role', '?')}: {_cut(_content(last))}"]
+    messages = turn.request.get("messages") or [{}]
+    last = messages[-1]
+    summary = f"{len(messages)} messages, last {last.get('role', '?')}: {_cut(_content(last))}"
+    lines = [f"  > {mode} {number}: {summary}"]
     lines.extend(f"    retry: {line}" for line in turn.retries)
     if turn.error:
         lines.append(f"  < no reply: {turn.error}")

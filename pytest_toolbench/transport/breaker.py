@@ -66,18 +66,27 @@ class CircuitBreaker:
         )
 
     def check(self) -> None:
-        """Raise CircuitOpen while the circuit is open and cooling down."""
+        """Raise CircuitOpen while the circuit is open, or half-open with a trial under way."""
+        waited = self._clock() - self._opened_at
+        if self.state is BreakerState.HALF_OPEN and waited < self.cooldown_s:
+            raise self._open_error("a trial request is deciding whether it closes")
         if self.state is BreakerState.OPEN:
-            if self._clock() - self._opened_at < self.cooldown_s:
-                raise CircuitOpen(
-                    f"{self.failures} consecutive transport failures; requests to this endpoint"
-                    f" fail at once for {self.cooldown_s:g} s. Last error: {self.last_error}"
-                )
-            self.probe()  # type: ignore[attr-defined]
+            if waited < self.cooldown_s:
+                raise self._open_error(f"requests fail at once for {self.cooldown_s:g} s")
+            self.probe()  # type: ignore[attr-defined]  # this request is the trial
+        if self.state is BreakerState.HALF_OPEN:
+            # A trial that never reports (cancelled) blocks others for one cool-down at most.
+            self._opened_at = self._clock()
+
+    def _open_error(self, what: str) -> CircuitOpen:
+        return CircuitOpen(f"{self.failures} consecutive transport failures of this endpoint; "
+                           f"{what}. Last error: {self.last_error}")
 
     def record_failure(self, error: str) -> None:
         self.failures += 1
         self.last_error = error
+        if self.threshold <= 0:
+            return  # a threshold of 0 disables the breaker
         if self.state is BreakerState.HALF_OPEN or self.failures >= self.threshold:
             if self.state is not BreakerState.OPEN:
                 self.trip()  # type: ignore[attr-defined]
