@@ -30,7 +30,8 @@ def render_summary(records: list[dict[str, Any]], width: int, color: bool) -> st
 
 def _case_table(records: list[dict[str, Any]], models: list[str]) -> Table:
     """With one model, it is named in the title and the column is left out to save width."""
-    title = "toolbench" if len(models) > 1 else f"toolbench (model: {models[0]})"
+    named = len(models) == 1 and models[0] != "-"
+    title = f"toolbench (model: {models[0]})" if named else "toolbench"
     columns = [c for c in COLUMNS if c != "model" or len(models) > 1]
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD,
                   pad_edge=False, collapse_padding=True)
