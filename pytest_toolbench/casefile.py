@@ -104,7 +104,9 @@ def _data_path(detail: ErrorDetails, data: Any) -> KeyPath:
     path: list[str | int] = []
     node = data
     for part in detail["loc"]:
-        if isinstance(node, dict) and part in node or isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+        if isinstance(node, dict) and part in node:  # noqa: SIM114 - mypy narrows each branch
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
             node = node[part]
         else:
             continue  # a union label, or the missing key itself (reported on its parent)

@@ -9,13 +9,14 @@ import pytest
 
 from .casefile import CaseFileErrors, LoadedCase, describe_errors, load_case_file
 from .engine import Engine, Job
+from .lookahead import Lookahead
 from .models.records import CaseResult
 from .reporting.failure import render_failure
 from .settings import Settings
 
 SETTINGS_KEY = pytest.StashKey[Settings]()
 ENGINE_KEY = pytest.StashKey[Engine]()
-ITEMS_KEY = pytest.StashKey[list["CaseItem"]]()
+LOOKAHEAD_KEY = pytest.StashKey[Lookahead]()
 
 
 class CaseFailed(Exception):
@@ -66,17 +67,11 @@ class CaseItem(pytest.Item):
     def _start_ahead(self, engine: Engine) -> None:
         """Live cases: start the next ones now so up to ``concurrency`` run at once."""
         settings = self.config.stash[SETTINGS_KEY]
-        if not settings.mode.is_live or settings.concurrency < 2:
+        lookahead = self.config.stash.get(LOOKAHEAD_KEY, None)
+        if not settings.mode.is_live or settings.concurrency < 2 or lookahead is None:
             return
-        if hasattr(self.config, "workerinput"):
-            return  # an xdist worker collects every item but runs only those it is sent
-        items = self.config.stash.get(ITEMS_KEY, [])
-        try:
-            position = items.index(self)
-        except ValueError:
-            return
-        for item in items[position:position + settings.concurrency]:
-            if item.get_closest_marker("skip") is None:
+        for item in lookahead.upcoming(self, settings.concurrency):
+            if isinstance(item, CaseItem) and item.get_closest_marker("skip") is None:
                 engine.start(item.job)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from .collect import ENGINE_KEY, ITEMS_KEY, SETTINGS_KEY, CaseFile, CaseItem
+from .collect import ENGINE_KEY, LOOKAHEAD_KEY, SETTINGS_KEY, CaseFile, CaseItem
 from .engine import Engine
+from .lookahead import Lookahead
 from .models.case import Endpoint
 from .reporting.json_report import case_record, write_report
 from .reporting.summary import render_summary
@@ -54,7 +55,7 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> CaseFile |
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Remember the final order (after -k, -m, --lf) so live cases can start ahead."""
-    config.stash[ITEMS_KEY] = [item for item in items if isinstance(item, CaseItem)]
+    config.stash[LOOKAHEAD_KEY] = Lookahead(config, items)
 
 
 def pytest_report_header(config: pytest.Config) -> str:
