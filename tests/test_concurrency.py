@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from support.chat_server import ChatServer, completion, json_reply
+from support.chat_server import ChatServer, JsonReply, RecordedRequest, completion, json_reply
 
 
 def slow_cases(pytester: pytest.Pytester, server: ChatServer, count: int,
@@ -86,10 +86,19 @@ def test_last_failed_reruns_only_the_failure(
 def test_concurrency_inside_xdist_workers(
     pytester: pytest.Pytester, chat_server: ChatServer
 ) -> None:
-    slow_cases(pytester, chat_server, 8)
-    started = time.monotonic()
+    slow_cases(pytester, chat_server, 16)
+    arrivals: list[float] = []
+
+    def answer(request: RecordedRequest) -> JsonReply:
+        arrivals.append(time.monotonic())
+        return json_reply(completion(text="yes"), delay_s=0.5)
+
+    chat_server.set_handler(answer)
     result = pytester.runpytest_subprocess("--toolbench-live", "--toolbench-concurrency=4",
                                            "-n", "2", "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=8)
+    result.assert_outcomes(passed=16)
     result.stdout.fnmatch_lines(["*toolbench summary*"])
-    assert time.monotonic() - started < 20
+    # Two workers one case at a time would have at most 2 requests in flight at once.
+    in_flight = max(sum(1 for other in arrivals if 0 <= other - start < 0.5)
+                    for start in arrivals)
+    assert in_flight > 2, f"at most {in_flight} requests were in flight at once"
