@@ -15,8 +15,6 @@ import asyncio
 import contextvars
 import difflib
 import json
-import os
-import tempfile
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +24,7 @@ import httpx
 import respx
 import yaml
 
+from .atomic import write_atomic
 from .models.records import Interaction, StreamEvent
 from .transport.errors import ReplayError
 
@@ -76,26 +75,15 @@ class Cassette:
         return recorded
 
     def save(self, secrets: Iterable[str] = ()) -> None:
-        """Write atomically: a temp file beside the target, renamed over it."""
+        """Write the cassette atomically, secrets scrubbed."""
         document = {
             "version": FORMAT_VERSION,
             "interactions": [_plain(interaction) for interaction in self.interactions],
         }
         text = yaml.dump(scrub(document, [s for s in secrets if s]), Dumper=_Dumper,
                          sort_keys=False, allow_unicode=True, width=1 << 20)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp",
-                                    dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(f"# Recorded by pytest-toolbench. Re-record: {self.rerecord_hint}\n")
-                handle.write(text)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(temp, self.path)
-        except BaseException:
-            Path(temp).unlink(missing_ok=True)
-            raise
+        header = f"# Recorded by pytest-toolbench. Re-record: {self.rerecord_hint}\n"
+        write_atomic(self.path, header + text)
 
 
 ACTIVE: contextvars.ContextVar[Cassette | None] = contextvars.ContextVar(

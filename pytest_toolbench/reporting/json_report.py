@@ -8,12 +8,11 @@ The report's shape is documented in docs/report.md.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from ..atomic import write_atomic
 from ..models.records import CaseResult, Reply, StageAttempt, Turn
 
 REPORT_VERSION = 1
@@ -90,14 +89,6 @@ def _jsonable(value: Any) -> Any:
 
 
 def write_report(path: Path, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
-    """Write the report atomically: a temp file renamed over the target."""
+    """Write the report atomically: an interrupted run leaves the previous one whole."""
     document = {"version": REPORT_VERSION, "summary": summary, "cases": records}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(document, handle, indent=2, ensure_ascii=False)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, json.dumps(document, indent=2, ensure_ascii=False))
