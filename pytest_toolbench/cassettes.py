@@ -15,7 +15,7 @@ import asyncio
 import contextvars
 import difflib
 import json
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,15 +25,14 @@ import respx
 import yaml
 
 from .atomic import write_atomic
+from .loader import load_yaml
 from .models.records import Interaction, StreamEvent
 from .transport.errors import ReplayError
 
 try:
     from yaml import CSafeDumper as _Dumper
-    from yaml import CSafeLoader as _Loader
 except ImportError:  # pragma: no cover - depends on how PyYAML was built
     from yaml import SafeDumper as _Dumper  # type: ignore[assignment]
-    from yaml import SafeLoader as _Loader  # type: ignore[assignment]
 
 SCRUBBED = "<scrubbed>"
 FORMAT_VERSION = 1
@@ -49,11 +48,13 @@ class Cassette:
     """How many interactions replay has handed out so far."""
     rerecord_hint: str = ""
     """The command that records this cassette, for messages."""
+    secrets: list[str] = field(default_factory=list)
+    """Values scrubbed from what is written, and from sent requests before comparing."""
 
     @classmethod
     def load(cls, path: Path, rerecord_hint: str = "") -> Cassette:
         try:
-            data = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
+            data = load_yaml(path.read_text(encoding="utf-8"))
             interactions = [_interaction(item) for item in data["interactions"]]
         except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
             raise ReplayError(f"cassette {path} is unreadable ({exc}); re-record it with: "
@@ -67,6 +68,9 @@ class Cassette:
                 f"the case sent request {self.replayed + 1}, but {self.path} holds only "
                 f"{len(self.interactions)}; re-record with: {self.rerecord_hint}")
         recorded = self.interactions[self.replayed]
+        # The recording holds the key scrubbed; so must the request it is compared to, and
+        # the diff of a mismatch must not show the key either.
+        request = scrub(request, self.secrets)
         if _canonical(recorded.request) != _canonical(request):
             raise ReplayError(
                 f"request {self.replayed + 1} differs from the one recorded in {self.path}; "
@@ -74,13 +78,13 @@ class Cassette:
         self.replayed += 1
         return recorded
 
-    def save(self, secrets: Iterable[str] = ()) -> None:
+    def save(self) -> None:
         """Write the cassette atomically, secrets scrubbed."""
         document = {
             "version": FORMAT_VERSION,
             "interactions": [_plain(interaction) for interaction in self.interactions],
         }
-        text = yaml.dump(scrub(document, [s for s in secrets if s]), Dumper=_Dumper,
+        text = yaml.dump(scrub(document, self.secrets), Dumper=_Dumper,
                          sort_keys=False, allow_unicode=True, width=1 << 20)
         header = f"# Recorded by pytest-toolbench. Re-record: {self.rerecord_hint}\n"
         write_atomic(self.path, header + text)
@@ -95,7 +99,16 @@ def replay_transport(speed: float = 0.0) -> httpx.MockTransport:
     router = respx.Router(assert_all_called=False, assert_all_mocked=True)
     router.route(method="POST", path__regex=r"/chat/completions$").mock(
         side_effect=lambda request: _replay(request, speed))
-    return httpx.MockTransport(router.async_handler)
+
+    async def handle(request: httpx.Request) -> httpx.Response:
+        try:
+            return await router.async_handler(request)
+        finally:
+            # respx records every call (request and response) for assertions replay never
+            # makes: a session would hold every reply it replayed until it ends.
+            router.reset()
+
+    return httpx.MockTransport(handle)
 
 
 def _replay(request: httpx.Request, speed: float) -> httpx.Response:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,6 +36,8 @@ class CaseFile(pytest.File):
         try:
             loaded = load_case_file(self.path)
         except CaseFileErrors as errors:
+            shown = _display(self.config, self.path)  # the file as the user would name it
+            errors = CaseFileErrors([replace(error, file=shown) for error in errors.errors])
             raise self.CollectError(describe_errors(errors)) from None
         forced_models = self.config.stash[SETTINGS_KEY].models
         for case in loaded:
@@ -55,7 +59,7 @@ class CaseItem(pytest.Item):
 
     @property
     def job(self) -> Job:
-        return Job(self.loaded, self.model, self.nodeid)
+        return Job(self.loaded, self.model, self.nodeid, str(_display(self.config, self.path)))
 
     def runtest(self) -> None:
         engine = self.config.stash[ENGINE_KEY]
@@ -63,6 +67,12 @@ class CaseItem(pytest.Item):
         self.result = engine.result(self.job)
         if not self.result.passed:
             raise CaseFailed(self.result)
+
+    def unrun_result(self) -> CaseResult:
+        """The result of a case that did not run (skipped): no runs at all."""
+        job = self.job
+        return CaseResult(self.loaded.case.name, self.model, job.display_file,
+                          self.loaded.document.start_line)
 
     def _start_ahead(self, engine: Engine) -> None:
         """Live cases: start the next ones now so up to ``concurrency`` run at once."""
@@ -95,3 +105,11 @@ def _mark(mark: str | dict[str, Any]) -> pytest.MarkDecorator:
     if name in ("skip", "xfail") and value is not None:
         return decorator(reason=str(value))
     return decorator if value is None else decorator(value)
+
+
+def _display(config: pytest.Config, path: Path) -> Path:
+    """``path`` relative to where pytest was started, when it lies below it."""
+    try:
+        return path.relative_to(config.invocation_params.dir)
+    except ValueError:
+        return path

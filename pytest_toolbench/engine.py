@@ -22,6 +22,7 @@ from .models.records import CaseResult, RunResult
 from .settings import Mode, ResolvedEndpoint, Settings
 from .transport.breaker import CircuitBreaker
 from .transport.client import ChatClient, ClientConfig
+from .transport.errors import ReplayError
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,8 @@ class Job:
     loaded: LoadedCase
     model: str | None
     nodeid: str
+    display_file: str
+    """The case file as messages show it: relative to where pytest was started."""
 
     @property
     def label(self) -> str:
@@ -92,34 +95,28 @@ class Engine:
         endpoint = self.settings.endpoint_for(job.loaded.case.endpoint)
         path = self.cassette_path(job)
         hint = f"pytest '{job.nodeid}' --toolbench-record"
+        secrets = _secrets(endpoint)
         replaying = self.settings.mode is Mode.REPLAY or (
             self.settings.mode is Mode.MISSING and path.exists())
         if replaying and not path.exists():
             return self._no_run(job, f"no cassette at {self._show(path)}; record it with: {hint}")
-        if replaying:
-            cassette = Cassette.load(path, hint)
-            api_key = None
-        else:
-            cassette = Cassette(path, rerecord_hint=hint)
-            api_key = endpoint.api_key()
+        try:
+            cassette = Cassette.load(path, hint) if replaying else Cassette(path,
+                                                                            rerecord_hint=hint)
+        except ReplayError as error:
+            return self._no_run(job, str(error))
+        cassette.secrets = secrets
         ACTIVE.set(cassette)  # this task's context only: concurrent cases keep their own
         recording = self.settings.mode in (Mode.RECORD, Mode.MISSING) and not replaying
         ctx = CaseContext(
-            job.loaded, job.model, self._client(endpoint, replaying), api_key=api_key,
+            job.loaded, job.model, self._client(endpoint, replaying),
+            api_key=None if replaying else endpoint.api_key(),
             sink=cassette.interactions.append if recording else None, runs=self._runs(job))
         result = await run_case(ctx)
-        if recording:
-            self._save(cassette, result, endpoint, api_key)
+        result.file = job.display_file
+        if recording and not any(turn.error for run in result.runs for turn in run.turns):
+            cassette.save()  # an endpoint failure keeps the old cassette: it replays nothing
         return result
-
-    def _save(self, cassette: Cassette, result: CaseResult, endpoint: ResolvedEndpoint,
-              api_key: str | None) -> None:
-        """Keep the old cassette when the endpoint failed: a broken recording replays nothing."""
-        if any(turn.error for run in result.runs for turn in run.turns):
-            return
-        secrets = [api_key or "", *(value for name, value in endpoint.headers
-                                    if _is_credential(name))]
-        cassette.save(secrets)
 
     def _runs(self, job: Job) -> int:
         repeat = job.loaded.case.repeat
@@ -127,7 +124,7 @@ class Engine:
 
     def _no_run(self, job: Job, reason: str) -> CaseResult:
         loaded = job.loaded
-        return CaseResult(loaded.case.name, job.model, str(loaded.file),
+        return CaseResult(loaded.case.name, job.model, job.display_file,
                           loaded.document.start_line, runs=[RunResult(1, error=reason)])
 
     def _client(self, endpoint: ResolvedEndpoint, replaying: bool) -> ChatClient:
@@ -140,6 +137,7 @@ class Engine:
                 transport=replay_transport(self.settings.replay_speed) if replaying else None,
                 breaker=self._breaker(endpoint.base_url),
                 sleep=_no_sleep if replaying and not self.settings.replay_speed else asyncio.sleep,
+                jitter=not replaying,
             )
         return self._clients[key]
 
@@ -165,6 +163,13 @@ class Engine:
 
 async def _no_sleep(seconds: float) -> None:
     """Replay waits for nothing, retries' back-off included."""
+
+
+def _secrets(endpoint: ResolvedEndpoint) -> list[str]:
+    """Values never to be written or shown: the key, credential-looking header values."""
+    values = [endpoint.api_key() or ""]
+    values += [value for name, value in endpoint.headers if _is_credential(name)]
+    return [value for value in values if value]
 
 
 def _is_credential(header: str) -> bool:

@@ -523,7 +523,7 @@ def _loose(value: Any, path: Path) -> _Test:
 
 
 def _type(value: Any, path: Path) -> _Test:
-    if value not in _TYPES:
+    if not isinstance(value, str) or value not in _TYPES:  # a list is unhashable
         hint = _did_you_mean(str(value), list(_TYPES)) or f"; known: {', '.join(_TYPES)}"
         raise MatcherError(f"unknown type {_short(value)}{hint}", path)
     test = _TYPES[value]
@@ -537,8 +537,10 @@ def _comparison(symbol: str, compare: Callable[[Any, Any], bool]) -> Callable[[A
 
         def test(actual: Any) -> str | None:
             if not _is_number(actual):
-                return f"expected a number {symbol} {value!r}, got {_short(actual)}"
-            return None if compare(actual, value) else f"expected {symbol} {value!r}, got {actual!r}"
+                return f"expected a number {symbol} {_short(value)}, got {_short(actual)}"
+            # _short: repr of an int past 4,300 digits raises, and matching never may.
+            return None if compare(actual, value) else (
+                f"expected {symbol} {_short(value)}, got {_short(actual)}")
 
         return test
 
@@ -556,7 +558,8 @@ def _approx(value: Any, tolerance: Any, path: Path) -> _Test:
     def test(actual: Any) -> str | None:
         if _is_number(actual) and _within(actual, value, tolerance):
             return None
-        return f"expected {value!r} within relative tolerance {tolerance!r}, got {_short(actual)}"
+        return (f"expected {_short(value)} within relative tolerance {_short(tolerance)},"
+                f" got {_short(actual)}")
 
     return test
 
@@ -616,6 +619,10 @@ def _absent(spec: Any, value: Any, path: Path) -> _Matcher:
 
 def _schema(spec: Any, value: Any, path: Path) -> _Matcher:
     _require(isinstance(value, (Mapping, bool)), "'$schema' takes a JSON Schema object", path)
+    dialect = value.get("$schema", "") if isinstance(value, Mapping) else ""
+    # validator_for looks the dialect up in a dict: a mapping there is a TypeError.
+    _require(isinstance(dialect, str), "a JSON Schema's own '$schema' is a URI string, got "
+             f"{_short(dialect)}", path + ("$schema",))
     # An explicit default: an unknown "$schema" URI would otherwise warn at every compile.
     cls = jsonschema.validators.validator_for(value, default=jsonschema.Draft202012Validator)
     try:

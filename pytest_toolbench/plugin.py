@@ -70,13 +70,19 @@ def pytest_report_header(config: pytest.Config) -> str:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
                               ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
-    if isinstance(item, CaseItem) and call.when == "call" and item.result is not None:
+    if not isinstance(item, CaseItem):
+        return report
+    if call.when == "call" and item.result is not None:
         record = case_record(item.result, item.nodeid, _outcome(report))
-        report.toolbench = record  # type: ignore[attr-defined]  # travels with xdist reports
         for key in ("latency_ms", "ttft_ms", "total_tokens", "tool_calls", "turns"):
             if record[key] is not None:
                 report.user_properties.append((key, record[key]))
                 item.user_properties.append((key, record[key]))  # junitxml reads teardown's
+    elif call.when == "setup" and report.skipped:  # a skipped case never runs: report it too
+        record = case_record(item.unrun_result(), item.nodeid, _outcome(report))
+    else:
+        return report
+    report.toolbench = record  # type: ignore[attr-defined]  # travels with xdist reports
     return report
 
 

@@ -17,3 +17,18 @@ def chat_server() -> Iterator[ChatServer]:
     """
     with start_chat_server() as server:
         yield server
+
+
+@pytest.fixture(autouse=True)
+def isolated_inner_runs(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inner pytester runs see no endpoint or key from the developer's shell, and leave out
+    two plugins the dev environment may hold: hypothesis (pytester imports it anew for every
+    in-process run, ~0.7 s each) and pytest-benchmark (it warns under xdist, which
+    ``filterwarnings = error`` makes fatal).
+    """
+    if "pytester" not in request.fixturenames:
+        return
+    request.getfixturevalue("pytester")  # first: pytester clears PYTEST_ADDOPTS when it starts
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:hypothesispytest -p no:benchmark")
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TOOLBENCH_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)

@@ -109,7 +109,7 @@ def test_directory_is_searched_for_case_files(cases: Path,
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        pytest.param("name: x\nstages: [\n", "bad.case.yaml:3: YAML syntax error", id="yaml"),
+        pytest.param("name: x\nstages: [\n", "bad.case.yaml:2: YAML syntax error", id="yaml"),
         pytest.param(
             "name: x\nstages:\n  - name: s\n    expect:\n      tool_cals: []\n",
             "bad.case.yaml:5: stages[0].expect.tool_cals: unknown key 'tool_cals'"

@@ -10,31 +10,43 @@ from ..matchers import MISSING, Matcher, Mismatch
 from ..models.case import Expect, StreamExpect
 from ..models.records import Failure, Reply, ToolCall
 
-LineOf = Callable[[tuple[str | int, ...]], int]
+KeyPath = tuple[str | int, ...]
+LineOf = Callable[[KeyPath], int]
 
 
 @dataclass(frozen=True)
 class Outcome:
     """What a stage's expectations are checked against (one variant of it)."""
 
-    reply: Reply
+    replies: list[Reply]
+    """Every reply of the stage's agent loop, in order; the last one ended it."""
     tool_calls: list[ToolCall]
     """All calls the model made during the stage, in order."""
-    latency_ms: float
+
+    @property
+    def reply(self) -> Reply:
+        return self.replies[-1]
+
+    @property
+    def latency_ms(self) -> float:
+        return sum(reply.latency_ms for reply in self.replies)
 
 
-def check(expect: Expect, outcome: Outcome, base: tuple[str | int, ...],
-          line_of: LineOf) -> list[Failure]:
+def check(expect: Expect, outcome: Outcome, base: KeyPath, line_of: LineOf) -> list[Failure]:
     """Every given expectation that does not hold, as failures at their lines."""
     failures: list[Failure] = []
-    reply = outcome.reply
     for key, actual in _actuals(expect, outcome):
         matcher: Matcher = getattr(expect, key)
-        path = (*base, key)
-        failures.extend(_failure(path, m, line_of) for m in matcher.match(actual, (key,)))
-    if reply.stream is not None:  # ``done`` defaults to true: a cut stream fails unasked
-        failures.extend(_check_stream(expect, reply, (*base, "stream"), line_of))
-    failures.extend(_protocol_failures(reply, base, line_of))
+        for mismatch in matcher.match(actual, (key,)):
+            failure = _failure(base, mismatch, line_of)
+            if key == "status" and outcome.reply.error:
+                failure.message += f"; the server said: {outcome.reply.error}"
+            failures.append(failure)
+    stream = expect.stream or StreamExpect()  # ``done`` defaults to true: checked unasked
+    if outcome.reply.stream is not None:
+        failures.extend(_check_stream(stream, outcome.reply, (*base, "stream"), line_of))
+    for reply in outcome.replies:
+        failures.extend(_protocol_failures(reply, base, line_of))
     return failures
 
 
@@ -53,10 +65,10 @@ def _actuals(expect: Expect, outcome: Outcome) -> list[tuple[str, Any]]:
     return [(key, values[key]) for key in values if key in given]
 
 
-def _check_stream(expect: Expect, reply: Reply, path: tuple[str | int, ...],
+def _check_stream(spec: StreamExpect, reply: Reply, path: KeyPath,
                   line_of: LineOf) -> list[Failure]:
     assert reply.stream is not None
-    spec, stats = expect.stream or StreamExpect(), reply.stream
+    stats = reply.stream
     failures = []
     if spec.done and not stats.done:
         failures.append(_plain("stream ended without data: [DONE]", (*path, "done"), line_of))
@@ -66,23 +78,32 @@ def _check_stream(expect: Expect, reply: Reply, path: tuple[str | int, ...],
     for key, actual in (("chunks", stats.chunks), ("ttft_ms", reply.ttft_ms)):
         if key in spec.model_fields_set:
             matcher: Matcher = getattr(spec, key)
-            failures.extend(_failure((*path, key), m, line_of)
-                            for m in matcher.match(actual, (f"stream.{key}",)))
+            failures.extend(_failure(path, m, line_of) for m in matcher.match(actual, (key,)))
     return failures
 
 
-def _protocol_failures(reply: Reply, base: tuple[str | int, ...],
-                       line_of: LineOf) -> list[Failure]:
-    """Problems always checked in stream mode (SPEC section 6), and in-band errors."""
+def _protocol_failures(reply: Reply, base: KeyPath, line_of: LineOf) -> list[Failure]:
+    """What every reply must get right, asked or not (SPEC section 6).
+
+    Protocol problems (a chunk that is not JSON, a body that is no chat completion), an error
+    object inside a successful response, and, in a stream, arguments that are not JSON.
+    """
     failures = [_plain(problem, base, line_of) for problem in reply.problems]
-    if reply.stream is not None and reply.error is not None and reply.status < 400:
-        failures.append(_plain(f"error inside the stream: {reply.error}", base, line_of))
+    if reply.error is not None and reply.status < 400:
+        where = "inside the stream" if reply.stream is not None else f"in an HTTP {reply.status}"
+        failures.append(_plain(f"error {where}: {reply.error}", base, line_of))
+    if reply.stream is not None:
+        failures.extend(
+            _plain(f"streamed tool call {call.name}: {call.arguments_error}", base, line_of)
+            for call in reply.tool_calls if call.arguments_error is not None)
     return failures
 
 
-def _failure(path: tuple[str | int, ...], mismatch: Mismatch, line_of: LineOf) -> Failure:
+def _failure(base: KeyPath, mismatch: Mismatch, line_of: LineOf) -> Failure:
+    """A mismatch at its own key path (``expect.usage.total_tokens``), on its nearest line."""
+    path = (*base, *mismatch.path)
     return Failure(mismatch.message, path, line_of(path), mismatch.expected, mismatch.actual)
 
 
-def _plain(message: str, path: tuple[str | int, ...], line_of: LineOf) -> Failure:
+def _plain(message: str, path: KeyPath, line_of: LineOf) -> Failure:
     return Failure(message, path, line_of(path))

@@ -20,6 +20,7 @@ from ..models.records import (
     StageAttempt,
     StageResult,
     ToolCall,
+    ToolRun,
     Turn,
 )
 from ..transport.client import ChatClient, InteractionSink
@@ -156,23 +157,22 @@ class StageRunner:
         # open by the previous stage are answered before this stage's own messages.
         if self.conversation.pending and not self._stage_sends_tool_messages():
             self.machine.fire("answer_pending")
-            await self._answer(self.conversation.pending, None)
+            attempt.answered_first = await self._answer(self.conversation.pending)
         self._append_stage_messages()
-        calls: list[ToolCall] = []
+        replies: list[Reply] = []
         while True:
             turn = await self._send(attempt, streamed)
             if turn.reply is None:
                 return None
             reply = turn.reply
-            calls.extend(reply.tool_calls)
+            replies.append(reply)
             self.conversation.messages.append(reply.to_message())
             self.conversation.pending = list(reply.tool_calls)
             if not (reply.tool_calls and self.stage.run_tools):
                 turn.stop_reason = "end_turn"
                 self.machine.fire("end_turn")
                 break
-            sent = sum(1 for t in attempt.turns if t.streamed == streamed)
-            if sent >= self.stage.max_turns:
+            if len(replies) >= self.stage.max_turns:
                 turn.stop_reason = "max_turns"
                 self.machine.fire("max_turns")
                 names = ", ".join(call.name for call in reply.tool_calls)
@@ -182,10 +182,8 @@ class StageRunner:
                 return None
             turn.stop_reason = "tool_use"
             self.machine.fire("tool_use")
-            await self._answer(reply.tool_calls, turn)
-        latency = sum(t.reply.latency_ms for t in attempt.turns
-                      if t.reply is not None and t.streamed == streamed)
-        return Outcome(reply, calls, latency)
+            turn.tool_runs = await self._answer(reply.tool_calls)
+        return Outcome(replies, [call for r in replies for call in r.tool_calls])
 
     def _append_stage_messages(self) -> None:
         variables, name = self.conversation.variables, self.stage.name
@@ -198,13 +196,13 @@ class StageRunner:
     def _stage_sends_tool_messages(self) -> bool:
         return any(message.get("role") == "tool" for message in self.stage.messages)
 
-    async def _answer(self, calls: list[ToolCall], turn: Turn | None) -> None:
+    async def _answer(self, calls: list[ToolCall]) -> list[ToolRun]:
+        """Run the tools, append their messages, and go on to sending."""
         runs = await run_tool_calls(calls, self.ctx.loaded.case)
-        if turn is not None:
-            turn.tool_runs = runs
         self.conversation.messages.extend(tool_message(run) for run in runs)
         self.conversation.pending = []
         self.machine.fire("send")
+        return runs
 
     async def _send(self, attempt: StageAttempt, streamed: bool) -> Turn:
         if self.machine.state is StageState.IDLE:
@@ -237,7 +235,7 @@ class StageRunner:
                                    {"type": "function",
                                     "function": {"name": stage.tool_choice.name}})
         body.update(case.params)
-        body.update(stage.params)
+        body.update(interpolate(stage.params, self.conversation.variables, stage.name))
         if streamed:
             body["stream"] = True
             body.setdefault("stream_options", {"include_usage": True})

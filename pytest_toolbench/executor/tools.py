@@ -43,10 +43,12 @@ class ToolFailed(Exception):
 
 
 async def _answer(call: ToolCall, tool: Tool | None) -> str:
-    if tool is None or not tool.has_implementation:
+    if tool is None:
         raise ToolFailed(f"unknown tool: {call.name}")
+    if not tool.has_implementation:
+        raise ToolFailed(f"tool {call.name} has no implementation (result, python or error)")
     if call.arguments_error is not None:
-        raise ToolFailed(f"arguments are not valid JSON: {call.arguments_error}")
+        raise ToolFailed(call.arguments_error)
     if "error" in tool.model_fields_set:
         raise ToolFailed(tool.error or "tool failed")
     if tool.python is not None:
@@ -71,4 +73,9 @@ async def _call_python(tool: Tool, arguments: Any) -> Any:
 
 def _as_content(result: Any) -> str:
     """A string is sent as is; anything else as JSON."""
-    return result if isinstance(result, str) else json.dumps(result)
+    if isinstance(result, str):
+        return result
+    try:
+        return json.dumps(result)
+    except (TypeError, ValueError) as exc:
+        raise ToolFailed(f"the tool's result is not JSON: {exc}") from None

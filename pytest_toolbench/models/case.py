@@ -200,9 +200,17 @@ class Case(StrictModel):
     @field_validator("marks")
     @classmethod
     def _one_name_per_mark(cls, marks: list[str | dict[str, Any]]) -> list[str | dict[str, Any]]:
-        for mark in marks:
+        for index, mark in enumerate(marks):
             if isinstance(mark, dict) and len(mark) != 1:
                 raise ValueError(f"a mark is a name or a one-key mapping, got {mark!r}")
+            # What pytest.mark would raise on at collection, with a traceback.
+            name, value = (mark, None) if isinstance(mark, str) else next(iter(mark.items()))
+            if not name or name.startswith("_"):
+                raise MatcherError(f"a mark name cannot be empty or start with '_', got {name!r}",
+                                   (index,))
+            if isinstance(value, dict) and not all(isinstance(key, str) for key in value):
+                raise MatcherError(f"the keyword arguments of mark {name!r} need string names,"
+                                   f" got {value!r}", (index, name))
         return marks
 
     @field_validator("stages")

@@ -154,6 +154,8 @@ class StageAttempt:
     """The executor states this attempt went through, in order."""
     turns: list[Turn] = field(default_factory=list)
     failures: list[Failure] = field(default_factory=list)
+    answered_first: list[ToolRun] = field(default_factory=list)
+    """Calls the previous stage left open, answered before this stage's first request."""
 
     @property
     def passed(self) -> bool:

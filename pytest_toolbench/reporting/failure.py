@@ -7,7 +7,16 @@ import json
 from typing import Any
 
 from ..loader import format_key_path
-from ..models.records import CaseResult, Failure, Reply, RunResult, StageAttempt, ToolCall, Turn
+from ..models.records import (
+    CaseResult,
+    Failure,
+    Reply,
+    RunResult,
+    StageAttempt,
+    ToolCall,
+    ToolRun,
+    Turn,
+)
 
 MAX_TEXT = 300
 """Longer texts are cut in the transcript; the JSON report keeps them whole."""
@@ -66,8 +75,11 @@ def _attempt_text(attempt: StageAttempt, attempts: int) -> list[str]:
     lines = [f"\n--- {title}: {outcome} ---"]
     for failure in attempt.failures:
         lines.extend(_failure_text(failure))
-    if attempt.turns:
+    if attempt.turns or attempt.answered_first:
         lines.append("transcript:")
+        if attempt.answered_first:
+            lines.append("  calls left open by the previous stage, answered first:")
+            lines.extend(_tool_run_text(run) for run in attempt.answered_first)
         for number, turn in enumerate(attempt.turns, 1):
             lines.extend(_turn_text(number, turn))
     lines.append("states: " + " -> ".join(attempt.trail))
@@ -118,13 +130,15 @@ def _turn_text(number: int, turn: Turn) -> list[str]:
         lines.append(f"  < no reply: {turn.error}")
     elif turn.reply is not None:
         lines.extend(_reply_text(turn.reply))
-    for run in turn.tool_runs:
-        outcome = f"error: {run.error}" if run.error else _cut(run.content)
-        lines.append(f"    tool {run.name}({_cut(run.arguments)}) -> {outcome} "
-                     f"[{run.duration_ms:.0f} ms]")
+    lines.extend(_tool_run_text(run) for run in turn.tool_runs)
     if turn.stop_reason:
         lines.append(f"    stop reason: {turn.stop_reason}")
     return lines
+
+
+def _tool_run_text(run: ToolRun) -> str:
+    outcome = f"error: {run.error}" if run.error else _cut(run.content)
+    return f"    tool {run.name}({_cut(run.arguments)}) -> {outcome} [{run.duration_ms:.0f} ms]"
 
 
 def _reply_text(reply: Reply) -> list[str]:

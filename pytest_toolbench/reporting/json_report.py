@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..atomic import write_atomic
-from ..models.records import CaseResult, Reply, StageAttempt, Turn
+from ..models.records import CaseResult, Reply, StageAttempt, ToolRun, Turn
 
 REPORT_VERSION = 1
 
@@ -52,6 +52,7 @@ def _attempt(attempt: StageAttempt) -> dict[str, Any]:
         "passed": attempt.passed,
         "trail": attempt.trail,
         "failures": [_jsonable(asdict(failure)) for failure in attempt.failures],
+        "answered_first": [_tool_run(run) for run in attempt.answered_first],
         "turns": [_turn(turn) for turn in attempt.turns],
     }
 
@@ -63,8 +64,12 @@ def _turn(turn: Turn) -> dict[str, Any]:
         "error": turn.error,
         "retries": turn.retries,
         "reply": None if turn.reply is None else _reply(turn.reply),
-        "tool_runs": [asdict(run) for run in turn.tool_runs],
+        "tool_runs": [_tool_run(run) for run in turn.tool_runs],
     }
+
+
+def _tool_run(run: ToolRun) -> dict[str, Any]:
+    return {**asdict(run), "duration_ms": round(run.duration_ms, 1)}
 
 
 def _reply(reply: Reply) -> dict[str, Any]:

@@ -133,8 +133,10 @@ class ChatClient:
         transport: httpx.AsyncBaseTransport | None = None,
         breaker: CircuitBreaker | None = None,
         sleep: Sleep = asyncio.sleep,
+        jitter: bool = True,
     ) -> None:
         self.config = config
+        self._jitter = jitter
         self.breaker = breaker or CircuitBreaker()
         self._sleep = sleep
         self._client = httpx.AsyncClient(
@@ -219,7 +221,9 @@ class ChatClient:
         """Sleep before the next attempt; return the transcript line that says so."""
         delay = _retry_after(response) if response is not None else None
         if delay is None:
-            delay = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2**attempt) * random.uniform(0.5, 1.0)
+            delay = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2**attempt)
+            if self._jitter:  # spreads out clients retrying together; replay stays repeatable
+                delay *= random.uniform(0.5, 1.0)
         delay = min(delay, self.config.timeout_s)
         await self._sleep(delay)
         return f"attempt {attempt + 1} failed ({reason}); retried after {delay:.2f} s"

@@ -32,6 +32,9 @@ from pytest_toolbench.transport.sse import SSEEvent
 __all__ = ["StreamAssembler", "parse_completion"]
 
 _SNIPPET = 80
+# json raises RecursionError, not ValueError, on deeply nested input ("[[[[..."): a broken
+# server's body is a problem to report, never a crash.
+_JSON_ERRORS = (ValueError, RecursionError)
 # typeshed mistypes make_scanner's argument; it takes the decoder whose settings it copies.
 _scan_once: Callable[[str, int], tuple[Any, int]] = make_scanner(cast(Any, json.JSONDecoder()))
 
@@ -56,13 +59,22 @@ def _snippet(text: str) -> str:
     return repr(text if len(text) <= _SNIPPET else text[:_SNIPPET] + "...")
 
 
+def _dumps(value: Any) -> str:
+    """``json.dumps`` of parsed server data; data nested just shallow enough for json to
+    read can still be too deep to write from a deeper stack."""
+    try:
+        return json.dumps(value)
+    except RecursionError:
+        return "<JSON nested too deep to show>"
+
+
 def _arguments_text(arguments: Any) -> str:
     """Arguments as a string: some servers send a JSON object instead of a string."""
     if isinstance(arguments, str):
         return arguments
     if arguments is None:
         return ""
-    return json.dumps(arguments)
+    return _dumps(arguments)
 
 
 def _error_message(error: Any) -> str:
@@ -71,8 +83,8 @@ def _error_message(error: Any) -> str:
         message = error.get("message")
         if isinstance(message, str) and message:
             return message
-        return json.dumps(error)
-    return error if isinstance(error, str) else json.dumps(error)
+        return _dumps(error)
+    return error if isinstance(error, str) else _dumps(error)
 
 
 class _CallBuilder:
@@ -114,12 +126,10 @@ class _CallBuilder:
         try:
             # Stripped first: llama.cpp pads arguments with spaces ("{ ... } ").
             call.arguments = json.loads(raw.strip())
-        except ValueError as exc:
+        except _JSON_ERRORS as exc:
+            # Not a problem of the response: the executor answers such a call with an error
+            # tool message, and checks decide (always for streams, SPEC section 6).
             call.arguments_error = f"arguments are not valid JSON: {exc}"
-            problems.append(
-                f"tool call {self.position} ({self.name or '?'}) arguments are not valid JSON:"
-                f" {exc}: {_snippet(raw)}"
-            )
         return call
 
 
@@ -232,7 +242,7 @@ class StreamAssembler:
             return
         try:
             chunk = _loads(data)
-        except ValueError as exc:
+        except _JSON_ERRORS as exc:
             self._problems.append(f"chunk {self._chunks} is not JSON: {exc}: {_snippet(data)}")
             return
         self._read_chunk(chunk, offset_ms)
@@ -298,7 +308,7 @@ class StreamAssembler:
         """The message of an ``event: error`` payload: JSON with a message, or plain text."""
         try:
             payload = json.loads(data)
-        except ValueError:
+        except _JSON_ERRORS:
             return data.strip()
         if isinstance(payload, dict) and "error" in payload:
             return _error_message(payload["error"])
@@ -330,7 +340,7 @@ def parse_completion(
     text = text.removeprefix("\ufeff")
     try:
         payload: Any = json.loads(text)
-    except ValueError as exc:
+    except _JSON_ERRORS as exc:
         payload, parse_error = None, str(exc)
     else:
         parse_error = ""
@@ -362,7 +372,7 @@ def _completion_reply(status: int, payload: Any) -> Reply:
     choice = _first_choice(payload.get("choices")) if isinstance(payload, dict) else None
     message = choice.get("message") if choice is not None else None
     if choice is None or not isinstance(message, dict):
-        reply.problems.append(f"response is not a chat completion: {_snippet(json.dumps(payload))}")
+        reply.problems.append(f"response is not a chat completion: {_snippet(_dumps(payload))}")
         return reply
     reply.text = _message_text(message.get("content"))
     reply.tool_calls = _message_calls(message, reply.problems)

@@ -1,0 +1,347 @@
+"""Cassettes through pytester: record, replay offline, mismatches, ``missing`` mode,
+scrubbing, the file format, atomic writes, replay timing, and recording under xdist."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from support.chat_server import (
+    ChatServer,
+    RecordedRequest,
+    Reply,
+    SSEPause,
+    chunks_for,
+    completion,
+    json_reply,
+    sse_reply,
+)
+
+from pytest_toolbench.cassettes import Cassette
+from pytest_toolbench.models.records import Interaction
+
+
+def assistant(request: RecordedRequest) -> Reply:
+    """Echo the last user message (streamed if asked); ``use a tool`` asks for get_weather
+    and then answers with the tool's result."""
+    body = request.json()
+    last = body["messages"][-1]
+    if last["role"] == "tool":
+        return json_reply(completion(f"It is {json.loads(last['content'])['temp_c']} C"))
+    if last["content"] == "use a tool":
+        return json_reply(completion(tool_calls=[("get_weather", {"city": "Paris"})]))
+    if body.get("stream"):
+        return sse_reply(chunks_for(last["content"]))
+    return json_reply(completion(last["content"]))
+
+
+def suite(base_url: str, user: str = "hello") -> str:
+    head = f'endpoint: {{base_url: "{base_url}", retries: 0, timeout_s: 2}}\n'
+    bodies = [f"""\
+        name: plain
+        params: {{temperature: 0}}
+        stages: [{{name: ask, user: {user}, expect: {{text: {user}}}}}]
+        """, """\
+        name: streamed
+        stages:
+          - name: ask
+            user: stream me
+            stream: true
+            expect: {text: stream me, stream: {done: true}}
+        """, """\
+        name: agent
+        tools: [{name: get_weather, result: {temp_c: 21}}]
+        stages:
+          - {name: ask, user: use a tool, run_tools: true, expect: {text: It is 21 C}}
+        """, """\
+        name: failing
+        stages: [{name: ask, user: hello, expect: {text: goodbye}}]
+        """]
+    return "---\n".join(head + textwrap.dedent(body) for body in bodies)
+
+
+def cassette_files(root: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(root)): path.read_bytes()
+            for path in sorted(root.rglob("*")) if path.is_file() and "__cassettes__" in path.parts}
+
+
+@pytest.fixture
+def recorded(pytester: pytest.Pytester, chat_server: ChatServer) -> ChatServer:
+    """The suite recorded once against the loopback server."""
+    chat_server.set_handler(assistant)
+    pytester.makefile(".case.yaml", s=suite(chat_server.base_url))
+    result = pytester.runpytest("--toolbench-record")
+    result.assert_outcomes(passed=3, failed=1)
+    return chat_server
+
+
+def test_record_then_replay_offline_gives_the_same_outcomes(pytester: pytest.Pytester,
+                                                            recorded: ChatServer) -> None:
+    assert sorted(cassette_files(pytester.path)) == [
+        f"__cassettes__/s/{name}.yaml" for name in ("agent", "failing", "plain", "streamed")]
+    sent = len(recorded.requests)
+    assert sent == 5  # the agent case sends two requests
+    recorded.close()  # replay must not need the server
+
+    result = pytester.runpytest("-v")
+
+    result.assert_outcomes(passed=3, failed=1)
+    result.stdout.fnmatch_lines([
+        "toolbench: mode=replay*",
+        "s.case.yaml::plain PASSED*", "s.case.yaml::streamed PASSED*",
+        "s.case.yaml::agent PASSED*", "s.case.yaml::failing FAILED*",
+        "*s.case.yaml:*: failing: stages[[]0[]].expect.text: expected 'goodbye', got 'hello'",
+    ])
+    assert len(recorded.requests) == sent
+
+
+def test_missing_cassette_names_the_command_that_records_it(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".case.yaml", new="name: fresh\nmodel: m1\nstages: [{name: ask, user: hi}]\n")
+
+    result = pytester.runpytest()
+
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        ("*new.case.yaml:1: fresh[[]m1[]]: no cassette at __cassettes__/new/fresh[[]m1[]].yaml;"
+        " record it with: pytest 'new.case.yaml::fresh[[]m1[]]' --toolbench-record"),
+    ])
+
+
+def test_changed_request_fails_with_a_diff_of_the_bodies(pytester: pytest.Pytester,
+                                                         recorded: ChatServer) -> None:
+    pytester.makefile(".case.yaml", s=suite(recorded.base_url, user="hello again"))
+
+    result = pytester.runpytest("-k", "plain")
+
+    result.assert_outcomes(failed=1, deselected=3)
+    result.stdout.fnmatch_lines([
+        ("*s.case.yaml:*: plain: stages[[]0[]]: replay: request 1 differs from the one recorded"
+        " in *plain.yaml; re-record with: pytest 's.case.yaml::plain' --toolbench-record"),
+        "*--- recorded request",
+        "*+++ sent request",
+        '*-      "content": "hello",',
+        '*+      "content": "hello again",',
+    ])
+    assert "temperature" not in "".join(
+        line for line in result.stdout.lines if line.lstrip().startswith(("-", "+")))
+
+
+def test_more_requests_than_recorded_fails_saying_so(pytester: pytest.Pytester,
+                                                     recorded: ChatServer) -> None:
+    text = suite(recorded.base_url).replace(
+        "stages: [{name: ask, user: hello, expect: {text: hello}}]",
+        "stages: [{name: ask, user: hello, expect: {text: hello}}, {name: more, user: more}]")
+    pytester.makefile(".case.yaml", s=text)
+
+    result = pytester.runpytest("-k", "plain")
+
+    result.assert_outcomes(failed=1, deselected=3)
+    result.stdout.fnmatch_lines([
+        ("*s.case.yaml:*: plain: stages[[]1[]]: replay: the case sent request 2, but"
+        " *plain.yaml holds only 1; re-record with: pytest 's.case.yaml::plain'"
+        " --toolbench-record"),
+    ])
+
+
+def test_missing_mode_records_only_what_is_missing(pytester: pytest.Pytester,
+                                                   recorded: ChatServer) -> None:
+    before = cassette_files(pytester.path)
+    (pytester.path / "__cassettes__/s/streamed.yaml").unlink()
+    sent = len(recorded.requests)
+
+    result = pytester.runpytest("--toolbench-mode=missing", "-v")
+
+    result.assert_outcomes(passed=3, failed=1)
+    new_requests = [r.json()["messages"][-1]["content"] for r in recorded.requests[sent:]]
+    assert new_requests == ["stream me"]
+    after = cassette_files(pytester.path)
+    streamed = "__cassettes__/s/streamed.yaml"
+    assert {k: v for k, v in after.items() if k != streamed} == {
+        k: v for k, v in before.items() if k != streamed}  # byte for byte: not rewritten
+    document = yaml.safe_load(after[streamed])
+    assert document["interactions"][0]["request"]["body"]["messages"][-1]["content"] == (
+        "stream me")
+
+
+def test_bad_mode_is_a_usage_error_listing_the_choices(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--toolbench-mode=replya")
+
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        "*--toolbench-mode must be one of replay, record, missing, live; got 'replya'"])
+
+
+def test_secrets_never_reach_the_cassette(pytester: pytest.Pytester, chat_server: ChatServer,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-fake-0123456789abcdef")
+
+    def tell_secrets(request: RecordedRequest) -> Reply:  # a server that leaks what it got
+        leak = f"{request.headers['authorization']} {request.headers['x-api-key']}"
+        return json_reply(completion(f"you sent {leak}"))
+
+    chat_server.set_handler(tell_secrets)
+    pytester.makefile(".case.yaml", k=textwrap.dedent(f"""\
+        name: keyed
+        endpoint:
+          base_url: "{chat_server.base_url}"
+          headers: {{X-Api-Key: hdr-secret-98765, X-Team: search}}
+        stages: [{{name: ask, user: hi, expect: {{text: {{$contains: "you sent Bearer"}}}}}}]
+        """))
+
+    result = pytester.runpytest("--toolbench-record")
+
+    result.assert_outcomes(passed=1)
+    (request,) = chat_server.requests
+    assert request.headers["authorization"] == "Bearer sk-fake-0123456789abcdef"
+    assert request.headers["x-api-key"] == "hdr-secret-98765"
+    (text,) = (content.decode() for content in cassette_files(pytester.path).values())
+    assert "sk-fake-0123456789abcdef" not in text
+    assert "hdr-secret-98765" not in text
+    assert "you sent Bearer <scrubbed> <scrubbed>" in text
+    assert "authorization" not in text.lower()
+
+
+def test_cassette_is_readable_yaml_with_sorted_bodies_and_timed_events(
+        pytester: pytest.Pytester, recorded: ChatServer) -> None:
+    plain = yaml.safe_load((pytester.path / "__cassettes__/s/plain.yaml").read_text())
+    streamed_text = (pytester.path / "__cassettes__/s/streamed.yaml").read_text()
+    streamed = yaml.safe_load(streamed_text)
+
+    assert streamed_text.startswith(
+        "# Recorded by pytest-toolbench. Re-record: pytest 's.case.yaml::streamed'"
+        " --toolbench-record\n")
+    (interaction,) = plain["interactions"]
+    assert interaction["request"]["method"] == "POST"
+    assert interaction["request"]["path"] == "/chat/completions"
+    assert interaction["request"]["body"] == {
+        "messages": [{"content": "hello", "role": "user"}], "temperature": 0}
+    assert list(interaction["request"]["body"]) == ["messages", "temperature"]
+    assert list(interaction["request"]["body"]["messages"][0]) == ["content", "role"]
+    assert interaction["response"]["status"] == 200
+    assert interaction["response"]["content_type"] == "application/json"
+    assert interaction["response"]["body"]["choices"][0]["message"]["content"] == "hello"
+
+    (stream,) = streamed["interactions"]
+    body = stream["request"]["body"]
+    assert list(body) == sorted(body)
+    assert body["stream"] is True
+    assert stream["response"]["content_type"] == "text/event-stream"
+    events = stream["response"]["events"]
+    offsets = [event["at_ms"] for event in events]
+    assert all(isinstance(offset, float) for offset in offsets)
+    assert offsets == sorted(offsets)
+    assert events[-1]["data"] == "[DONE]"
+    assert json.loads(events[1]["data"])["choices"][0]["delta"] == {"content": "stream m"}
+
+
+# -- atomic writes -----------------------------------------------------------------------
+
+def test_save_that_fails_midway_leaves_the_old_cassette_whole(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "case.yaml"
+    Cassette(path, [Interaction({"n": 1}, 200, "application/json", {"old": True})]).save()
+    old = path.read_bytes()
+
+    def disk_full(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", disk_full)  # after the write, before the rename
+    new = Cassette(path, [Interaction({"n": 2}, 200, "application/json", {"new": True})])
+    with pytest.raises(OSError, match="No space left"):
+        new.save()
+
+    assert path.read_bytes() == old
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["case.yaml"]  # no temp file left
+
+
+def test_killed_recording_leaves_the_old_cassettes_whole(pytester: pytest.Pytester,
+                                                         recorded: ChatServer) -> None:
+    """SIGKILL while one case's stream stalls: the finished case's cassette is new and whole,
+    the stalled case's is the old one byte for byte, and no temp file is left."""
+    before = cassette_files(pytester.path)
+
+    def slow_stream(request: RecordedRequest) -> Reply:
+        body = request.json()
+        if body.get("stream"):
+            return sse_reply([*chunks_for("stream me")[:2], SSEPause(30),
+                              *chunks_for("stream me")[2:]])
+        return json_reply(completion(body["messages"][-1]["content"] + "!"))
+
+    recorded.set_handler(slow_stream)
+    sent = len(recorded.requests)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "--toolbench-record", "-k", "plain or streamed"],
+        cwd=pytester.path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while len(recorded.requests) < sent + 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(recorded.requests) == sent + 2, "the recording never reached the server"
+        plain_path = pytester.path / "__cassettes__/s/plain.yaml"
+        while b"hello!" not in plain_path.read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.05)  # the plain case finishes and writes its cassette meanwhile
+    finally:
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+
+    after = cassette_files(pytester.path)
+    assert sorted(after) == sorted(before)  # no temp file beside the cassettes
+    assert after["__cassettes__/s/streamed.yaml"] == before["__cassettes__/s/streamed.yaml"]
+    plain = yaml.safe_load(after["__cassettes__/s/plain.yaml"])
+    assert plain["interactions"][0]["response"]["body"]["choices"][0]["message"][
+        "content"] == "hello!"
+
+
+# -- replay timing -----------------------------------------------------------------------
+
+@pytest.mark.parametrize(("speed", "low_ms", "high_ms"), [("1", 400, 2000), ("0", 0, 200)])
+def test_replay_speed(pytester: pytest.Pytester, chat_server: ChatServer, speed: str,
+                      low_ms: float, high_ms: float) -> None:
+    chat_server.set_handler(lambda request: sse_reply(
+        [*chunks_for("slow")[:2], SSEPause(0.5), *chunks_for("slow")[2:]]))
+    pytester.makefile(".case.yaml", t=textwrap.dedent(f"""\
+        name: paused
+        endpoint: {{base_url: "{chat_server.base_url}", retries: 0, timeout_s: 2}}
+        stages: [{{name: ask, user: hi, stream: true, expect: {{text: slow}}}}]
+        """))
+    pytester.runpytest("--toolbench-record").assert_outcomes(passed=1)
+
+    started = time.monotonic()
+    result = pytester.runpytest(f"--toolbench-replay-speed={speed}", "--toolbench-report=r.json")
+    elapsed_ms = (time.monotonic() - started) * 1000
+
+    result.assert_outcomes(passed=1)
+    latency = json.loads((pytester.path / "r.json").read_text())["cases"][0]["latency_ms"]
+    assert low_ms <= latency < high_ms
+    assert elapsed_ms >= low_ms
+
+
+# -- xdist -------------------------------------------------------------------------------
+
+def test_recording_under_xdist_writes_every_cassette(pytester: pytest.Pytester,
+                                                     chat_server: ChatServer) -> None:
+    chat_server.set_handler(assistant)
+    head = f'endpoint: {{base_url: "{chat_server.base_url}", retries: 0}}\n'
+    stages = "stages: [{{name: ask, user: text {n}, expect: {{text: text {n}}}}}]\n"
+    pytester.makefile(".case.yaml", x="---\n".join(
+        head + f"name: case_{n}\n" + stages.format(n=n) for n in range(4)))
+
+    result = pytester.runpytest_subprocess("--toolbench-record", "-n", "2", timeout=60)
+
+    result.assert_outcomes(passed=4)
+    assert len(chat_server.requests) == 4  # each case recorded once, by one worker
+    for n in range(4):
+        document = yaml.safe_load((pytester.path / f"__cassettes__/x/case_{n}.yaml").read_text())
+        (interaction,) = document["interactions"]
+        assert interaction["request"]["body"]["messages"] == [
+            {"content": f"text {n}", "role": "user"}]
+    chat_server.close()
+    pytester.runpytest().assert_outcomes(passed=4)
