@@ -132,21 +132,21 @@ class StageRunner:
 
     async def _run(self, attempt: StageAttempt) -> None:
         start = self.conversation.snapshot()
+        carried = self.conversation  # the first (streamed) variant carries the conversation on
         variants = [True, False] if self.stage.stream == "both" else [bool(self.stage.stream)]
         outcomes: list[Outcome] = []
-        for position, streamed in enumerate(variants):
-            if position:
-                self.machine.fire("other_variant")
-                first_run = self.conversation
-                self.conversation = start.snapshot()
-            outcome = await self._run_variant(attempt, streamed)
-            if outcome is None:
-                return
-            outcomes.append(outcome)
-            if not self._check(attempt, outcome, streamed, len(variants) > 1):
-                return
-            if position:
-                self.conversation = first_run  # the streamed variant carries the conversation
+        try:
+            for position, streamed in enumerate(variants):
+                if position:
+                    self.machine.fire("other_variant")
+                    self.conversation = start.snapshot()
+                outcome = await self._run_variant(attempt, streamed)
+                if outcome is None or not self._check(attempt, outcome, streamed,
+                                                      len(variants) > 1):
+                    return
+                outcomes.append(outcome)
+        finally:
+            self.conversation = carried
         self._compare(attempt, outcomes)
         self._capture(attempt, outcomes[0])
         self.machine.fire("mismatch" if attempt.failures else "all_hold")
@@ -173,17 +173,20 @@ class StageRunner:
                 self.machine.fire("end_turn")
                 break
             if len(replies) >= self.stage.max_turns:
-                turn.stop_reason = "max_turns"
-                self.machine.fire("max_turns")
-                names = ", ".join(call.name for call in reply.tool_calls)
-                attempt.failures.append(self._failure(
-                    f"max_turns ({self.stage.max_turns}) reached and the model still calls"
-                    f" tools: {names}", ("max_turns",)))
+                self._stop_at_max_turns(attempt, turn, reply)
                 return None
             turn.stop_reason = "tool_use"
             self.machine.fire("tool_use")
             turn.tool_runs = await self._answer(reply.tool_calls)
         return Outcome(replies, [call for r in replies for call in r.tool_calls])
+
+    def _stop_at_max_turns(self, attempt: StageAttempt, turn: Turn, reply: Reply) -> None:
+        turn.stop_reason = "max_turns"
+        self.machine.fire("max_turns")
+        names = ", ".join(call.name for call in reply.tool_calls)
+        attempt.failures.append(self._failure(
+            f"max_turns ({self.stage.max_turns}) reached and the model still calls tools:"
+            f" {names}", ("max_turns",)))
 
     def _append_stage_messages(self) -> None:
         variables, name = self.conversation.variables, self.stage.name
