@@ -15,8 +15,14 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from .loader import CaseFileError, Document, KeyPath, format_key_path, load_documents
-from .matchers import MatcherError
+from .loader import (
+    CaseFileError,
+    Document,
+    KeyedError,
+    KeyPath,
+    format_key_path,
+    load_documents,
+)
 from .models.case import Case
 
 
@@ -87,10 +93,10 @@ def _describe(exc: ValidationError, document: Document, file: Path) -> list[Case
     for detail in exc.errors():
         path = _data_path(detail, document.data)
         message = _message(detail, path)
-        matcher_error = (detail.get("ctx") or {}).get("error")
-        if isinstance(matcher_error, MatcherError):
-            path = (*path, *matcher_error.path)
-            message = matcher_error.message
+        keyed = (detail.get("ctx") or {}).get("error")
+        if isinstance(keyed, KeyedError):
+            path = (*path, *keyed.path)
+            message = keyed.message
         errors.append(CaseFileError(file, document.line_of(path), message, path))
     return errors
 

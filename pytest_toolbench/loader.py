@@ -29,6 +29,16 @@ stack in libyaml's recursive composer, which it does, with a segfault, near 30,0
 longer text has its depth checked on the event stream before it is composed."""
 
 
+class KeyedError(ValueError):
+    """A validation error that knows the key path, below the field it was raised for, of
+    the value at fault, so the message can name that value's own line."""
+
+    def __init__(self, message: str, path: KeyPath = ()) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = path
+
+
 @dataclass(frozen=True)
 class CaseFileError(Exception):
     """A problem in a case file that the user must fix; printed without a traceback."""

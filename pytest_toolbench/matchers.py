@@ -21,7 +21,8 @@ from typing import Any, Final, Protocol
 
 import jsonschema
 
-from pytest_toolbench.models.records import ToolCall
+from .loader import KeyedError
+from .models.records import ToolCall
 
 Path = tuple[str | int, ...]
 
@@ -50,14 +51,11 @@ MISSING: Final = _Missing.MISSING
 """Stands for the value of a key that is not there."""
 
 
-class MatcherError(ValueError):
-    """A matcher spec is invalid (unknown operator, bad regex, bad JSON Schema, mixed keys...)."""
+class MatcherError(KeyedError):
+    """A matcher spec is invalid (unknown operator, bad regex, bad JSON Schema, mixed keys...).
 
-    def __init__(self, message: str, path: Path = ()) -> None:
-        super().__init__(message)
-        self.message = message
-        self.path = path
-        """The key path inside the matcher spec where the problem is."""
+    ``path`` is the key path inside the matcher spec where the problem is.
+    """
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,8 @@ from pydantic import (
     model_validator,
 )
 
-from ..matchers import Matcher, MatcherError, compile_matcher, compile_tool_calls
+from ..loader import KeyedError
+from ..matchers import Matcher, compile_matcher, compile_tool_calls
 
 _MATCHER_SCHEMA = {"description": "A value, or a mapping of $ operators (SPEC section 4)."}
 
@@ -206,12 +207,19 @@ class Case(StrictModel):
             # What pytest.mark would raise on at collection, with a traceback.
             name, value = (mark, None) if isinstance(mark, str) else next(iter(mark.items()))
             if not name or name.startswith("_"):
-                raise MatcherError(f"a mark name cannot be empty or start with '_', got {name!r}",
+                raise KeyedError(f"a mark name cannot be empty or start with '_', got {name!r}",
                                    (index,))
             if isinstance(value, dict) and not all(isinstance(key, str) for key in value):
-                raise MatcherError(f"the keyword arguments of mark {name!r} need string names,"
+                raise KeyedError(f"the keyword arguments of mark {name!r} need string names,"
                                    f" got {value!r}", (index, name))
         return marks
+
+    @field_validator("model")
+    @classmethod
+    def _unique_models(cls, model: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(model, list):
+            _reject_duplicates("model", model, key=None)
+        return model
 
     @field_validator("stages")
     @classmethod
@@ -235,10 +243,11 @@ class Case(StrictModel):
         return next((tool for tool in self.tools if tool.name == name), None)
 
 
-def _reject_duplicates(kind: str, names: list[str]) -> None:
+def _reject_duplicates(kind: str, names: list[str], key: str | None = "name") -> None:
+    """``key``: where the name sits in each item (``None``: the item is the name)."""
     seen = set()
     for index, name in enumerate(names):
         if name in seen:
-            # A MatcherError carries the path below the field, so the error names this line.
-            raise MatcherError(f"duplicate {kind} name {name!r}", (index, "name"))
+            where: tuple[str | int, ...] = (index, key) if key else (index,)
+            raise KeyedError(f"duplicate {kind} name {name!r}", where)  # names its own line
         seen.add(name)
