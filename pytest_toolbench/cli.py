@@ -1,9 +1,10 @@
 """The ``toolbench`` command: check case files, print their schema, draw their flow.
 
 ``validate`` prints the same messages as collection (both go through ``casefile``);
-``graph`` draws the executor's own ``TRANSITIONS`` table, so the picture cannot drift from
-what runs. ``import-bfcl`` and ``serve-local`` live in their own modules, imported only
-when asked for, so the other commands work without their dependencies.
+``graph`` prints ``reporting.graph``'s drawing of the executor's own ``TRANSITIONS`` table,
+so the picture cannot drift from what runs. ``import-bfcl`` and ``serve-local`` live in
+their own modules, imported only when asked for, so the other commands work without their
+dependencies.
 """
 
 from __future__ import annotations
@@ -22,12 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from transitions.extensions.diagrams import HierarchicalGraphMachine
-from transitions.extensions.nesting import NestedState
-
 from .casefile import CaseFileErrors, LoadedCase, describe_errors, load_case_file
-from .executor.machine import TRANSITIONS, StageState
-from .models.case import Case, Stage
+from .models.case import Case
+from .reporting.graph import case_graph
 from .settings import DEFAULT_FILES
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"  # what pydantic generates
@@ -164,126 +162,6 @@ def run_schema(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------- graph
-
-# Where a stage's run ends; FAILED also leads back to IDLE while retry attempts remain.
-FINAL_STATES = (StageState.PASSED, StageState.FAILED)
-
-
-@dataclass(frozen=True)
-class StageFlow:
-    """One stage and what its configuration lets happen, which decides its triggers."""
-
-    stage: Stage
-    answers_pending: bool
-    """The stage can start with tool calls left unanswered by the stage before it."""
-
-    def can_fire(self, trigger: str) -> bool:
-        """Whether ``trigger`` can occur in this stage; triggers not named here always can."""
-        stage = self.stage
-        conditional = {
-            "answer_pending": self.answers_pending,
-            "tool_use": stage.run_tools,
-            "max_turns": stage.run_tools,
-            "other_variant": stage.stream == "both",
-            "retry": stage.retry is not None and stage.retry.attempts > 1,
-        }
-        return conditional.get(trigger, True)
-
-    def label(self, trigger: str) -> str:
-        stage = self.stage
-        labels = {
-            "tool_use": f"tool_use (max {stage.max_turns} turns)",
-            "max_turns": f"max_turns ({stage.max_turns} sent)",
-            "other_variant": "other_variant (now not streamed)",
-            "retry": f"retry (up to {stage.retry.attempts} attempts)" if stage.retry else "retry",
-        }
-        return labels.get(trigger, trigger)
-
-
-def stage_flows(case: Case) -> list[StageFlow]:
-    """Each stage with its flow; pending tool calls come from a stage without the loop."""
-    flows = []
-    for index, stage in enumerate(case.stages):
-        previous = case.stages[index - 1] if index else None
-        sends_tool_messages = any(message.get("role") == "tool" for message in stage.messages)
-        pending = previous is not None and not previous.run_tools and not sends_tool_messages
-        flows.append(StageFlow(stage, pending))
-    return flows
-
-
-Edge = tuple[str, StageState, StageState]
-
-
-def stage_edges(flow: StageFlow) -> list[Edge]:
-    """The table's transitions this stage can take, from states it can reach."""
-    possible = [edge for edge in _table_edges() if flow.can_fire(edge[0])]
-    reachable = {StageState.IDLE}
-    grew = True
-    while grew:
-        before = len(reachable)
-        reachable |= {dest for _, source, dest in possible if source in reachable}
-        grew = len(reachable) > before
-    return [edge for edge in possible if edge[1] in reachable]
-
-
-def _table_edges() -> list[Edge]:
-    edges: list[Edge] = []
-    for row in TRANSITIONS:
-        sources = row["source"] if isinstance(row["source"], list) else [row["source"]]
-        edges.extend((row["trigger"], source, row["dest"]) for source in sources)
-    return edges
-
-
-class _GraphState(NestedState):
-    """A state with a display label; ``__`` joins names, as state values contain ``_``."""
-
-    separator = "__"
-
-    def __init__(self, *args: Any, label: str | None = None, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if label is not None:
-            self.label = label  # read by transitions' markup, shown instead of the id
-
-
-class _CaseGraphMachine(HierarchicalGraphMachine):
-    state_cls = _GraphState
-
-
-def case_graph(case: Case) -> str:
-    """The case's flow as Mermaid: one composite state per stage, linked in order."""
-    states: list[dict[str, Any]] = []
-    transitions: list[dict[str, Any]] = []
-    for index, flow in enumerate(stage_flows(case)):
-        stage_id = f"stage{index}"
-        edges = stage_edges(flow)
-        states.append(_stage_state(stage_id, flow.stage, edges))
-        transitions.extend(_stage_transition(stage_id, flow, edge) for edge in edges)
-        if index:  # the runner goes on only when the stage before passed
-            transitions.append({"trigger": "next_stage", "source": f"stage{index - 1}",
-                                "dest": stage_id, "label": "passed"})
-    machine = _CaseGraphMachine(
-        states=states, transitions=transitions, initial="stage0", auto_transitions=False,
-        graph_engine="mermaid",
-    )
-    # transitions writes the title line verbatim into Mermaid's YAML front matter.
-    title = f"title: {json.dumps(case.name)}"
-    source: str = machine.get_graph(title=title).draw(None)
-    return source.rstrip("\n") + "\n"
-
-
-def _stage_state(stage_id: str, stage: Stage, edges: list[Edge]) -> dict[str, Any]:
-    used = {StageState.IDLE} | {edge[2] for edge in edges}
-    children = [{"name": state.value, "final": state in FINAL_STATES}
-                for state in StageState if state in used]
-    return {"name": stage_id, "label": stage.name, "initial": StageState.IDLE.value,
-            "children": children}
-
-
-def _stage_transition(stage_id: str, flow: StageFlow, edge: Edge) -> dict[str, Any]:
-    trigger, source, dest = edge
-    join = _GraphState.separator
-    return {"trigger": trigger, "source": f"{stage_id}{join}{source.value}",
-            "dest": f"{stage_id}{join}{dest.value}", "label": flow.label(trigger)}
 
 
 def run_graph(args: argparse.Namespace) -> int:
