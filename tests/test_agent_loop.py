@@ -5,6 +5,7 @@ Every test runs the plugin through pytester against the loopback chat server.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -137,8 +138,8 @@ stages:
         "*> request 2: 3 messages, last tool:*",
         "*text: Sunny.",
         "*stop reason: end_turn",
-        "states: idle -> sending -> receiving -> running_tools -> sending -> receiving"
-        " -> checking -> failed",
+        ("states: idle -> sending -> receiving -> running_tools -> sending -> receiving"
+        " -> checking -> failed"),
     ])
 
 
@@ -176,7 +177,7 @@ stages:
     result.assert_outcomes(passed=1)
     assert time.monotonic() - started < 10
     sent = tool_messages(chat_server.requests[1])
-    assert sent[0]["content"] == '{"error": "%s"}' % expected_error
+    assert sent[0]["content"] == f'{{"error": "{expected_error}"}}'
 
 
 def test_unknown_tool_and_invalid_arguments_are_answered_with_errors(
@@ -222,8 +223,8 @@ stages:
     result.assert_outcomes(failed=1)
     assert len(chat_server.requests) == 3
     result.stdout.fnmatch_lines([
-        "*endless: stages[[]0[]].max_turns: max_turns (3) reached and the model still calls"
-        " tools: get_weather",
+        ("*endless: stages[[]0[]].max_turns: max_turns (3) reached and the model still calls"
+        " tools: get_weather"),
         "*stop reason: max_turns",
     ])
 
@@ -316,8 +317,6 @@ stages:
     run_live(pytester, f"--toolbench-report={report}").assert_outcomes(passed=1)
     bodies = [request.json()["messages"] for request in chat_server.requests]
     assert bodies[0] == bodies[1] == bodies[2] == [{"role": "user", "content": "Weather?"}]
-    import json
-
     attempts = json.loads(report.read_text())["cases"][0]["runs"][0]["stages"][0]["attempts"]
     assert [a["passed"] for a in attempts] == [False, False, True]
     assert attempts[1]["trail"] == ["idle", "sending", "receiving", "checking", "failed"]
