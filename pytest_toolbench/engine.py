@@ -94,7 +94,8 @@ class Engine:
     async def _execute(self, job: Job) -> CaseResult:
         endpoint = self.settings.endpoint_for(job.loaded.case.endpoint)
         path = self.cassette_path(job)
-        hint = f"pytest '{job.nodeid}' --toolbench-record"
+        # From where pytest was started, not the rootdir (which the node id is relative to).
+        hint = f"pytest '{job.display_file}::{job.label}' --toolbench-record"
         secrets = _secrets(endpoint)
         replaying = self.settings.mode is Mode.REPLAY or (
             self.settings.mode is Mode.MISSING and path.exists())

@@ -259,7 +259,7 @@ def test_invalid_arguments_are_kept_on_the_call_not_raised() -> None:
     [tool_call] = reply.tool_calls
     assert tool_call.arguments is None
     assert tool_call.arguments_error is not None
-    assert tool_call.arguments_error.startswith("arguments are not valid JSON: Unterminated")
+    assert tool_call.arguments_error.startswith("Unterminated string")
     assert tool_call.arguments_raw == '{"city": "Par'
     assert reply.problems == []  # the check decides (always for streams), not the parser
 

@@ -47,7 +47,14 @@ def check(expect: Expect, outcome: Outcome, base: KeyPath, line_of: LineOf) -> l
         failures.extend(_check_stream(stream, outcome.reply, (*base, "stream"), line_of))
     for reply in outcome.replies:
         failures.extend(_protocol_failures(reply, base, line_of))
+        if reply is not outcome.reply and stream.done and _cut_short(reply):
+            failures.append(_plain("an earlier stream of the stage ended without data: [DONE]",
+                                   (*base, "stream", "done"), line_of))
     return failures
+
+
+def _cut_short(reply: Reply) -> bool:
+    return reply.stream is not None and not reply.stream.done
 
 
 def _actuals(expect: Expect, outcome: Outcome) -> list[tuple[str, Any]]:
@@ -94,7 +101,8 @@ def _protocol_failures(reply: Reply, base: KeyPath, line_of: LineOf) -> list[Fai
         failures.append(_plain(f"error {where}: {reply.error}", base, line_of))
     if reply.stream is not None:
         failures.extend(
-            _plain(f"streamed tool call {call.name}: {call.arguments_error}", base, line_of)
+            _plain(f"streamed tool call {call.name}: arguments are not valid JSON:"
+                   f" {call.arguments_error}", base, line_of)
             for call in reply.tool_calls if call.arguments_error is not None)
     return failures
 

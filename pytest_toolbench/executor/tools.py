@@ -48,7 +48,7 @@ async def _answer(call: ToolCall, tool: Tool | None) -> str:
     if not tool.has_implementation:
         raise ToolFailed(f"tool {call.name} has no implementation (result, python or error)")
     if call.arguments_error is not None:
-        raise ToolFailed(call.arguments_error)
+        raise ToolFailed(f"arguments are not valid JSON: {call.arguments_error}")
     if "error" in tool.model_fields_set:
         raise ToolFailed(tool.error or "tool failed")
     if tool.python is not None:

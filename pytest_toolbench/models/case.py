@@ -10,8 +10,10 @@ from __future__ import annotations
 import importlib
 from typing import Annotated, Any, Literal
 
+# JsonValue: what is sent must be JSON; YAML also reads dates and binary, which are not.
 from pydantic import (
     AfterValidator,
+    JsonValue,
     BaseModel,
     ConfigDict,
     Field,
@@ -70,9 +72,9 @@ class Tool(StrictModel):
 
     name: Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
     description: str = ""
-    parameters: dict[str, Any] = {"type": "object", "properties": {}}
+    parameters: dict[str, JsonValue] = {"type": "object", "properties": {}}
     """JSON Schema of the arguments, sent as the OpenAI function schema."""
-    result: Any = None
+    result: JsonValue = None
     """Canned result (any JSON; a string is sent as is)."""
     python: str | None = None
     """``module:function`` called with the arguments; sync or async."""
@@ -170,13 +172,13 @@ class Stage(StrictModel):
     name: Name
     user: str | None = None
     """Shorthand for one user message."""
-    messages: list[dict[str, Any]] = []
+    messages: list[dict[str, JsonValue]] = []
     """Messages appended in order, after ``user``."""
     tool_choice: Literal["auto", "none", "required"] | ToolChoiceFunction | None = None
     stream: bool | Literal["both"] = False
     run_tools: bool = False
     max_turns: int = Field(default=5, ge=1)
-    params: dict[str, Any] = {}
+    params: dict[str, JsonValue] = {}
     """Merged over the case's params for this stage's requests."""
     expect: Expect = Expect()
     capture: dict[str, str] = {}
@@ -192,7 +194,7 @@ class Case(StrictModel):
     marks: list[str | dict[str, Any]] = []
     model: str | list[str] | None = None
     endpoint: Endpoint = Endpoint()
-    params: dict[str, Any] = {}
+    params: dict[str, JsonValue] = {}
     system: str | None = None
     tools: list[Tool] = []
     repeat: Repeat | None = None

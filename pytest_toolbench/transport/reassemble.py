@@ -129,7 +129,7 @@ class _CallBuilder:
         except _JSON_ERRORS as exc:
             # Not a problem of the response: the executor answers such a call with an error
             # tool message, and checks decide (always for streams, SPEC section 6).
-            call.arguments_error = f"arguments are not valid JSON: {exc}"
+            call.arguments_error = str(exc)
         return call
 
 
