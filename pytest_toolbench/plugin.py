@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import gc
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,9 @@ from .models.case import Endpoint
 from .reporting.json_report import case_record, write_report
 from .reporting.summary import render_summary
 from .settings import DEFAULT_FILES, OPTIONS, Settings
+
+
+FROZEN_KEY = pytest.StashKey[bool]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -43,6 +47,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     engine = config.stash.get(ENGINE_KEY, None)
     if engine is not None:
         engine.close()
+    if config.stash.get(FROZEN_KEY, False):
+        gc.unfreeze()  # the session is over: what it kept may be collected again
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> CaseFile | None:
@@ -56,6 +62,17 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> CaseFile |
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Remember the final order (after -k, -m, --lf) so live cases can start ahead."""
     config.stash[LOOKAHEAD_KEY] = Lookahead(config, items)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Freeze what collection built: cases, schemas and compiled matchers live until the
+    session ends, and a frozen object is not re-scanned by every later garbage collection
+    (in a 10,000-case session those scans took a third of the time)."""
+    if any(isinstance(item, CaseItem) for item in session.items):
+        gc.collect()
+        gc.freeze()
+        session.config.stash[FROZEN_KEY] = True
 
 
 def pytest_report_header(config: pytest.Config) -> str:
