@@ -35,7 +35,24 @@ except ImportError:  # pragma: no cover - depends on how PyYAML was built
     from yaml import SafeDumper as _Dumper  # type: ignore[assignment]
 
 SCRUBBED = "<scrubbed>"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""2: JSON bodies as pretty-printed JSON text in YAML block scalars (1: as YAML mappings)."""
+
+
+class _JsonText(str):
+    """JSON text written as a YAML block scalar: one line per JSON line, diffable, and one
+    scalar to parse instead of one per value (YAML's scalar resolution is the slow part)."""
+
+
+class _CassetteDumper(_Dumper):
+    pass
+
+
+def _represent_json_text(dumper: _CassetteDumper, text: _JsonText) -> yaml.Node:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", str(text), style="|")
+
+
+_CassetteDumper.add_representer(_JsonText, _represent_json_text)
 
 
 @dataclass
@@ -55,8 +72,11 @@ class Cassette:
     def load(cls, path: Path, rerecord_hint: str = "") -> Cassette:
         try:
             data = load_yaml(path.read_text(encoding="utf-8"))
+            if data.get("version") != FORMAT_VERSION:
+                raise ValueError(f"format {data.get('version')}, this version reads "
+                                 f"{FORMAT_VERSION}")
             interactions = [_interaction(item) for item in data["interactions"]]
-        except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
+        except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ReplayError(f"cassette {path} is unreadable ({exc}); re-record it with: "
                               f"{rerecord_hint}") from None
         return cls(path, interactions, rerecord_hint=rerecord_hint)
@@ -84,7 +104,7 @@ class Cassette:
             "version": FORMAT_VERSION,
             "interactions": [_plain(interaction) for interaction in self.interactions],
         }
-        text = yaml.dump(scrub(document, self.secrets), Dumper=_Dumper,
+        text = yaml.dump(scrub(document, self.secrets), Dumper=_CassetteDumper,
                          sort_keys=False, allow_unicode=True, width=1 << 20)
         header = f"# Recorded by pytest-toolbench. Re-record: {self.rerecord_hint}\n"
         write_atomic(self.path, header + text)
@@ -191,13 +211,19 @@ def _plain(interaction: Interaction) -> dict[str, Any]:
                                 "elapsed_ms": interaction.elapsed_ms}
     if interaction.events is not None:
         response["events"] = [_plain_event(event) for event in interaction.events]
+    elif isinstance(interaction.body, str):
+        response["text"] = interaction.body
     else:
-        response["body"] = interaction.body
+        response["json"] = _json_text(interaction.body)
     return {
         "request": {"method": interaction.method, "path": interaction.path,
-                    "body": json.loads(_canonical(interaction.request))},
+                    "json": _json_text(interaction.request)},
         "response": response,
     }
+
+
+def _json_text(value: Any) -> _JsonText:
+    return _JsonText(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False))
 
 
 def _plain_event(event: StreamEvent) -> dict[str, Any]:
@@ -210,11 +236,12 @@ def _plain_event(event: StreamEvent) -> dict[str, Any]:
 def _interaction(item: dict[str, Any]) -> Interaction:
     request, response = item["request"], item["response"]
     events = response.get("events")
+    body = json.loads(response["json"]) if "json" in response else response.get("text")
     return Interaction(
-        request=request["body"],
+        request=json.loads(request["json"]),
         status=int(response["status"]),
         content_type=response.get("content_type", ""),
-        body=response.get("body"),
+        body=body,
         events=None if events is None else [
             StreamEvent(e["data"], float(e["at_ms"]), e.get("event", "message")) for e in events],
         elapsed_ms=float(response.get("elapsed_ms", 0.0)),

@@ -167,8 +167,8 @@ def test_missing_mode_records_only_what_is_missing(pytester: pytest.Pytester,
     assert {k: v for k, v in after.items() if k != streamed} == {
         k: v for k, v in before.items() if k != streamed}  # byte for byte: not rewritten
     document = yaml.safe_load(after[streamed])
-    assert document["interactions"][0]["request"]["body"]["messages"][-1]["content"] == (
-        "stream me")
+    request = json.loads(document["interactions"][0]["request"]["json"])
+    assert request["messages"][-1]["content"] == "stream me"
 
 
 def test_bad_mode_is_a_usage_error_listing_the_choices(pytester: pytest.Pytester) -> None:
@@ -221,16 +221,19 @@ def test_cassette_is_readable_yaml_with_sorted_bodies_and_timed_events(
     (interaction,) = plain["interactions"]
     assert interaction["request"]["method"] == "POST"
     assert interaction["request"]["path"] == "/chat/completions"
-    assert interaction["request"]["body"] == {
-        "messages": [{"content": "hello", "role": "user"}], "temperature": 0}
-    assert list(interaction["request"]["body"]) == ["messages", "temperature"]
-    assert list(interaction["request"]["body"]["messages"][0]) == ["content", "role"]
+    request = json.loads(interaction["request"]["json"])  # dict order = order in the file
+    assert request == {"messages": [{"content": "hello", "role": "user"}], "temperature": 0}
+    assert list(request) == ["messages", "temperature"]
+    assert list(request["messages"][0]) == ["content", "role"]
     assert interaction["response"]["status"] == 200
     assert interaction["response"]["content_type"] == "application/json"
-    assert interaction["response"]["body"]["choices"][0]["message"]["content"] == "hello"
+    reply = json.loads(interaction["response"]["json"])
+    assert reply["choices"][0]["message"]["content"] == "hello"
+    # JSON bodies are block scalars: one JSON line per file line, for reviewable diffs.
+    assert '    json: |-\n      {\n        "messages": [\n' in streamed_text
 
     (stream,) = streamed["interactions"]
-    body = stream["request"]["body"]
+    body = json.loads(stream["request"]["json"])
     assert list(body) == sorted(body)
     assert body["stream"] is True
     assert stream["response"]["content_type"] == "text/event-stream"
@@ -296,8 +299,8 @@ def test_killed_recording_leaves_the_old_cassettes_whole(pytester: pytest.Pytest
     assert sorted(after) == sorted(before)  # no temp file beside the cassettes
     assert after["__cassettes__/s/streamed.yaml"] == before["__cassettes__/s/streamed.yaml"]
     plain = yaml.safe_load(after["__cassettes__/s/plain.yaml"])
-    assert plain["interactions"][0]["response"]["body"]["choices"][0]["message"][
-        "content"] == "hello!"
+    reply = json.loads(plain["interactions"][0]["response"]["json"])
+    assert reply["choices"][0]["message"]["content"] == "hello!"
 
 
 # -- replay timing -----------------------------------------------------------------------
@@ -341,7 +344,7 @@ def test_recording_under_xdist_writes_every_cassette(pytester: pytest.Pytester,
     for n in range(4):
         document = yaml.safe_load((pytester.path / f"__cassettes__/x/case_{n}.yaml").read_text())
         (interaction,) = document["interactions"]
-        assert interaction["request"]["body"]["messages"] == [
+        assert json.loads(interaction["request"]["json"])["messages"] == [
             {"content": f"text {n}", "role": "user"}]
     chat_server.close()
     pytester.runpytest().assert_outcomes(passed=4)

@@ -6,7 +6,6 @@ answers tool calls and sends again until the model stops calling tools or ``max_
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,7 +51,9 @@ class Conversation:
     variables: dict[str, Any] = field(default_factory=dict)
 
     def snapshot(self) -> Conversation:
-        return copy.deepcopy(self)
+        """A copy to go back to. Messages are never changed once appended (every change
+        appends a new one), so copying the lists is enough."""
+        return Conversation(list(self.messages), list(self.pending), dict(self.variables))
 
 
 async def run_case(ctx: CaseContext) -> CaseResult:
@@ -230,7 +231,7 @@ class StageRunner:
         body: dict[str, Any] = {}
         if self.ctx.model is not None:
             body["model"] = self.ctx.model
-        body["messages"] = copy.deepcopy(self.conversation.messages)
+        body["messages"] = list(self.conversation.messages)
         if case.tools:
             body["tools"] = [tool.to_request() for tool in case.tools]
         if stage.tool_choice is not None:

@@ -13,6 +13,7 @@ the validation error. It sends no usage chunk in streams.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,10 +137,10 @@ def test_forced_tool_call_records_and_replays_offline(project: Project) -> None:
         result.stdout.fnmatch_lines(["*::forced_call PASSED*", "*::forced_call_streamed PASSED*"])
     plain = project.cassette("weather", "forced_call")["interactions"]
     assert [i["response"]["status"] for i in plain] == [200]
-    call = plain[0]["response"]["body"]["choices"][0]["message"]["tool_calls"][0]
+    call = json.loads(plain[0]["response"]["json"])["choices"][0]["message"]["tool_calls"][0]
     assert call["function"]["name"] == "get_weather"
     streamed = project.cassette("weather", "forced_call_streamed")["interactions"]
-    assert streamed[0]["request"]["body"]["stream"] is True
+    assert json.loads(streamed[0]["request"]["json"])["stream"] is True
     events = streamed[0]["response"]["events"]
     assert len(events) >= 5 and events[-1]["data"] == "[DONE]"
 
@@ -150,7 +151,7 @@ def test_short_text_answer_records_and_replays_offline(project: Project) -> None
 
     project.record_then_replay(passed=2)
 
-    body = project.cassette("hello", "hello")["interactions"][0]["request"]["body"]
+    body = json.loads(project.cassette("hello", "hello")["interactions"][0]["request"]["json"])
     assert body["max_tokens"] == 8 and "tools" not in body
 
 
