@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -57,7 +58,7 @@ class CaseItem(pytest.Item):
         for mark in loaded.case.marks:
             self.add_marker(_mark(mark))
 
-    @property
+    @functools.cached_property
     def job(self) -> Job:
         return Job(self.loaded, self.model, self.nodeid, str(_display(self.config, self.path)))
 

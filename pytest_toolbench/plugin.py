@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import functools
 import gc
 from collections.abc import Generator
 from pathlib import Path
@@ -36,7 +37,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                   default=list(DEFAULT_FILES))
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    # Registered first, so it runs last: after pytest's own end-of-session collections,
+    # which then need not scan what collection froze.
+    config.add_cleanup(functools.partial(_unfreeze, config))
     settings = Settings.from_config(config)
     config.stash[SETTINGS_KEY] = settings
     config.stash[ENGINE_KEY] = Engine(settings, Path(config.rootpath))
@@ -47,8 +52,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     engine = config.stash.get(ENGINE_KEY, None)
     if engine is not None:
         engine.close()
-    if config.stash.get(FROZEN_KEY, False):
-        gc.unfreeze()  # the session is over: what it kept may be collected again
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> CaseFile | None:
@@ -70,9 +73,15 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     session ends, and a frozen object is not re-scanned by every later garbage collection
     (in a 10,000-case session those scans took a third of the time)."""
     if any(isinstance(item, CaseItem) for item in session.items):
-        gc.collect()
+        # No gc.collect() first: it would scan all of it once more. Collection's garbage is
+        # freed by reference counting; a rare cycle waits for the unfreeze at the end.
         gc.freeze()
         session.config.stash[FROZEN_KEY] = True
+
+
+def _unfreeze(config: pytest.Config) -> None:
+    if config.stash.get(FROZEN_KEY, False):
+        gc.unfreeze()  # the session is over: what it kept may be collected again
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -7,7 +7,7 @@ only these triggers, and ``toolbench graph`` draws the same table, so they canno
 from __future__ import annotations
 
 import enum
-from typing import Any
+from typing import Any, ClassVar
 
 from transitions import Machine
 
@@ -56,13 +56,27 @@ MACHINE = build_machine()
 
 
 class StageMachine:
-    """The model a stage's run drives through ``TRANSITIONS``, keeping the trail."""
+    """The model a stage's run drives through ``TRANSITIONS``, keeping the trail.
+
+    Joining the machine binds every trigger to the model, which costs more than a whole
+    replayed stage; so models are pooled: ``acquire`` reuses a released one, reset to idle.
+    """
 
     state: StageState
+    _pool: ClassVar[list[StageMachine]] = []
 
     def __init__(self) -> None:
         self.trail: list[str] = [StageState.IDLE.value]
         MACHINE.add_model(self, initial=StageState.IDLE)
+
+    @classmethod
+    def acquire(cls) -> StageMachine:
+        if not cls._pool:
+            return cls()
+        machine = cls._pool.pop()
+        MACHINE.set_state(StageState.IDLE, model=machine)
+        machine.trail = [StageState.IDLE.value]
+        return machine
 
     def fire(self, trigger: str) -> None:
         """Take the transition named ``trigger``; MachineError if the table forbids it."""
@@ -72,4 +86,4 @@ class StageMachine:
         self.trail.append(self.state.value)
 
     def release(self) -> None:
-        MACHINE.remove_model(self)
+        self._pool.append(self)

@@ -91,7 +91,7 @@ async def run_stage(ctx: CaseContext, conversation: Conversation, index: int,
     result = StageResult(stage.name)
     attempts = stage.retry.attempts if stage.retry else 1
     before = conversation.snapshot()
-    machine = StageMachine()
+    machine = StageMachine.acquire()
     try:
         for number in range(1, attempts + 1):
             if number > 1:
