@@ -5,6 +5,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import gc
+import sys
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,6 @@ from .models.case import Endpoint
 from .reporting.json_report import case_record, write_report
 from .reporting.summary import render_summary
 from .settings import DEFAULT_FILES, OPTIONS, Settings
-
 
 FROZEN_KEY = pytest.StashKey[bool]()
 
@@ -80,8 +80,17 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def _unfreeze(config: pytest.Config) -> None:
-    if config.stash.get(FROZEN_KEY, False):
-        gc.unfreeze()  # the session is over: what it kept may be collected again
+    """Let the finished session's objects be collected again, when the process goes on.
+
+    A command-line run (its arguments are the process's) exits right after: unfrozen, the
+    interpreter's exit would scan them all once more, seconds for a large suite. An
+    in-process run (pytester, an IDE calling ``pytest.main``) unfreezes, so a long-lived
+    process does not keep every finished session.
+    """
+    if not config.stash.get(FROZEN_KEY, False):
+        return
+    if tuple(config.invocation_params.args) != tuple(sys.argv[1:]):
+        gc.unfreeze()
 
 
 def pytest_report_header(config: pytest.Config) -> str:

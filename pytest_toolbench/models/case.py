@@ -10,13 +10,12 @@ from __future__ import annotations
 import importlib
 from typing import Annotated, Any, Literal
 
-# JsonValue: what is sent must be JSON; YAML also reads dates and binary, which are not.
 from pydantic import (
     AfterValidator,
-    JsonValue,
     BaseModel,
     ConfigDict,
     Field,
+    JsonValue,  # what is sent must be JSON; YAML also reads dates and binary, which are not
     PlainSerializer,
     WithJsonSchema,
     field_validator,
