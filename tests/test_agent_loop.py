@@ -364,6 +364,15 @@ stages:
     ])
 
 
+STREAM_BOTH_CASE = """name: both
+stages:
+  - name: ask
+    user: Weather?
+    stream: both
+    expect: {text: {$contains: sunny}}
+"""
+
+
 def _both(text_streamed: str, text_plain: str) -> Any:
     def answer(request: RecordedRequest) -> Any:
         if request.json().get("stream"):
@@ -376,13 +385,7 @@ def test_stream_both_passes_when_replies_agree(
     pytester: pytest.Pytester, chat_server: ChatServer
 ) -> None:
     chat_server.set_handler(_both("Paris is sunny", "Paris is sunny"))
-    write_case(pytester, chat_server, """name: both
-stages:
-  - name: ask
-    user: Weather?
-    stream: both
-    expect: {text: {$contains: sunny}}
-""")
+    write_case(pytester, chat_server, STREAM_BOTH_CASE)
     run_live(pytester).assert_outcomes(passed=1)
     assert [r.json().get("stream", False) for r in chat_server.requests] == [True, False]
 
@@ -391,13 +394,7 @@ def test_stream_both_fails_with_a_diff_when_replies_differ(
     pytester: pytest.Pytester, chat_server: ChatServer
 ) -> None:
     chat_server.set_handler(_both("Paris is sunny", "Paris is sunny today"))
-    write_case(pytester, chat_server, """name: both
-stages:
-  - name: ask
-    user: Weather?
-    stream: both
-    expect: {text: {$contains: sunny}}
-""")
+    write_case(pytester, chat_server, STREAM_BOTH_CASE)
     result = run_live(pytester)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
