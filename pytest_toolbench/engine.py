@@ -115,6 +115,11 @@ class Engine:
             sink=cassette.interactions.append if recording else None, runs=self._runs(job))
         result = await run_case(ctx)
         result.file = job.display_file
+        if replaying and result.passed and cassette.replayed < len(cassette.interactions):
+            result.runs[-1].error = (
+                f"the case sent {cassette.replayed} requests, but {self._show(path)} holds "
+                f"{len(cassette.interactions)}: the case changed since it was recorded; "
+                f"re-record it with: {hint}")
         if recording and not any(turn.error for run in result.runs for turn in run.turns):
             cassette.save()  # an endpoint failure keeps the old cassette: it replays nothing
         return result

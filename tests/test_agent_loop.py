@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -402,3 +403,42 @@ def test_stream_both_fails_with_a_diff_when_replies_differ(
         '*- expected: "Paris is sunny today"',
         '*+ actual:   "Paris is sunny"',
     ])
+
+
+def test_stream_both_answers_calls_left_open_once(
+    pytester: pytest.Pytester, chat_server: ChatServer, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger.txt"
+    pytester.makepyfile(ledger_tools=f"""
+def book(city):
+    with open({str(ledger)!r}, "a") as handle:
+        handle.write(city + "\\n")
+    return "booked"
+""")
+    pytester.syspathinsert()
+
+    def answer(request: RecordedRequest) -> Any:
+        if assistant_turns(request) == 0:
+            return json_reply(completion(tool_calls=[("book", {"city": "Rome"})]))
+        if request.json().get("stream"):
+            return sse_reply(chunks_for(text="done", split=2))
+        return json_reply(completion(text="done"))
+
+    chat_server.set_handler(answer)
+    write_case(pytester, chat_server, """name: booking
+tools:
+  - name: book
+    python: ledger_tools:book
+stages:
+  - name: choose
+    user: Book Rome
+  - name: confirm
+    stream: both
+    expect: {text: done}
+""")
+    run_live(pytester).assert_outcomes(passed=1)
+    assert ledger.read_text() == "Rome\n"  # a side effect happens once, not per variant
+    streamed, plain = chat_server.requests[1].json(), chat_server.requests[2].json()
+    assert streamed["messages"] == plain["messages"]
+    assert streamed["messages"][-1] == {"role": "tool", "tool_call_id": "call_0",
+                                        "content": "booked"}

@@ -151,6 +151,25 @@ def test_more_requests_than_recorded_fails_saying_so(pytester: pytest.Pytester,
     ])
 
 
+def test_fewer_requests_than_recorded_fails_saying_so(pytester: pytest.Pytester,
+                                                      chat_server: ChatServer) -> None:
+    chat_server.set_handler(assistant)
+    two_stages = "stages: [{name: ask, user: hello}, {name: more, user: more}]"
+    case = f"name: shrinking\nendpoint: {{base_url: '{chat_server.base_url}'}}\n"
+    pytester.makefile(".case.yaml", s=case + two_stages)
+    pytester.runpytest("--toolbench-record").assert_outcomes(passed=1)
+    pytester.makefile(".case.yaml", s=case + "stages: [{name: ask, user: hello}]")
+
+    result = pytester.runpytest()
+
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        ("*s.case.yaml:1: shrinking: the case sent 1 requests, but"
+         " __cassettes__/s/shrinking.yaml holds 2: the case changed since it was recorded;"
+         " re-record it with: pytest 's.case.yaml::shrinking' --toolbench-record"),
+    ])
+
+
 def test_missing_mode_records_only_what_is_missing(pytester: pytest.Pytester,
                                                    recorded: ChatServer) -> None:
     before = cassette_files(pytester.path)

@@ -132,6 +132,11 @@ class StageRunner:
         return attempt
 
     async def _run(self, attempt: StageAttempt) -> None:
+        # Tool results must follow the assistant message that asked for them, so calls left
+        # open by the previous stage are answered first: once, for both variants.
+        if self.conversation.pending and not self._stage_sends_tool_messages():
+            self.machine.fire("answer_pending")
+            attempt.answered_first = await self._answer(self.conversation.pending)
         start = self.conversation.snapshot()
         carried = self.conversation  # the first (streamed) variant carries the conversation on
         variants = [True, False] if self.stage.stream == "both" else [bool(self.stage.stream)]
@@ -154,11 +159,6 @@ class StageRunner:
 
     async def _run_variant(self, attempt: StageAttempt, streamed: bool) -> Outcome | None:
         """The agent loop for one variant; None when the stage already failed."""
-        # Tool results must follow the assistant message that asked for them, so calls left
-        # open by the previous stage are answered before this stage's own messages.
-        if self.conversation.pending and not self._stage_sends_tool_messages():
-            self.machine.fire("answer_pending")
-            attempt.answered_first = await self._answer(self.conversation.pending)
         self._append_stage_messages()
         replies: list[Reply] = []
         while True:
