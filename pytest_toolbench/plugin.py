@@ -33,7 +33,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="shorthand for --toolbench-mode=record: run live, rewrite cassettes")
     group.addoption("--toolbench-live", dest="toolbench_live", action="store_true",
                     help="shorthand for --toolbench-mode=live: run live, write nothing")
-    parser.addini("toolbench_files", "globs of case files", type="linelist",
+    group.addoption("--toolbench-files", dest="toolbench_files", default=None, metavar="GLOBS",
+                    help="globs of case files, comma-separated (default: *.case.yaml,*.case.yml)")
+    parser.addini("toolbench_files", "globs of case files, one per line", type="linelist",
                   default=list(DEFAULT_FILES))
 
 

@@ -117,7 +117,7 @@ class Settings:
             concurrency=_number("concurrency", either("concurrency"), int, minimum=1) or 8,
             replay_speed=_number("replay-speed", either("replay_speed"), float, minimum=0) or 0.0,
             report=_path(config, either("report")),
-            files=tuple(config.getini("toolbench_files") or DEFAULT_FILES),
+            files=_globs(cli("files")) or tuple(config.getini("toolbench_files") or DEFAULT_FILES),
             cassette_dir=_path(config, either("cassette_dir")),
             breaker_threshold=_or(_number("breaker-threshold", either("breaker_threshold"), int,
                                           minimum=0), DEFAULT_THRESHOLD),
@@ -139,6 +139,11 @@ class Settings:
             or DEFAULT_TIMEOUT_S,
             retries=DEFAULT_RETRIES if case.retries is None else case.retries,
         )
+
+
+def _globs(value: str | None) -> tuple[str, ...]:
+    """``--toolbench-files "*.case.yaml,*.tb.yaml"``: comma-separated on the command line."""
+    return tuple(glob.strip() for glob in (value or "").split(",") if glob.strip())
 
 
 def _or(value: Any, default: Any) -> Any:

@@ -85,6 +85,10 @@ def test_ini_toolbench_files_changes_the_globs(pytester: pytest.Pytester) -> Non
     result.stdout.fnmatch_lines(["mine.tb.yaml::chosen", "1 test collected*"])
     assert "default_glob" not in result.stdout.str()
 
+    # The command line wins over the ini, and takes several globs separated by commas.
+    result = pytester.runpytest("--collect-only", "-q", "--toolbench-files=*.case.yaml, x.*")
+    result.stdout.fnmatch_lines(["usual.case.yaml::default_glob", "1 test collected*"])
+
 
 def test_marks_select_skip_and_xfail(pytester: pytest.Pytester, echoing: ChatServer) -> None:
     pytester.makeini("[pytest]\nmarkers =\n    smoke: quick checks\n    slow: long ones\n")
