@@ -34,13 +34,13 @@ def _case_table(records: list[dict[str, Any]], models: list[str]) -> Table:
     title = f"toolbench (model: {models[0]})" if named else "toolbench"
     columns = [c for c in COLUMNS if c != "model" or len(models) > 1]
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD,
-                  pad_edge=False, collapse_padding=True)
-    width = min(max((len(record["case"]) for record in records), default=4), 20)
+                  pad_edge=False, padding=(0, 0))
+    # Figures never wrap; names fold, down to a readable width, when the terminal is narrow.
     for column in columns:
         numeric = column not in ("case", "model", "outcome")
         table.add_column(column, justify="right" if numeric else "left",
                          no_wrap=numeric or column == "outcome", overflow="fold",
-                         min_width=width if column == "case" else None)
+                         min_width={"case": 12, "model": 8}.get(column))
     for record in records:
         cells = {
             "case": record["case"], "model": record["model"] or "-", "outcome": _outcome(record),
@@ -67,7 +67,7 @@ def _model_table(records: list[dict[str, Any]]) -> Table:
         tally[0] += record["passes"]
         tally[1] += record["runs_total"]
     table = Table(title="pass rate per model", title_justify="left", box=box.SIMPLE_HEAD,
-                  pad_edge=False, collapse_padding=True)
+                  pad_edge=False, padding=(0, 0))
     table.add_column("model")
     table.add_column("runs passed", justify="right")
     table.add_column("pass rate", justify="right")
