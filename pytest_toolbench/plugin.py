@@ -25,9 +25,9 @@ FROZEN_KEY = pytest.StashKey[bool]()
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("toolbench", "toolbench: LLM tool-calling cases (*.case.yaml)")
-    for flag, name, help_text in OPTIONS:
+    for flag, name, metavar, help_text in OPTIONS:
         group.addoption(f"--toolbench-{flag}", dest=f"toolbench_{name}", default=None,
-                        metavar=name.upper(), help=help_text)
+                        metavar=metavar, help=help_text)
         parser.addini(f"toolbench_{name}", help_text, default=None)
     group.addoption("--toolbench-record", dest="toolbench_record", action="store_true",
                     help="shorthand for --toolbench-mode=record: run live, rewrite cassettes")

@@ -52,22 +52,24 @@ class ResolvedEndpoint:
         return os.environ.get(self.api_key_env) or None
 
 
-# (flag, ini name, help). The ini twin of every flag is ``toolbench_<name>``.
-OPTIONS: tuple[tuple[str, str, str], ...] = (
-    ("mode", "mode", "where answers come from: replay (default), record, missing, live"),
-    ("base-url", "base_url", "base URL of the OpenAI-compatible API"),
-    ("api-key-env", "api_key_env", "NAME of the environment variable holding the API key"),
-    ("timeout", "timeout", "connect and read timeout in seconds"),
-    ("model", "model", "run every case against these models: NAME[,NAME...]"),
-    ("repeat", "repeat", "run every case N times (the case's min_pass_rate applies)"),
-    ("concurrency", "concurrency", "live/record cases run at most N at a time (default 8)"),
-    ("replay-speed", "replay_speed", "0 replays instantly (default); 1 with recorded timing"),
-    ("report", "report", "write a JSON report of every case, stage and attempt to PATH"),
-    ("cassette-dir", "cassette_dir",
+# (flag, ini name, metavar, help). The ini twin of every flag is ``toolbench_<name>``.
+OPTIONS: tuple[tuple[str, str, str, str], ...] = (
+    ("mode", "mode", "MODE", "where answers come from: replay (default), record, missing, live"),
+    ("base-url", "base_url", "URL", "base URL of the OpenAI-compatible API (.../v1)"),
+    ("api-key-env", "api_key_env", "NAME",
+     "the environment variable holding the API key (default OPENAI_API_KEY)"),
+    ("timeout", "timeout", "S", "connect and read timeout in seconds (default 60)"),
+    ("model", "model", "A[,B...]", "run every case against these models"),
+    ("repeat", "repeat", "N", "run every case N times (the case's min_pass_rate applies)"),
+    ("concurrency", "concurrency", "N", "live/record cases run at most N at a time (default 8)"),
+    ("replay-speed", "replay_speed", "X",
+     "0 replays instantly (default); 1 with the recorded timing"),
+    ("report", "report", "PATH", "write a JSON report of every case, stage and attempt"),
+    ("cassette-dir", "cassette_dir", "DIR",
      "where cassettes live (default: __cassettes__ beside each case file)"),
-    ("breaker-threshold", "breaker_threshold",
+    ("breaker-threshold", "breaker_threshold", "N",
      "consecutive transport failures that open an endpoint's circuit (default 3; 0: never)"),
-    ("breaker-cooldown", "breaker_cooldown",
+    ("breaker-cooldown", "breaker_cooldown", "S",
      "seconds an open circuit fails requests at once before one may try again (default 30)"),
 )
 
