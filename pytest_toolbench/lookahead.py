@@ -5,6 +5,8 @@ and lets each item wait for its own result, so reports stay in order. In a plain
 the next items are the collected ones that follow. In a pytest-xdist worker they are the
 indices the controller has sent to this worker: xdist has no public API for them, so its
 worker queue is read when it looks as expected, and otherwise only the current item runs.
+Under ``--dist worksteal`` a case started ahead may be stolen by another worker and run
+there too: a repeated request, never a wrong result (cassette writes are atomic).
 """
 
 from __future__ import annotations
