@@ -1,5 +1,5 @@
 """Property tests: fed anything, the loader, the SSE decoder and assembler, and the matchers
-answer with their own results or errors, never a crash or a hang (issue 6, item 4).
+answer with their own results or errors, never a crash or a hang.
 
 Determinism: every property runs under ``PROPERTY`` settings. ``derandomize=True`` seeds
 hypothesis from each test's own source, so CI and a laptop try the same examples in the
