@@ -284,6 +284,36 @@ stages:
     assert last == {"role": "user", "content": "Now Lyon in kelvin"}
 
 
+def test_expectations_use_captured_values(
+    pytester: pytest.Pytester, chat_server: ChatServer
+) -> None:
+    chat_server.enqueue(
+        json_reply(completion(tool_calls=[("get_weather", {"city": "Lyon"})])),
+        json_reply(completion(text="Lyon is sunny")),
+        json_reply(completion(tool_calls=[("get_weather", {"city": "Lyon"})])),
+        json_reply(completion(text="Paris is sunny")),
+    )
+    write_case(pytester, chat_server, """name: follows
+tools:
+  - name: get_weather
+    result: sunny
+stages:
+  - name: pick
+    user: Pick a city
+    capture: {city: tool_calls.0.arguments.city}
+    expect: {tool_calls: [{name: get_weather}]}
+  - name: check
+    user: Now describe it
+    expect:
+      text: {$regex: "^${city} is"}
+""")
+    run_live(pytester).assert_outcomes(passed=1)
+    result = run_live(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*follows: stages?1?.expect.text: 'Paris is sunny' does not match regex '^Lyon is'"])
+
+
 def test_missing_variable_names_stage_and_variable(
     pytester: pytest.Pytester, chat_server: ChatServer
 ) -> None:
@@ -298,6 +328,17 @@ stages:
     result = run_live(pytester)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*stage 'second': ${town} is not defined*"])
+
+    write_case(pytester, chat_server, """name: undefined
+stages:
+  - name: only
+    user: hi
+    expect: {text: "${reply}"}
+""")
+    result = run_live(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*undefined: stages?0?.expect: stage 'only': ${reply} is not defined (none captured yet)"])
 
 
 def test_retry_reruns_from_the_conversation_before_the_stage(

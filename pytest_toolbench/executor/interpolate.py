@@ -7,6 +7,8 @@ import os
 import re
 from typing import Any
 
+from ..matchers import MatcherError, compile_matcher, compile_tool_calls
+from ..models.case import Expect
 from ..models.records import Reply, ToolCall
 
 PLACEHOLDER = re.compile(r"\$\{([^}]+)\}")
@@ -41,6 +43,36 @@ def _lookup(name: str, variables: dict[str, Any], stage: str) -> str:
         raise InterpolationError(f"stage {stage!r}: ${{{name}}} is not defined ({known})")
     value = variables[name]
     return value if isinstance(value, str) else json.dumps(value)
+
+
+def has_placeholder(value: Any) -> bool:
+    if isinstance(value, str):
+        return "${" in value
+    if isinstance(value, list):
+        return any(has_placeholder(item) for item in value)
+    if isinstance(value, dict):
+        return any(has_placeholder(key) or has_placeholder(item) for key, item in value.items())
+    return False
+
+
+def resolve_expect(expect: Expect, variables: dict[str, Any], stage: str) -> Expect:
+    """The stage's expectations with ``${...}`` filled in; those matchers compiled anew.
+
+    Matchers are compiled at collection, when captured values are not known yet; only the
+    few that name a variable are compiled again here.
+    """
+    updates: dict[str, Any] = {}
+    for key in expect.model_fields_set:
+        spec = getattr(getattr(expect, key), "spec", None)  # matchers have a spec
+        if has_placeholder(spec):
+            compile_spec = compile_tool_calls if key == "tool_calls" else compile_matcher
+            try:
+                updates[key] = compile_spec(interpolate(spec, variables, stage))
+            except MatcherError as error:
+                raise InterpolationError(
+                    f"stage {stage!r}: expect.{key} after interpolation: {error.message}"
+                ) from None
+    return expect.model_copy(update=updates) if updates else expect
 
 
 def capture(paths: dict[str, str], reply: Reply | None, calls: list[ToolCall],

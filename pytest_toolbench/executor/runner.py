@@ -25,7 +25,7 @@ from ..models.records import (
 from ..transport.client import ChatClient, InteractionSink
 from ..transport.errors import TransportError
 from .check import Outcome, check
-from .interpolate import InterpolationError, capture, interpolate
+from .interpolate import InterpolationError, capture, interpolate, resolve_expect
 from .machine import StageMachine, StageState
 from .tools import run_tool_calls, tool_message
 
@@ -247,7 +247,12 @@ class StageRunner:
 
     def _check(self, attempt: StageAttempt, outcome: Outcome, streamed: bool,
                label: bool) -> bool:
-        failures = check(self.stage.expect, outcome, self.base, self._line_of)
+        try:
+            expect = resolve_expect(self.stage.expect, self.conversation.variables,
+                                    self.stage.name)
+            failures = check(expect, outcome, self.base, self._line_of)
+        except InterpolationError as error:
+            failures = [self._failure(str(error), ("expect",))]
         if label:
             variant = "streamed" if streamed else "not streamed"
             for failure in failures:
