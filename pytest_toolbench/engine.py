@@ -96,7 +96,6 @@ class Engine:
         path = self.cassette_path(job)
         # From where pytest was started, not the rootdir (which the node id is relative to).
         hint = f"pytest '{job.display_file}::{job.label}' --toolbench-record"
-        secrets = _secrets(endpoint)
         replaying = self.settings.mode is Mode.REPLAY or (
             self.settings.mode is Mode.MISSING and path.exists())
         if replaying and not path.exists():
@@ -106,7 +105,7 @@ class Engine:
                                                                             rerecord_hint=hint)
         except ReplayError as error:
             return self._no_run(job, str(error))
-        cassette.secrets = secrets
+        cassette.secrets = _secrets(endpoint)
         ACTIVE.set(cassette)  # this task's context only: concurrent cases keep their own
         recording = self.settings.mode in (Mode.RECORD, Mode.MISSING) and not replaying
         ctx = CaseContext(
@@ -115,14 +114,19 @@ class Engine:
             sink=cassette.interactions.append if recording else None, runs=self._runs(job))
         result = await run_case(ctx)
         result.file = job.display_file
-        if replaying and result.passed and cassette.replayed < len(cassette.interactions):
-            result.runs[-1].error = (
-                f"the case sent {cassette.replayed} requests, but {self._show(path)} holds "
-                f"{len(cassette.interactions)}: the case changed since it was recorded; "
-                f"re-record it with: {hint}")
-        if recording and not any(turn.error for run in result.runs for turn in run.turns):
+        if replaying:
+            self._require_all_replayed(result, cassette)
+        elif recording and not any(turn.error for run in result.runs for turn in run.turns):
             cassette.save()  # an endpoint failure keeps the old cassette: it replays nothing
         return result
+
+    def _require_all_replayed(self, result: CaseResult, cassette: Cassette) -> None:
+        """A passing case that left recorded answers unused has changed since recording."""
+        if result.passed and cassette.replayed < len(cassette.interactions):
+            result.runs[-1].error = (
+                f"the case sent {cassette.replayed} requests, but {self._show(cassette.path)}"
+                f" holds {len(cassette.interactions)}: the case changed since it was recorded;"
+                f" re-record it with: {cassette.rerecord_hint}")
 
     def _runs(self, job: Job) -> int:
         repeat = job.loaded.case.repeat
