@@ -111,9 +111,9 @@ class Engine:
         ctx = CaseContext(
             job.loaded, job.model, self._client(endpoint, replaying),
             api_key=None if replaying else endpoint.api_key(),
-            sink=cassette.interactions.append if recording else None, runs=self._runs(job))
+            sink=cassette.interactions.append if recording else None, runs=self._runs(job),
+            display_file=job.display_file)
         result = await run_case(ctx)
-        result.file = job.display_file
         if replaying:
             self._require_all_replayed(result, cassette)
         elif recording and not any(turn.error for run in result.runs for turn in run.turns):

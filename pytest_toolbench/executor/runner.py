@@ -40,6 +40,8 @@ class CaseContext:
     api_key: str | None = None
     sink: InteractionSink | None = None
     runs: int = 1
+    display_file: str = ""
+    """The case file as messages show it; its own path when empty."""
 
 
 @dataclass
@@ -59,7 +61,7 @@ class Conversation:
 async def run_case(ctx: CaseContext) -> CaseResult:
     case = ctx.loaded.case
     result = CaseResult(
-        case=case.name, model=ctx.model, file=str(ctx.loaded.file),
+        case=case.name, model=ctx.model, file=ctx.display_file or str(ctx.loaded.file),
         line=ctx.loaded.document.start_line,
         min_pass_rate=case.repeat.min_pass_rate if case.repeat else 1.0,
     )
