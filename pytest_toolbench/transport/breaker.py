@@ -3,6 +3,9 @@
 closed --(threshold consecutive transport failures)--> open
 open --(cool-down elapsed, next request allowed through)--> half_open
 half_open --(success)--> closed      half_open --(failure)--> open
+
+Three states and four moves: a plain enum and an assignment each read more clearly than a
+state-machine library would.
 """
 
 from __future__ import annotations
@@ -10,8 +13,6 @@ from __future__ import annotations
 import enum
 import time
 from collections.abc import Callable
-
-from transitions import Machine
 
 from .errors import CircuitOpen
 
@@ -25,25 +26,8 @@ class BreakerState(enum.Enum):
     HALF_OPEN = "half_open"  # one trial request decides: closed again, or open again
 
 
-TRANSITIONS = [
-    {
-        "trigger": "trip",
-        "source": [BreakerState.CLOSED, BreakerState.HALF_OPEN],
-        "dest": BreakerState.OPEN,
-    },
-    {"trigger": "probe", "source": BreakerState.OPEN, "dest": BreakerState.HALF_OPEN},
-    {
-        "trigger": "reset",
-        "source": [BreakerState.CLOSED, BreakerState.HALF_OPEN],
-        "dest": BreakerState.CLOSED,
-    },
-]
-
-
 class CircuitBreaker:
     """Counts consecutive transport failures of one endpoint and opens after ``threshold``."""
-
-    state: BreakerState
 
     def __init__(
         self,
@@ -54,28 +38,22 @@ class CircuitBreaker:
         self.threshold = threshold
         self.cooldown_s = cooldown_s
         self._clock = clock
+        self.state = BreakerState.CLOSED
         self.failures = 0
         self.last_error: str | None = None
         self._opened_at = 0.0
-        Machine(
-            self,
-            states=BreakerState,
-            transitions=TRANSITIONS,
-            initial=BreakerState.CLOSED,
-            auto_transitions=False,
-        )
 
     def check(self) -> None:
         """Raise CircuitOpen while the circuit is open, or half-open with a trial under way."""
         waited = self._clock() - self._opened_at
         if self.state is BreakerState.HALF_OPEN and waited < self.cooldown_s:
             raise self._open_error("a trial request is deciding whether it closes")
-        if self.state is BreakerState.OPEN:
-            if waited < self.cooldown_s:
-                raise self._open_error(f"requests fail at once for {self.cooldown_s:g} s")
-            self.probe()  # type: ignore[attr-defined]  # this request is the trial
-        if self.state is BreakerState.HALF_OPEN:
-            # A trial that never reports (cancelled) blocks others for one cool-down at most.
+        if self.state is BreakerState.OPEN and waited < self.cooldown_s:
+            raise self._open_error(f"requests fail at once for {self.cooldown_s:g} s")
+        if self.state is not BreakerState.CLOSED:
+            # This request is the trial. One that never reports (cancelled) blocks the
+            # others for one cool-down at most.
+            self.state = BreakerState.HALF_OPEN
             self._opened_at = self._clock()
 
     def _open_error(self, what: str) -> CircuitOpen:
@@ -88,11 +66,10 @@ class CircuitBreaker:
         if self.threshold <= 0:
             return  # a threshold of 0 disables the breaker
         if self.state is BreakerState.HALF_OPEN or self.failures >= self.threshold:
-            if self.state is not BreakerState.OPEN:
-                self.trip()  # type: ignore[attr-defined]
+            self.state = BreakerState.OPEN
             self._opened_at = self._clock()
 
     def record_success(self) -> None:
         self.failures = 0
-        if self.state is not BreakerState.OPEN:
-            self.reset()  # type: ignore[attr-defined]
+        if self.state is BreakerState.HALF_OPEN:
+            self.state = BreakerState.CLOSED
