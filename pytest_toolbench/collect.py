@@ -44,7 +44,8 @@ class CaseFile(pytest.File):
         for case in loaded:
             for model in forced_models or case.case.models:
                 name = f"{case.case.name}[{model}]" if model is not None else case.case.name
-                yield CaseItem.from_parent(self, name=name, loaded=case, model=model)
+                yield CaseItem.from_parent(self, name=name, nodeid=_item_nodeid(self, name),
+                                           loaded=case, model=model)
 
 
 class CaseItem(pytest.Item):
@@ -93,6 +94,18 @@ class CaseItem(pytest.Item):
 
     def reportinfo(self) -> tuple[Any, int, str]:
         return self.path, self.loaded.document.start_line - 1, f"case: {self.name}"
+
+
+def _item_nodeid(parent: pytest.File, name: str) -> str:
+    """The node id of item ``name`` (``case`` or ``case[model]``), spelled out as a string.
+
+    pytest 9 keeps ids structured, and reads the ``[...]`` of an id string (as ``--lf``,
+    ``--ff`` and ``--nf`` read their cache) as parameters apart from the name. An id built
+    from the name ``case[model]`` would keep the brackets in its name and never equal what
+    the cache holds; parsed from a string, it is split the same way. pytest 8 keeps the
+    string as it is, which is the id it would have built.
+    """
+    return f"{parent.nodeid}::{name}"
 
 
 def _mark(mark: str | dict[str, Any]) -> pytest.MarkDecorator:
