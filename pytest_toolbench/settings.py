@@ -8,6 +8,7 @@ default. Every flag ``--toolbench-X`` has the ini twin ``toolbench_X``; bad valu
 from __future__ import annotations
 
 import enum
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +52,9 @@ class ResolvedEndpoint:
         """The key's value, read from the environment only when a request is built."""
         return os.environ.get(self.api_key_env) or None
 
+
+Given = tuple[Any, str]
+"""A setting's raw value and the name to show for it: the flag or the ini key it came from."""
 
 # (flag, ini name, metavar, help). The ini twin of every flag is ``toolbench_<name>``.
 OPTIONS: tuple[tuple[str, str, str, str], ...] = (
@@ -106,25 +110,35 @@ class Settings:
             value = cli(name)
             return ini(name) if value is None else value
 
+        def flag(name: str) -> Given:
+            return cli(name), "--toolbench-" + name.replace("_", "-")
+
+        def ini_key(name: str) -> Given:
+            return ini(name), f"ini toolbench_{name}"
+
+        def given(name: str) -> Given:
+            """The command line's value, else the ini file's, named as the user wrote it."""
+            return flag(name) if cli(name) is not None else ini_key(name)
+
         return cls(
             mode=_mode(cli("mode"), ini("mode"), cli("record"), cli("live")),
             base_url=cli("base_url"),
             api_key_env=cli("api_key_env"),
-            timeout_s=_number("timeout", cli("timeout"), float, minimum=0.001),
+            timeout_s=_seconds(flag("timeout")),
             ini_base_url=ini("base_url"),
             ini_api_key_env=ini("api_key_env"),
-            ini_timeout_s=_number("timeout", ini("timeout"), float, minimum=0.001),
+            ini_timeout_s=_seconds(ini_key("timeout")),
             models=tuple(m.strip() for m in (either("model") or "").split(",") if m.strip()),
-            repeat=_number("repeat", either("repeat"), int, minimum=1),
-            concurrency=_number("concurrency", either("concurrency"), int, minimum=1) or 8,
-            replay_speed=_number("replay-speed", either("replay_speed"), float, minimum=0) or 0.0,
+            repeat=_number(given("repeat"), int, minimum=1),
+            concurrency=_or(_number(given("concurrency"), int, minimum=1), 8),
+            replay_speed=_or(_number(given("replay_speed"), float, minimum=0), 0.0),
             report=_path(config, either("report")),
             files=_globs(cli("files")) or tuple(config.getini("toolbench_files") or DEFAULT_FILES),
             cassette_dir=_path(config, either("cassette_dir")),
-            breaker_threshold=_or(_number("breaker-threshold", either("breaker_threshold"), int,
-                                          minimum=0), DEFAULT_THRESHOLD),
-            breaker_cooldown_s=_or(_number("breaker-cooldown", either("breaker_cooldown"), float,
-                                           minimum=0), DEFAULT_COOLDOWN_S),
+            breaker_threshold=_or(_number(given("breaker_threshold"), int, minimum=0),
+                                  DEFAULT_THRESHOLD),
+            breaker_cooldown_s=_or(_number(given("breaker_cooldown"), float, minimum=0),
+                                   DEFAULT_COOLDOWN_S),
         )
 
     def endpoint_for(self, case: Endpoint) -> ResolvedEndpoint:
@@ -177,19 +191,32 @@ def _mode(flag: str | None, ini: str | None, record: bool, live: bool) -> Mode:
         ) from None
 
 
-def _number(name: str, value: Any, kind: type[Any], minimum: float) -> Any:
+def _number(given: Given, kind: type[Any], minimum: float, *,
+            above: bool = False, unit: str = "") -> Any:
+    """The value as a finite ``kind`` at or ``above`` ``minimum``; None when not given.
+
+    ``float()`` takes "nan" and "inf": a NaN compares false with every bound, so finiteness
+    is checked on its own.
+    """
+    value, name = given
     if value is None or value == "":
         return None
     try:
         number = kind(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         number = None
-    if number is None or number < minimum:
-        wanted = "a whole number" if kind is int else "a number"
-        raise pytest.UsageError(
-            f"--toolbench-{name} must be {wanted} >= {minimum:g}; got {value!r}"
-        )
+    if (number is None or not math.isfinite(number) or number < minimum
+            or (above and number == minimum)):
+        wanted = "a whole number" if kind is int else "a finite number"
+        bound = f"{'>' if above else '>='} {minimum:g}"
+        raise pytest.UsageError(f"{name} must be {wanted}{unit} {bound}; got {value!r}")
     return number
+
+
+def _seconds(given: Given) -> float | None:
+    """A duration: finite and above zero (a zero timeout would fail every request at once)."""
+    seconds: float | None = _number(given, float, 0, above=True, unit=" of seconds")
+    return seconds
 
 
 def _path(config: pytest.Config, value: str | None) -> Path | None:
