@@ -5,7 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from hypothesis_profiles import load_default_profile
 from support.chat_server import ChatServer, start_chat_server
+
+load_default_profile()  # before the hypothesis plugin applies --hypothesis-profile, if given
 
 
 @pytest.fixture

@@ -6,7 +6,9 @@ hypothesis from each test's own source, so CI and a laptop try the same examples
 same order and a red run is red again on retry; ``database=None`` writes nothing under the
 project and replays nothing from an earlier run. A failure prints its example: keep it as
 an ``@example`` (or a plain test below) beside the fix. The example counts add up to some
-thousands of case files and streams and keep this file under 30 s on a slow two-core box.
+thousands of case files and streams and keep this file under 30 s on a slow two-core box
+under the ``thorough`` profile (CI); the ``quick`` profile, the default elsewhere, tries a
+tenth of them (``tests/conftest.py`` registers both).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from hypothesis_profiles import THOROUGH_EXAMPLES
 
 from pytest_toolbench.casefile import CaseFileErrors, describe_errors, load_case_file
 from pytest_toolbench.matchers import (
@@ -56,6 +59,13 @@ PROPERTY = settings(
 )
 # Streams are small: one taking half a second to decode is a bug (quadratic work or a hang).
 STREAMING = settings(PROPERTY, deadline=timedelta(milliseconds=500))
+
+
+def examples(thorough: int) -> int:
+    """The example count for the loaded profile: ``thorough`` tries all, ``quick`` a tenth."""
+    if settings.default.max_examples >= THOROUGH_EXAMPLES:
+        return thorough
+    return max(10, thorough // 10)
 
 T = TypeVar("T")
 
@@ -435,7 +445,7 @@ def case_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("properties") / "generated.case.yaml"
 
 
-@settings(PROPERTY, max_examples=1200)
+@settings(PROPERTY, max_examples=examples(1200))
 @given(st.binary(max_size=300) | YAML_SOUP)
 @example(b"name: a\x01b\nstages: [{name: s}]\n")  # ReaderError escaped
 @example(b"name: a\nstages: &x [*x]\n")  # recursive alias: RecursionError
@@ -450,7 +460,7 @@ def test_garbage_is_a_case_file_error(case_path: Path, data: bytes) -> None:
     assert_loads_or_reports(case_path, data)
 
 
-@settings(PROPERTY, max_examples=800)
+@settings(PROPERTY, max_examples=examples(800))
 @given(case_file_bytes())
 def test_broken_case_files_are_case_file_errors(case_path: Path, data: bytes) -> None:
     assert_loads_or_reports(case_path, data)
@@ -672,7 +682,7 @@ def _returns_within(seconds: float, call: Callable[[], T]) -> T:
     return value  # type: ignore[no-any-return]
 
 
-@settings(STREAMING, max_examples=200)
+@settings(STREAMING, max_examples=examples(200))
 @given(streams(), st.data())
 def test_any_chunking_decodes_and_reassembles_like_the_whole_body(stream: Stream,
                                                                   data: st.DataObject) -> None:
@@ -690,7 +700,7 @@ def test_any_chunking_decodes_and_reassembles_like_the_whole_body(stream: Stream
     assert decode(pieces_of(data, stream.body)) == whole
 
 
-@settings(STREAMING, max_examples=200)
+@settings(STREAMING, max_examples=examples(200))
 @given(streams(), st.data())
 def test_a_stream_cut_anywhere_reports_what_arrived(stream: Stream, data: st.DataObject) -> None:
     cut = data.draw(st.integers(0, len(stream.body)), label="cut")
@@ -727,7 +737,7 @@ SSE_SOUP = st.lists(
 """SSE fields, line breaks and JSON fragments in any order, with a stray bad byte."""
 
 
-@settings(STREAMING, max_examples=500)
+@settings(STREAMING, max_examples=examples(500))
 @given(st.binary(max_size=400) | SSE_SOUP, st.data())
 def test_garbage_bytes_never_raise_and_any_chunking_agrees(body: bytes,
                                                           data: st.DataObject) -> None:
@@ -759,7 +769,7 @@ ODD_CHUNKS = st.fixed_dictionaries({}, optional={
 """Chunks shaped like chat completions, with any value where a server might slip."""
 
 
-@settings(STREAMING, max_examples=300)
+@settings(STREAMING, max_examples=examples(300))
 @given(st.lists(st.tuples(ODD_CHUNKS, st.sampled_from(["message", "error"])), max_size=6),
        st.booleans())
 def test_assembler_reads_oddly_shaped_chunks_without_raising(
@@ -846,7 +856,7 @@ def _assert_mismatches(found: Any) -> None:
         assert mismatch.message
 
 
-@settings(PROPERTY, max_examples=400)
+@settings(PROPERTY, max_examples=examples(400))
 @given(MATCHER_SPECS | BAD_MATCHER_SPECS | JUNK, st.lists(JSON_VALUES | HUGE, max_size=4))
 @example({"$type": [1]}, [])  # TypeError (unhashable) escaped compile
 @example({"$schema": {"$schema": {"type": 5}}}, [])  # TypeError inside jsonschema
@@ -862,7 +872,7 @@ def test_random_matchers_compile_or_say_why_and_never_raise_matching(
         _assert_mismatches(matcher.match(value, ("x", 0)))
 
 
-@settings(PROPERTY, max_examples=100)
+@settings(PROPERTY, max_examples=examples(100))
 @given(BAD_MATCHER_SPECS)
 def test_bad_specs_are_compile_errors(spec: Any) -> None:
     assert _compile_or_error(compile_matcher, spec) is None
@@ -877,7 +887,7 @@ def _no_operator_keys(value: Any) -> bool:
     return not (isinstance(value, float) and math.isnan(value))
 
 
-@settings(PROPERTY, max_examples=200)
+@settings(PROPERTY, max_examples=examples(200))
 @given(JSON_VALUES.filter(_no_operator_keys))
 def test_a_json_value_matches_itself(value: Any) -> None:
     assert compile_matcher(value).match(value) == []
@@ -891,7 +901,7 @@ TOOL_CALLS = st.lists(st.one_of(
 ), max_size=4)
 
 
-@settings(PROPERTY, max_examples=250)
+@settings(PROPERTY, max_examples=examples(250))
 @given(TOOL_CALL_SPECS | BAD_MATCHER_SPECS, TOOL_CALLS | JSON_VALUES)
 def test_random_tool_call_matchers_never_raise(spec: Any, calls: Any) -> None:
     matcher = _compile_or_error(compile_tool_calls, spec)
