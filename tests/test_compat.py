@@ -1,6 +1,8 @@
 """Real servers' recorded traffic (../shared/compat) read through the SSE decoder and reassembly.
 
-Each file is a test id. Streamed bodies go through :class:`SSEDecoder` in small random-size
+The recordings are not part of the repository: they are read from ``shared/compat`` beside
+the checkout, or from the folder ``TOOLBENCH_COMPAT_DIR`` names; without them these tests
+skip, saying where to put them. Each file is a test id. Streamed bodies go through :class:`SSEDecoder` in small random-size
 chunks (seeded, so a failure reproduces) and :class:`StreamAssembler`; non-streamed bodies
 through :func:`parse_completion`. The expected values are read off the recordings.
 """
@@ -8,6 +10,7 @@ through :func:`parse_completion`. The expected values are read off the recording
 from __future__ import annotations
 
 import json
+import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +23,9 @@ from pytest_toolbench.models.records import Reply
 from pytest_toolbench.transport.reassemble import StreamAssembler, parse_completion
 from pytest_toolbench.transport.sse import SSEDecoder
 
+COMPAT_ENV = "TOOLBENCH_COMPAT_DIR"
 COMPAT = Path(__file__).resolve().parents[1].parent / "shared" / "compat"
+"""Where the recordings sit in a development tree: ``shared/compat`` beside the checkout."""
 
 
 @dataclass
@@ -103,9 +108,15 @@ class Recorded:
 
 
 def compat_dir() -> Path:
-    if not COMPAT.is_dir():
-        pytest.skip(f"no recorded traffic to check against: {COMPAT} is absent")
-    return COMPAT
+    """The folder of recordings; the test skips, saying how to provide it, when there is none."""
+    directory = Path(os.environ.get(COMPAT_ENV) or COMPAT)
+    if not directory.is_dir():
+        pytest.skip(
+            "recorded traffic of real servers is not part of the repository, and there is "
+            f"none at {directory}: copy the compat recordings to ../shared/compat beside this "
+            f"checkout, or set {COMPAT_ENV} to the folder that holds them"
+        )
+    return directory
 
 
 def load_cassette(path: Path) -> list[Recorded]:
@@ -219,3 +230,19 @@ def test_every_recording_is_checked() -> None:
             covered.update(path.name for path in compat_dir().glob(f"{name}.*"))
     present = {path.name for path in compat_dir().iterdir() if path.name != "README.md"}
     assert present == covered
+
+
+def test_without_the_recordings_every_test_skips_saying_where_to_put_them(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(test_compat_copy=Path(__file__).read_text(encoding="utf-8"))
+    monkeypatch.setenv(COMPAT_ENV, str(pytester.path / "absent"))
+
+    result = pytester.runpytest("-rs", "-k", "recorded_traffic or every_recording")
+
+    result.assert_outcomes(skipped=len(EXPECTED) + 1)
+    missing = pytester.path / "absent"
+    reason = (f"recorded traffic of real servers is not part of the repository, and there is"
+              f" none at {missing}: copy the compat recordings to ../shared/compat beside this"
+              f" checkout, or set {COMPAT_ENV} to the folder that holds them")
+    result.stdout.fnmatch_lines([f"SKIPPED [[]{len(EXPECTED) + 1}[]] *: {reason}"])
