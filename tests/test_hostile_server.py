@@ -59,3 +59,23 @@ def test_other_numbers_are_checked_the_same_way(pytester: pytest.Pytester, flag:
 
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*--toolbench-{flag} must be {wanted}; got '{value}'"])
+
+
+# -- base URL ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("suffix", ["?api-version=2024-06-01", "/?api-version=2024-06-01"])
+def test_a_query_in_the_base_url_goes_after_the_path(
+        pytester: pytest.Pytester, chat_server: ChatServer, suffix: str) -> None:
+    chat_server.set_default(json_reply(completion("fine")))
+    pytester.makefile(".case.yaml", ok=textwrap.dedent(f"""\
+        name: ok
+        endpoint: {{base_url: "{chat_server.base_url}{suffix}"}}
+        stages: [{{name: ask, user: hi, expect: {{text: fine}}}}]
+        """))
+
+    result = pytester.runpytest("--toolbench-live")
+
+    result.assert_outcomes(passed=1)
+    assert [r.path for r in chat_server.requests] == [
+        "/v1/chat/completions?api-version=2024-06-01"]

@@ -139,8 +139,10 @@ class ChatClient:
         self._jitter = jitter
         self.breaker = breaker or CircuitBreaker()
         self._sleep = sleep
+        base_url, query = _split_base_url(config.base_url)
         self._client = httpx.AsyncClient(
-            base_url=config.base_url.rstrip("/") + "/",
+            base_url=base_url,
+            params=query,
             headers=dict(config.headers),
             timeout=httpx.Timeout(config.timeout_s),
             transport=transport,
@@ -227,6 +229,18 @@ class ChatClient:
         delay = min(delay, self.config.timeout_s)
         await self._sleep(delay)
         return f"attempt {attempt + 1} failed ({reason}); retried after {delay:.2f} s"
+
+
+def _split_base_url(base_url: str) -> tuple[httpx.URL, httpx.QueryParams]:
+    """The base URL as a directory, and its query string apart.
+
+    Azure-style URLs carry a query (``.../v1?api-version=X``); joined as they are, the
+    request would go to ``.../v1?api-version=X/chat/completions``. The query goes on every
+    request instead: ``.../v1/chat/completions?api-version=X``.
+    """
+    url = httpx.URL(base_url)
+    directory = url.copy_with(path=url.path.rstrip("/") + "/", query=None, fragment=None)
+    return directory, url.params
 
 
 def _retry_after(response: httpx.Response) -> float | None:
