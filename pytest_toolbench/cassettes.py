@@ -5,8 +5,9 @@ respx router, so the client, the SSE decoder and the executor run exactly as the
 The cassette a request belongs to is the one active in the running case's context
 (a ``ContextVar``), which lets one shared client serve many concurrent cases.
 
-Never stored: headers of any kind (so no Authorization, cookies or other credentials);
-secret values are scrubbed from everything that is stored.
+Never stored: headers of any kind (so no Authorization, cookies or other credentials).
+What a cassette holds was scrubbed of the endpoint's credentials when it was recorded
+(``scrubbing.py``): saving writes it as it is.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import yaml
 from .atomic import write_atomic
 from .loader import load_yaml
 from .models.records import Interaction, StreamEvent
+from .scrubbing import Scrubber
 from .transport.errors import ReplayError
 
 try:
@@ -34,7 +36,6 @@ try:
 except ImportError:  # pragma: no cover - depends on how PyYAML was built
     from yaml import SafeDumper as _Dumper  # type: ignore[assignment]
 
-SCRUBBED = "<scrubbed>"
 FORMAT_VERSION = 2
 """2: JSON bodies as pretty-printed JSON text in YAML block scalars (1: as YAML mappings)."""
 
@@ -65,8 +66,8 @@ class Cassette:
     """How many interactions replay has handed out so far."""
     rerecord_hint: str = ""
     """The command that records this cassette, for messages."""
-    secrets: list[str] = field(default_factory=list)
-    """Values scrubbed from what is written, and from sent requests before comparing."""
+    scrubber: Scrubber = field(default_factory=Scrubber)
+    """The endpoint's credentials, masked in sent requests before they are compared."""
 
     @classmethod
     def load(cls, path: Path, rerecord_hint: str = "") -> Cassette:
@@ -90,7 +91,7 @@ class Cassette:
         recorded = self.interactions[self.replayed]
         # The recording holds the key scrubbed; so must the request it is compared to, and
         # the diff of a mismatch must not show the key either.
-        request = scrub(request, self.secrets)
+        request = self.scrubber.data(request)
         if _canonical(recorded.request) != _canonical(request):
             raise ReplayError(
                 f"request {self.replayed + 1} differs from the one recorded in {self.path}; "
@@ -99,12 +100,12 @@ class Cassette:
         return recorded
 
     def save(self) -> None:
-        """Write the cassette atomically, secrets scrubbed."""
+        """Write the cassette atomically (its interactions were scrubbed as recorded)."""
         document = {
             "version": FORMAT_VERSION,
             "interactions": [_plain(interaction) for interaction in self.interactions],
         }
-        text = yaml.dump(scrub(document, self.secrets), Dumper=_CassetteDumper,
+        text = yaml.dump(document, Dumper=_CassetteDumper,
                          sort_keys=False, allow_unicode=True, width=1 << 20)
         header = f"# Recorded by pytest-toolbench. Re-record: {self.rerecord_hint}\n"
         write_atomic(self.path, header + text)
@@ -184,21 +185,6 @@ def request_diff(recorded: dict[str, Any], sent: dict[str, Any]) -> str:
     after = json.dumps(sent, indent=2, sort_keys=True).splitlines()
     return "\n".join(difflib.unified_diff(before, after, "recorded request", "sent request",
                                           lineterm=""))
-
-
-def scrub(value: Any, secrets: list[str]) -> Any:
-    """Replace every occurrence of every secret in every string inside ``value``."""
-    if not secrets:
-        return value
-    if isinstance(value, str):
-        for secret in secrets:
-            value = value.replace(secret, SCRUBBED)
-        return value
-    if isinstance(value, list):
-        return [scrub(item, secrets) for item in value]
-    if isinstance(value, dict):
-        return {scrub(k, secrets): scrub(v, secrets) for k, v in value.items()}
-    return value
 
 
 def _canonical(body: dict[str, Any]) -> str:

@@ -19,6 +19,7 @@ from .casefile import LoadedCase
 from .cassettes import ACTIVE, Cassette, replay_transport
 from .executor.runner import CaseContext, run_case
 from .models.records import CaseResult, RunResult
+from .scrubbing import LogScrubber, Scrubber, endpoint_secrets
 from .settings import Mode, ResolvedEndpoint, Settings
 from .transport.breaker import CircuitBreaker
 from .transport.client import ChatClient, ClientConfig
@@ -50,6 +51,7 @@ class Engine:
         self._clients: dict[tuple[ResolvedEndpoint, bool], ChatClient] = {}
         self._breakers: dict[str, CircuitBreaker] = {}
         self._started: dict[str, concurrent.futures.Future[CaseResult]] = {}
+        self._log_scrubber = LogScrubber()
 
     # -- running -------------------------------------------------------------------------
 
@@ -66,6 +68,7 @@ class Engine:
     def _submit(self, coroutine: Coroutine[Any, Any, CaseResult]
                 ) -> concurrent.futures.Future[CaseResult]:
         if self._loop is None:
+            self._log_scrubber.install()  # from the first case on: httpx logs each URL
             self._loop = asyncio.new_event_loop()
             self._thread = threading.Thread(target=self._loop.run_forever,
                                             name="toolbench-loop", daemon=True)
@@ -78,6 +81,7 @@ class Engine:
             future.cancel()
         if self._loop is None:
             return
+        self._log_scrubber.remove()
         asyncio.run_coroutine_threadsafe(self._close_clients(), self._loop).result(timeout=10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         if self._thread is not None:
@@ -105,14 +109,16 @@ class Engine:
                                                                             rerecord_hint=hint)
         except ReplayError as error:
             return self._no_run(job, str(error))
-        cassette.secrets = _secrets(endpoint)
+        secrets = endpoint_secrets(endpoint.api_key(), endpoint.headers, endpoint.base_url)
+        self._log_scrubber.add(secrets)
+        cassette.scrubber = Scrubber(secrets)
         ACTIVE.set(cassette)  # this task's context only: concurrent cases keep their own
         recording = self.settings.mode in (Mode.RECORD, Mode.MISSING) and not replaying
         ctx = CaseContext(
             job.loaded, job.model, self._client(endpoint, replaying),
             api_key=None if replaying else endpoint.api_key(),
             sink=cassette.interactions.append if recording else None, runs=self._runs(job),
-            display_file=job.display_file)
+            display_file=job.display_file, scrubber=cassette.scrubber)
         result = await run_case(ctx)
         if replaying:
             self._require_all_replayed(result, cassette)
@@ -173,15 +179,3 @@ class Engine:
 
 async def _no_sleep(seconds: float) -> None:
     """Replay waits for nothing, retries' back-off included."""
-
-
-def _secrets(endpoint: ResolvedEndpoint) -> list[str]:
-    """Values never to be written or shown: the key, credential-looking header values."""
-    values = [endpoint.api_key() or ""]
-    values += [value for name, value in endpoint.headers if _is_credential(name)]
-    return [value for value in values if value]
-
-
-def _is_credential(header: str) -> bool:
-    name = header.lower()
-    return any(word in name for word in ("auth", "key", "token", "secret", "cookie"))

@@ -18,6 +18,7 @@ from .lookahead import Lookahead
 from .models.case import Endpoint
 from .reporting.json_report import case_record, write_report
 from .reporting.summary import render_summary
+from .scrubbing import mask_urls
 from .settings import DEFAULT_FILES, OPTIONS, Settings
 
 FROZEN_KEY = pytest.StashKey[bool]()
@@ -98,8 +99,8 @@ def _unfreeze(config: pytest.Config) -> None:
 def pytest_report_header(config: pytest.Config) -> str:
     settings = config.stash[SETTINGS_KEY]
     endpoint = settings.endpoint_for(Endpoint())
-    where = "cassettes" if not settings.mode.is_live else f"{endpoint.base_url} (unless a case"\
-        " sets endpoint.base_url)"
+    where = "cassettes" if not settings.mode.is_live else f"{mask_urls(endpoint.base_url)}"\
+        " (unless a case sets endpoint.base_url)"
     return f"toolbench: mode={settings.mode.value}, answers from {where}"
 
 

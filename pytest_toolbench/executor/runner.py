@@ -14,6 +14,7 @@ from ..models.case import Stage
 from ..models.records import (
     CaseResult,
     Failure,
+    Interaction,
     Reply,
     RunResult,
     StageAttempt,
@@ -22,6 +23,7 @@ from ..models.records import (
     ToolRun,
     Turn,
 )
+from ..scrubbing import Scrubber
 from ..transport.client import ChatClient, InteractionSink
 from ..transport.errors import TransportError
 from .check import Outcome, check
@@ -42,6 +44,8 @@ class CaseContext:
     runs: int = 1
     display_file: str = ""
     """The case file as messages show it; its own path when empty."""
+    scrubber: Scrubber = field(default_factory=Scrubber)
+    """Masks the endpoint's credentials in every turn, tool run and exchange as it is made."""
 
 
 @dataclass
@@ -204,7 +208,8 @@ class StageRunner:
 
     async def _answer(self, calls: list[ToolCall]) -> list[ToolRun]:
         """Run the tools, append their messages, and go on to sending."""
-        runs = await run_tool_calls(calls, self.ctx.loaded.case)
+        runs: list[ToolRun] = self.ctx.scrubber.data(
+            await run_tool_calls(calls, self.ctx.loaded.case))
         self.conversation.messages.extend(tool_message(run) for run in runs)
         self.conversation.pending = []
         self.machine.fire("send")
@@ -215,18 +220,28 @@ class StageRunner:
             self.machine.fire("send")
         body = self._body(streamed)
         turn = Turn(request=body, streamed=streamed)
-        attempt.turns.append(turn)
         try:
             pending = await self.ctx.client.open(
-                body, stream=streamed, api_key=self.ctx.api_key, sink=self.ctx.sink)
+                body, stream=streamed, api_key=self.ctx.api_key, sink=self._keep)
             turn.retries = pending.retries
             self.machine.fire("headers")
             turn.reply = await pending.read()
         except TransportError as error:
             turn.error, turn.stop_reason = str(error), "error"
             self.machine.fire("transport_error")
-            attempt.failures.append(self._failure(str(error), ()))
+        # Scrubbed where it is made: the conversation, the checks, the failure text and the
+        # reports only ever see this copy.
+        turn = self.ctx.scrubber.turn(turn)
+        attempt.turns.append(turn)
+        if turn.error is not None:
+            attempt.failures.append(self._failure(turn.error, ()))
         return turn
+
+    def _keep(self, interaction: Interaction) -> None:
+        """The client hands over every exchange, retried ones too; the cassette keeps them
+        scrubbed."""
+        if self.ctx.sink is not None:
+            self.ctx.sink(self.ctx.scrubber.interaction(interaction))
 
     def _body(self, streamed: bool) -> dict[str, Any]:
         case, stage = self.ctx.loaded.case, self.stage
