@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import textwrap
 from typing import Any
 
 import pytest
+from support.chat_server import ChatServer, RecordedRequest, sse_reply
+from support.chat_server import Reply as ServerReply
 
 from pytest_toolbench.models.records import Reply, StreamStats
 from pytest_toolbench.transport.reassemble import StreamAssembler, parse_completion
-from pytest_toolbench.transport.sse import SSEEvent
+from pytest_toolbench.transport.sse import SSEDecoder, SSEEvent
 
 Chunk = dict[str, Any] | str | SSEEvent
 
@@ -316,6 +319,224 @@ def test_non_object_chunk_is_a_problem() -> None:
     assert assemble("[1, 2]").problems == ["chunk 1 is not a JSON object: '[1, 2]'"]
 
 
+# -- shapes of particular servers and relays ------------------------------------------
+
+
+def tgi_call(arguments: str, name: str | None = None) -> Chunk:
+    """A TGI tool-call chunk: ``tool_calls`` is one object, ``id`` empty, ``name`` null."""
+    item = {"index": 0, "id": "", "type": "function",
+            "function": {"name": name, "arguments": arguments}}
+    return chunk({"role": "assistant", "tool_calls": item}, usage=None)
+
+
+def test_tgi_tool_calls_as_an_object_are_read() -> None:
+    reply = assemble(
+        tgi_call('{"', "get_weather"),
+        *(tgi_call(piece) for piece in ['city', '": "', "Paris", '"}']),
+        chunk({}, finish="tool_calls"),
+    )
+    assert summary(reply) == [(None, "get_weather", {"city": "Paris"})]
+    assert reply.tool_calls[0].arguments_raw == '{"city": "Paris"}'
+    assert reply.ttft_ms == 10.0 and reply.problems == []
+
+
+@pytest.mark.parametrize("token", ["</s>", "<|eot_id|>", "<|im_end|>"])
+def test_tgi_end_of_sequence_token_in_a_last_nameless_delta(token: str) -> None:
+    reply = assemble(
+        tgi_call('{"city": ', "get_weather"),
+        tgi_call('"Paris"}'),
+        chunk({"tool_calls": {"index": 0, "function": {"name": None, "arguments": token}}},
+              finish="eos_token"),
+    )
+    assert summary(reply) == [(None, "get_weather", {"city": "Paris"})]
+    assert reply.tool_calls[0].arguments_error is None
+    assert reply.tool_calls[0].arguments_raw == '{"city": "Paris"}'  # sent back without it
+    assert reply.problems == [
+        (f"tool call 0 (get_weather): its arguments end in the end-of-sequence token {token!r},"
+         " which is not JSON; read without it")
+    ]
+
+
+def test_an_end_of_sequence_token_inside_valid_arguments_is_an_argument() -> None:
+    reply = assemble(calls(call(0, "c1", "tag", '{"close": "</s>"}')))
+    assert summary(reply) == [("c1", "tag", {"close": "</s>"})] and reply.problems == []
+
+
+def test_arguments_invalid_apart_from_the_token_stay_invalid() -> None:
+    [tool_call] = assemble(calls(call(0, "c1", "f", '{"city": "Par</s>'))).tool_calls
+    assert tool_call.arguments_error is not None
+    assert tool_call.arguments_raw == '{"city": "Par</s>'
+
+
+@pytest.mark.parametrize("member", ["get_weather", 3, True], ids=repr)
+def test_tool_calls_of_another_type_are_a_problem_not_a_silent_loss(member: Any) -> None:
+    reply = assemble(chunk({"tool_calls": member}))
+    assert reply.tool_calls == []
+    assert reply.problems == [
+        f"chunk 1: tool_calls is neither a list nor an object: {json.dumps(member)!r}"
+    ]
+
+
+def test_a_lone_choice_with_another_index_is_the_reply() -> None:
+    def relayed(delta: dict[str, Any], finish: str | None = None) -> Chunk:
+        return {"choices": [{"index": 1, "delta": delta, "finish_reason": finish}]}
+
+    reply = assemble(
+        relayed({"content": "Hi"}),
+        relayed({"tool_calls": [call(0, "c1", "f", "{}")]}),
+        relayed({}, "tool_calls"),
+    )
+    assert (reply.text, summary(reply), reply.finish_reason) == ("Hi", [("c1", "f", {})],
+                                                                 "tool_calls")
+    assert reply.problems == []
+
+
+def test_choice_zero_is_read_among_several() -> None:
+    other = {"index": 1, "delta": {"content": "other"}, "finish_reason": None}
+    mine = {"index": 0, "delta": {"content": "mine"}, "finish_reason": None}
+    assert assemble({"choices": [other, mine]}).text == "mine"
+
+
+def test_several_choices_without_choice_zero_are_a_problem() -> None:
+    choices = [{"index": i, "delta": {"content": str(i)}, "finish_reason": None} for i in (1, 2)]
+    reply = assemble({"choices": choices})
+    assert reply.text == ""
+    assert reply.problems == [
+        "chunk 1 has 2 choices (index 1, 2) and none with index 0, so none was read"
+    ]
+
+
+def test_an_empty_finish_reason_does_not_hide_the_real_one() -> None:
+    reply = assemble(
+        chunk({"content": "hi"}, finish=""),
+        chunk({}, finish="stop"),
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": ""}], "usage": USAGE},
+    )
+    assert (reply.finish_reason, reply.usage) == ("stop", USAGE)
+
+
+def test_only_empty_finish_reasons_are_none() -> None:
+    assert assemble(chunk({"content": "hi"}, finish="")).finish_reason is None
+
+
+def test_streamed_content_as_text_parts() -> None:
+    reply = assemble(
+        chunk({"content": [{"type": "text", "text": "Hel"}]}),
+        chunk({"content": [{"type": "text", "text": "lo"}, {"type": "text", "text": "!"}]}),
+        chunk({"content": []}, finish="stop"),
+    )
+    assert (reply.text, reply.ttft_ms, reply.problems) == ("Hello!", 10.0, [])
+
+
+def test_usage_only_in_x_groq() -> None:
+    reply = assemble(chunk({"content": "hi"}),
+                     chunk({}, finish="stop", x_groq={"id": "req_1", "usage": USAGE}))
+    assert reply.usage == USAGE
+    assert reply.stream is not None and reply.stream.usage
+
+
+def test_top_level_usage_wins_over_x_groq() -> None:
+    other = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+    reply = assemble(chunk({}, finish="stop", usage=USAGE, x_groq={"usage": other}))
+    assert reply.usage == USAGE
+
+
+def read_bytes(body: bytes) -> Reply:
+    """``body`` through the SSE decoder and the assembler, as the client reads a stream."""
+    decoder, assembler = SSEDecoder(), StreamAssembler()
+    events = decoder.feed(body) + decoder.close()
+    for number, event in enumerate(events, start=1):
+        assembler.add(event, offset_ms=float(number))
+    return assembler.finish(truncated=decoder.truncated)
+
+
+@pytest.mark.parametrize("end", [b"data: [DONE]\n", b"data: [DONE]", b"data:[DONE]\r\n"],
+                         ids=repr)
+def test_done_without_its_closing_blank_line_ends_the_stream(end: bytes) -> None:
+    body = f"data: {json.dumps(chunk({'content': 'hi'}, finish='stop'))}\n\n".encode() + end
+    reply = read_bytes(body)
+    assert reply.stream == StreamStats(done=True, chunks=1, usage=False)
+    assert (reply.text, reply.problems) == ("hi", [])
+
+
+def test_a_last_chunk_without_its_blank_line_is_still_cut_short() -> None:
+    body = f"data: {json.dumps(chunk({'content': 'hi'}, finish='stop'))}\n".encode()
+    reply = read_bytes(body)
+    assert reply.stream is not None and not reply.stream.done
+    assert reply.problems == [
+        "stream ended inside an event (no blank line after its last data line)"
+    ]
+
+
+# -- through the plugin, over a real loopback server ------------------------------------
+
+
+TGI_CASE = """\
+name: {name}
+model: tgi
+endpoint: {{base_url: "{url}", retries: 0, timeout_s: 2}}
+tools:
+  - name: get_weather
+    parameters: {{type: object, properties: {{city: {{type: string}}}}}}
+    result: {{temp_c: 21}}
+stages:
+  - name: ask
+    user: {name}
+    stream: true
+    expect:
+      tool_calls: [{{name: get_weather, arguments: {{city: Paris}}}}]
+"""
+
+
+def tgi_reply(request: RecordedRequest) -> ServerReply:
+    """TGI's stream of a Paris weather call; with the end-of-sequence token when asked."""
+    chunks = [tgi_call('{"city": ', "get_weather"), tgi_call('"Paris"}')]
+    if request.json()["messages"][-1]["content"] == "with_eos_token":
+        chunks.append(chunk({"tool_calls": {"index": 0, "id": "", "type": "function",
+                                            "function": {"name": None,
+                                                         "arguments": "<|eot_id|>"}}},
+                            finish="eos_token"))
+    else:
+        chunks.append(chunk({}, finish="tool_calls"))
+    return sse_reply(chunks)
+
+
+def test_a_tgi_stream_through_the_plugin(pytester: pytest.Pytester,
+                                         chat_server: ChatServer) -> None:
+    chat_server.set_handler(tgi_reply)
+    pytester.makefile(".case.yaml", tgi="---\n".join(
+        TGI_CASE.format(name=name, url=chat_server.base_url)
+        for name in ("tool_calls_object", "with_eos_token")))
+
+    result = pytester.runpytest("--toolbench-live", "-v")
+
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "tgi.case.yaml::tool_calls_object?tgi? PASSED*",
+        "tgi.case.yaml::with_eos_token?tgi? FAILED*",
+        ("*tool call 0 (get_weather): its arguments end in the end-of-sequence token"
+         " '<|eot_id|>', which is not JSON; read without it*"),
+    ])
+    assert "not valid JSON" not in result.stdout.str()  # the call itself was read right
+
+
+def test_a_stream_ending_without_the_blank_line_is_done_live_and_replayed(
+        pytester: pytest.Pytester, chat_server: ChatServer) -> None:
+    text = json.dumps(chunk({"content": "hi"}, finish="stop"))
+    chat_server.set_handler(lambda request: sse_reply(
+        [f"data: {text}\n\n".encode(), b"data: [DONE]\n"], done=False))
+    pytester.makefile(".case.yaml", ends=textwrap.dedent(f"""\
+        name: ends
+        endpoint: {{base_url: "{chat_server.base_url}", retries: 0, timeout_s: 2}}
+        stages:
+          - {{name: ask, user: hi, stream: true, expect: {{text: hi, stream: {{done: true}}}}}}
+        """))
+
+    pytester.runpytest("--toolbench-record").assert_outcomes(passed=1)
+    pytester.runpytest().assert_outcomes(passed=1)  # the cassette holds the [DONE] too
+    assert len(chat_server.requests) == 1
+
+
 # -- parse_completion -----------------------------------------------------------------
 
 
@@ -408,3 +629,28 @@ def test_completion_2xx_with_error_object() -> None:
 def test_completion_bom_and_bytes() -> None:
     reply = parse_completion(200, b"\xef\xbb\xbf" + completion({"content": "\u00e9"}).encode())
     assert reply.text == "\u00e9"
+
+
+def test_completion_with_a_lone_choice_of_another_index() -> None:
+    body = json.dumps({"choices": [{"index": 2, "message": {"content": "hi"},
+                                    "finish_reason": "stop"}]})
+    reply = parse_completion(200, body)
+    assert (reply.text, reply.finish_reason, reply.problems) == ("hi", "stop", [])
+
+
+def test_completion_with_several_choices_and_none_zero_is_a_problem() -> None:
+    choice = {"message": {"content": "hi"}, "finish_reason": "stop"}
+    body = json.dumps({"choices": [{"index": 1, **choice}, {"index": 2, **choice}]})
+    assert parse_completion(200, body).problems == [
+        "response has 2 choices (index 1, 2) and none with index 0, so none was read"
+    ]
+
+
+def test_completion_tool_calls_as_one_object() -> None:
+    item = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    reply = parse_completion(200, completion({"tool_calls": item}, "tool_calls"))
+    assert summary(reply) == [("c1", "f", {})] and reply.problems == []
+
+
+def test_completion_empty_finish_reason_is_none() -> None:
+    assert parse_completion(200, completion({"content": "hi"}, finish="")).finish_reason is None

@@ -110,8 +110,10 @@ class PendingReply:
             for event in decoder.feed(chunk):
                 assembler.add(event, offset)
                 events.append(StreamEvent(event.data, round(offset, 1), event.event))
-        for event in decoder.close():
-            assembler.add(event, _ms_since(self.started))
+        offset = _ms_since(self.started)
+        for event in decoder.close():  # a last [DONE] without its blank line: recorded
+            assembler.add(event, offset)
+            events.append(StreamEvent(event.data, round(offset, 1), event.event))
         reply = assembler.finish(truncated=decoder.truncated)
         reply.status = self.response.status_code
         reply.interaction = Interaction(

@@ -17,11 +17,26 @@ Tool-call deltas are matched to calls like this:
 
 A legacy ``function_call`` delta (llama.cpp sends it beside ``tool_calls``) counts only
 when the whole response has no ``tool_calls``. Only choice 0 is read: a reply has one text.
+
+Other shapes real servers send, read as they mean:
+
+- ``delta.tool_calls`` as one object instead of a list (TGI): one call delta;
+- arguments that are not JSON only because an end-of-sequence token (``</s>``,
+  ``<|eot_id|>``) trails them (TGI sends it in a last, nameless delta): read without the
+  token, and recorded as a problem, since the stream's arguments were not JSON;
+- a lone choice whose ``index`` is not 0: the reply's choice (several choices none of which
+  is 0 are a problem: which one is the reply cannot be told);
+- ``finish_reason: ""`` (relays): no finish reason, so it never hides a real one;
+- streamed ``delta.content`` as a list of text parts, as non-streamed messages allow;
+- usage only in ``x_groq.usage`` (Groq).
+
+A ``tool_calls`` member of any other type is a problem: a call is never dropped unsaid.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from json.scanner import make_scanner
 from typing import Any, cast
@@ -66,6 +81,21 @@ def _dumps(value: Any) -> str:
         return json.dumps(value)
     except RecursionError:
         return "<JSON nested too deep to show>"
+
+
+# Special tokens some servers leak at the end of generated text: ``</s>``, ``<eos>``,
+# ``<end_of_turn>``, and the ``<|...|>`` family (``<|eot_id|>``, ``<|im_end|>``...).
+_TRAILING_EOS = re.compile(r"(?:</s>|<eos>|<end_of_turn>|<\|[A-Za-z0-9_]{1,32}\|>)\s*\Z")
+
+
+def _without_eos(raw: str) -> tuple[str, list[str]]:
+    """``raw`` without the end-of-sequence tokens that trail it, and those tokens in order."""
+    tokens: list[str] = []
+    text = raw.rstrip()
+    while match := _TRAILING_EOS.search(text):
+        tokens.insert(0, match.group().strip())
+        text = text[: match.start()].rstrip()
+    return text, tokens
 
 
 def _arguments_text(arguments: Any) -> str:
@@ -127,10 +157,27 @@ class _CallBuilder:
             # Stripped first: llama.cpp pads arguments with spaces ("{ ... } ").
             call.arguments = json.loads(raw.strip())
         except _JSON_ERRORS as exc:
-            # Not a problem of the response: the executor answers such a call with an error
-            # tool message, and checks decide (always for streams, SPEC section 6).
-            call.arguments_error = str(exc)
+            if not self._read_without_eos(call, problems):
+                # Not a problem of the response: the executor answers such a call with an
+                # error tool message, and checks decide (always for streams, SPEC section 6).
+                call.arguments_error = str(exc)
         return call
+
+    def _read_without_eos(self, call: ToolCall, problems: list[str]) -> bool:
+        """Arguments that are JSON once the end-of-sequence tokens after them are left out."""
+        text, tokens = _without_eos(call.arguments_raw)
+        if not tokens:
+            return False
+        try:
+            call.arguments = json.loads(text.strip())
+        except _JSON_ERRORS:
+            return False
+        call.arguments_raw = text  # what goes back to the model: its arguments, no token
+        problems.append(
+            f"tool call {self.position} ({self.name or 'no name'}): its arguments end in the"
+            f" end-of-sequence token {' '.join(tokens)!r}, which is not JSON; read without it"
+        )
+        return True
 
 
 class _ToolCalls:
@@ -156,6 +203,17 @@ class _ToolCalls:
         builder.merge(item, problems)
         if builder.id is not None and "id" in item:
             self._by_id.setdefault(builder.id, builder)
+
+    def add_member(self, member: Any, problems: list[str], chunk: int) -> bool:
+        """Apply a delta's ``tool_calls`` member; true when it held a call delta.
+
+        A list of call deltas, or one call delta as an object (TGI); ``null`` and ``[]``
+        hold none; anything else is a problem rather than a call lost unsaid.
+        """
+        items = _call_items(member, problems, f"chunk {chunk}: ")
+        for item in items:
+            self.add(item, problems, chunk)
+        return bool(items)
 
     def add_whole(self, item: Any, problems: list[str]) -> None:
         """One complete call of a non-streamed message: always a call of its own."""
@@ -190,6 +248,18 @@ class _ToolCalls:
         return [builder.build(problems) for builder in self.calls]
 
 
+def _call_items(member: Any, problems: list[str], where: str) -> list[Any]:
+    """The items of a ``tool_calls`` member: a list, or one object (TGI streams one)."""
+    if isinstance(member, list):
+        return member
+    if isinstance(member, dict):
+        return [member]
+    if member is not None:
+        problems.append(f"{where}tool_calls is neither a list nor an object:"
+                        f" {_snippet(_dumps(member))}")
+    return []
+
+
 def _message_text(content: Any) -> str:
     """Message content as text: a string, or a list of ``{"type": "text"}`` parts."""
     if isinstance(content, str):
@@ -203,14 +273,45 @@ def _message_text(content: Any) -> str:
     return ""
 
 
-def _first_choice(choices: Any) -> dict[str, Any] | None:
-    """Choice 0 of a ``choices`` list (by its ``index``, else the first), if any."""
-    if not isinstance(choices, list):
-        return None
-    for choice in choices:
-        if isinstance(choice, dict) and choice.get("index", 0) == 0:
+def _reply_choice(choices: Any) -> dict[str, Any] | None:
+    """The choice that is the reply: choice 0 (no ``index`` counts as 0), or a lone choice
+    whatever its index."""
+    dicts = _choice_objects(choices)
+    for choice in dicts:
+        if choice.get("index", 0) == 0:
             return choice
-    return None
+    return dicts[0] if len(dicts) == 1 else None
+
+
+def _no_reply_choice(choices: Any) -> str | None:
+    """Why ``_reply_choice`` found none among several choices; None when there were none."""
+    dicts = _choice_objects(choices)
+    if len(dicts) < 2:
+        return None
+    indexes = ", ".join(_dumps(choice.get("index")) for choice in dicts)
+    return f"{len(dicts)} choices (index {indexes}) and none with index 0, so none was read"
+
+
+def _choice_objects(choices: Any) -> list[dict[str, Any]]:
+    if not isinstance(choices, list):
+        return []
+    return [choice for choice in choices if isinstance(choice, dict)]
+
+
+def _finish_reason(choice: dict[str, Any]) -> str | None:
+    """The choice's finish reason; ``""`` (relays send it for "not yet") counts as none."""
+    reason = choice.get("finish_reason")
+    return None if reason is None or reason == "" else str(reason)
+
+
+def _chunk_usage(chunk: dict[str, Any]) -> dict[str, Any] | None:
+    """A chunk's usage object: ``usage``, or Groq's ``x_groq.usage``."""
+    usage = chunk.get("usage")
+    if isinstance(usage, dict):
+        return usage
+    groq = chunk.get("x_groq")
+    usage = groq.get("usage") if isinstance(groq, dict) else None
+    return usage if isinstance(usage, dict) else None
 
 
 class StreamAssembler:
@@ -272,14 +373,17 @@ class StreamAssembler:
             return
         if chunk.get("error") is not None:
             self._set_error(_error_message(chunk["error"]))
-        usage = chunk.get("usage")
-        if isinstance(usage, dict):  # ``usage: null`` rides on every chunk of some servers
+        usage = _chunk_usage(chunk)
+        if usage is not None:  # ``usage: null`` rides on every chunk of some servers
             self._usage = usage
-        choice = _first_choice(chunk.get("choices"))
+        choice = _reply_choice(chunk.get("choices"))
         if choice is None:
+            if why := _no_reply_choice(chunk.get("choices")):
+                self._problems.append(f"chunk {self._chunks} has {why}")
             return
-        if choice.get("finish_reason") is not None:
-            self._finish_reason = str(choice["finish_reason"])
+        finish_reason = _finish_reason(choice)
+        if finish_reason is not None:
+            self._finish_reason = finish_reason
         delta = choice.get("delta")
         if isinstance(delta, dict) and self._read_delta(delta) and self._ttft_ms is None:
             self._ttft_ms = offset_ms
@@ -287,14 +391,11 @@ class StreamAssembler:
     def _read_delta(self, delta: dict[str, Any]) -> bool:
         """Apply one delta; true when it carried content or a tool-call delta."""
         carried = False
-        content = delta.get("content")
-        if isinstance(content, str) and content:
+        content = _message_text(delta.get("content"))
+        if content:
             self._text.append(content)
             carried = True
-        tool_calls = delta.get("tool_calls")
-        if isinstance(tool_calls, list) and tool_calls:
-            for item in tool_calls:
-                self._tool_calls.add(item, self._problems, self._chunks)
+        if self._tool_calls.add_member(delta.get("tool_calls"), self._problems, self._chunks):
             carried = True
         function_call = delta.get("function_call")
         if isinstance(function_call, dict):
@@ -369,15 +470,18 @@ def _completion_reply(status: int, payload: Any) -> Reply:
     if isinstance(payload, dict) and payload.get("error") is not None:
         reply.error = _error_message(payload["error"])
         return reply
-    choice = _first_choice(payload.get("choices")) if isinstance(payload, dict) else None
+    choices = payload.get("choices") if isinstance(payload, dict) else None
+    choice = _reply_choice(choices)
     message = choice.get("message") if choice is not None else None
+    if choice is None and (why := _no_reply_choice(choices)):
+        reply.problems.append(f"response has {why}")
+        return reply
     if choice is None or not isinstance(message, dict):
         reply.problems.append(f"response is not a chat completion: {_snippet(_dumps(payload))}")
         return reply
     reply.text = _message_text(message.get("content"))
     reply.tool_calls = _message_calls(message, reply.problems)
-    if choice.get("finish_reason") is not None:
-        reply.finish_reason = str(choice["finish_reason"])
+    reply.finish_reason = _finish_reason(choice)
     usage = payload.get("usage")
     reply.usage = usage if isinstance(usage, dict) else None
     return reply
@@ -386,8 +490,7 @@ def _completion_reply(status: int, payload: Any) -> Reply:
 def _message_calls(message: dict[str, Any], problems: list[str]) -> list[ToolCall]:
     """The tool calls of a complete assistant message (legacy ``function_call`` as fallback)."""
     calls = _ToolCalls()
-    items = message.get("tool_calls")
-    for item in items if isinstance(items, list) else []:
+    for item in _call_items(message.get("tool_calls"), problems, ""):
         calls.add_whole(item, problems)
     legacy = None
     if isinstance(message.get("function_call"), dict):

@@ -56,9 +56,16 @@ class SSEDecoder:
         return self._feed_text(self._decoder.decode(chunk))
 
     def close(self) -> list[SSEEvent]:
-        """End of stream: flush the decoder; an unterminated event is discarded."""
+        """End of stream: flush the decoder; an unterminated event is discarded, except the
+        end marker ``data: [DONE]`` lacking only its blank line (or its line break too):
+        servers that end so did end the stream as they should."""
         events = self._feed_text(self._decoder.decode(b"", final=True))
         tail = "".join(self._tail).strip()
+        if tail.startswith("data:") and tail[5:].strip() == "[DONE]":
+            self._process_lines([tail])
+            tail = ""
+        if [line.strip() for line in self._data] == ["[DONE]"]:
+            events.extend(self._process_lines([""]))  # the blank line that never came
         # A half-received line counts unless it is a comment (a keep-alive cut short).
         self.truncated = bool(self._data) or bool(tail and not tail.startswith(":"))
         self._tail.clear()
