@@ -6,6 +6,7 @@ errors, matcher errors and failing expectations all look their key path up here.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,23 @@ _COMPOSER_SAFE_LENGTH = 4096
 """Text this short cannot nest deep enough (a level takes a character) to overflow the C
 stack in libyaml's recursive composer, which it does, with a segfault, near 30,000 levels;
 longer text has its depth checked on the event stream before it is composed."""
+MAX_FILE_BYTES = 10 * 1024 * 1024
+"""The largest case file read. Cases are written by people; bulk data belongs in a tool."""
+MAX_VALUES = 200_000
+"""The most values (keys, items, scalars) a case file may hold, aliases expanded. Composing
+costs about 300 bytes and 4 microseconds a value, and every request sends the data again,
+so a billion-laughs file or a million-key mapping is refused before either happens."""
+
+
+class YamlProblem(ValueError):
+    """YAML that parses but cannot be used (too deep, too large, recursive, a duplicate key),
+    at a 1-based ``line`` (0: unknown) and key path."""
+
+    def __init__(self, message: str, line: int = 0, path: KeyPath = ()) -> None:
+        super().__init__(f"line {line}: {message}" if line else message)
+        self.message = message
+        self.line = line
+        self.path = path
 
 
 class KeyedError(ValueError):
@@ -81,17 +99,16 @@ def format_key_path(path: Sequence[str | int]) -> str:
 
 
 def load_documents(file: Path, text: str | None = None) -> list[Document]:
-    """Parse every YAML document of ``file``; raise CaseFileError on bad YAML."""
+    """Parse every YAML document of ``file``; raise CaseFileError on bad YAML, or on a file
+    past the limits (``MAX_FILE_BYTES``, ``MAX_VALUES``, nesting)."""
+    source = _read(file) if text is None else text
+    if len(source) > MAX_FILE_BYTES:
+        raise CaseFileError(file, None, _too_large(len(source.encode())))
     try:
-        source = file.read_text(encoding="utf-8") if text is None else text
-    except UnicodeDecodeError as exc:
-        raise CaseFileError(file, None, f"not UTF-8 text (byte {exc.start}: {exc.reason})") \
-            from None
-    except OSError as exc:
-        raise CaseFileError(file, None, f"cannot read the file: {exc.strerror or exc}") from None
-    try:
-        _check_depth(file, source)
+        _check_events(source, MAX_VALUES)
         return _compose(file, source)
+    except YamlProblem as exc:
+        raise CaseFileError(file, exc.line or None, exc.message, exc.path) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         # libyaml puts an error at the end of the text on a line past the last one.
@@ -107,28 +124,79 @@ def load_documents(file: Path, text: str | None = None) -> list[Document]:
         raise CaseFileError(file, line, f"YAML syntax error: {problem}") from None
 
 
+def _read(file: Path) -> str:
+    """The file's text as text mode reads it; a file past MAX_FILE_BYTES is refused by its
+    size, before it is read (and a special file that never ends, once that much is read)."""
+    try:
+        with file.open("rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            data = handle.read(MAX_FILE_BYTES + 1) if size <= MAX_FILE_BYTES else b""
+    except OSError as exc:
+        raise CaseFileError(file, None, f"cannot read the file: {exc.strerror or exc}") from None
+    if size > MAX_FILE_BYTES or len(data) > MAX_FILE_BYTES:
+        raise CaseFileError(file, None, _too_large(max(size, len(data))))
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CaseFileError(file, None, f"not UTF-8 text (byte {exc.start}: {exc.reason})") \
+            from None
+    return text.replace("\r\n", "\n").replace("\r", "\n")  # text mode's newlines
+
+
+def _too_large(size: int) -> str:
+    mib = 1024 * 1024
+    return (f"the file is {size / mib:.1f} MB; a case file may be at most {MAX_FILE_BYTES // mib}"
+            " MB (bulk data belongs in a python tool that reads it)")
+
+
 def _compose(file: Path, source: str) -> list[Document]:
     loader = _Loader(source)
     last_line = len(source.splitlines()) or 1
+    documents: list[Document] = []
+    budget = MAX_VALUES  # for the whole file: many documents must not add up past it
     try:
-        return [_document(file, loader, node, last_line) for node in _nodes(loader)]
+        for node in _nodes(loader):
+            if not _is_empty(node):
+                document, values = _document(file, loader, node, last_line, budget)
+                documents.append(document)
+                budget -= values
+        return documents
     finally:
         loader.dispose()
 
 
-def _check_depth(file: Path, source: str) -> None:
-    """Refuse deep nesting in long text before libyaml's recursive composer sees it."""
-    if len(source) <= _COMPOSER_SAFE_LENGTH or _openers(source) <= _COMPOSER_SAFE_LENGTH:
-        return  # _map_lines checks the depth of short text
-    depth = 0
+def _is_empty(node: yaml.Node) -> bool:
+    """A document with nothing in it, like the one a final ``---`` opens."""
+    return (isinstance(node, yaml.ScalarNode) and node.tag == _NULL_TAG and node.value == ""
+            and not node.style)
+
+
+def _check_events(source: str, max_values: int | None) -> None:
+    """Refuse, before libyaml composes it, text nested too deep for its recursive composer
+    (or, past ``max_values``, holding too many values to compose): the event stream shows
+    both at no cost in memory. Short text can do neither, and skips this second parse."""
+    deep = len(source) > _COMPOSER_SAFE_LENGTH and _openers(source) > _COMPOSER_SAFE_LENGTH
+    # A value takes at least one character, so text shorter than max_values holds fewer.
+    many = max_values is not None and len(source) >= max_values
+    if not deep and not many:
+        return
+    depth = values = 0
     for event in yaml.parse(source, Loader=_Loader):
+        if isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+            continue
         if isinstance(event, yaml.CollectionStartEvent):
             depth += 1
             if depth > _MAX_DEPTH:
-                mark = event.start_mark
-                raise _too_deep(file, mark.line + 1 if mark else None, ())
-        elif isinstance(event, yaml.CollectionEndEvent):
-            depth -= 1
+                raise _too_deep(_line(event), ())
+        if isinstance(event, yaml.NodeEvent):  # a scalar, an alias or a collection
+            values += 1
+            if max_values is not None and values > max_values:
+                raise YamlProblem(_too_many(max_values, expanded=False), _line(event))
+
+
+def _line(event: yaml.Event) -> int:
+    return event.start_mark.line + 1 if event.start_mark else 0
 
 
 def _openers(source: str) -> int:
@@ -137,8 +205,14 @@ def _openers(source: str) -> int:
     return sum(source.count(indicator) for indicator in "[{-:?")
 
 
-def _too_deep(file: Path, line: int | None, path: KeyPath) -> CaseFileError:
-    return CaseFileError(file, line, f"nested deeper than {_MAX_DEPTH} levels", path)
+def _too_deep(line: int, path: KeyPath) -> YamlProblem:
+    return YamlProblem(f"nested deeper than {_MAX_DEPTH} levels", line, path)
+
+
+def _too_many(limit: int, *, expanded: bool) -> str:
+    what = "keys, items and scalars" + (", aliases expanded" if expanded else "")
+    return (f"the file passes {limit:,} values ({what}) here; a case file may hold at most"
+            " that many (bulk data belongs in a python tool that reads it)")
 
 
 def _nodes(loader: Any) -> Iterator[yaml.Node]:
@@ -148,11 +222,13 @@ def _nodes(loader: Any) -> Iterator[yaml.Node]:
             yield node
 
 
-def _document(file: Path, loader: Any, node: yaml.Node, last_line: int) -> Document:
-    lines: dict[KeyPath, int] = {}
-    _map_lines(file, node, (), lines, {})
+def _document(file: Path, loader: Any, node: yaml.Node, last_line: int, budget: int
+              ) -> tuple[Document, int]:
+    """The document of ``node``, and how many values it holds (aliases expanded)."""
+    mapper = _LineMapper(budget)
+    _depth, values = mapper.map(node, ())
     # libyaml marks an empty value at the very end of the text on a line past the last.
-    lines = {path: min(line, last_line) for path, line in lines.items()}
+    lines = {path: min(line, last_line) for path, line in mapper.lines.items()}
     try:
         data = construct_plain(loader, node)
     except (ValueError, TypeError, LookupError, AttributeError):
@@ -160,7 +236,7 @@ def _document(file: Path, loader: Any, node: yaml.Node, last_line: int) -> Docum
         # integer of over 4,300 digits: name the first scalar that cannot be read.
         raise _unreadable(file, node) from None
     start_line = min(node.start_mark.line + 1, last_line)
-    return Document(data=data, lines=lines, start_line=start_line)
+    return Document(data=data, lines=lines, start_line=start_line), values
 
 
 def _unreadable(file: Path, root: yaml.Node) -> CaseFileError:
@@ -185,53 +261,71 @@ def _unreadable(file: Path, root: yaml.Node) -> CaseFileError:
     return CaseFileError(file, root.start_mark.line + 1, "a value cannot be read")
 
 
-def _map_lines(
-    file: Path, node: yaml.Node, path: KeyPath, lines: dict[KeyPath, int], depths: dict[int, int]
-) -> int:
-    """Record the line of every key and item below ``node``; reject duplicate keys,
-    recursive aliases and nesting deeper than ``_MAX_DEPTH``. Returns the node's depth.
+_IN_PROGRESS = (-1, -1)
 
-    ``depths`` holds the depth of every node mapped so far (-1 while in progress), so an
-    alias costs one look-up however often it is used (a billion-laughs file stays linear)
-    and its lines are its anchor's.
+
+class _LineMapper:
+    """One walk over a composed document: the line of every key and item, by key path, and
+    the checks that need the whole graph: duplicate keys, recursive aliases, nesting deeper
+    than ``_MAX_DEPTH`` and more than ``budget`` values once aliases are expanded.
+
+    The depth and value count of every node are kept by id, so an alias costs one look-up
+    however often it is used (a billion-laughs file stays linear, and is refused at the
+    first anchor that expands past the budget) and its lines are its anchor's.
     """
-    known = depths.get(id(node))
-    line = lines.get(path, node.start_mark.line + 1)
-    if known == -1:
-        raise CaseFileError(file, line, "an alias inside the node it refers to: recursive"
-                            " data cannot be sent as JSON", path)
-    if len(path) + (known or 0) > _MAX_DEPTH:
-        raise _too_deep(file, line, path[:4])  # where it starts: the rest is [0][0]...
-    if known is not None:
-        return known
-    depths[id(node)] = -1
-    depth = _map_children(file, node, path, lines, depths)
-    depths[id(node)] = depth
-    return depth
 
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.lines: dict[KeyPath, int] = {}
+        """Key path -> 1-based line of the key (for mappings) or the item (for sequences)."""
+        self.measured: dict[int, tuple[int, int]] = {}
+        """id(node) -> (depth, values); ``_IN_PROGRESS`` while its children are walked."""
 
-def _map_children(
-    file: Path, node: yaml.Node, path: KeyPath, lines: dict[KeyPath, int], depths: dict[int, int]
-) -> int:
-    deepest = 0
-    if isinstance(node, yaml.MappingNode):
-        for key_node, value_node in node.value:
-            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node)
-            child = (*path, key)
-            if child in lines:
-                raise CaseFileError(
-                    file, key_node.start_mark.line + 1, f"duplicate key '{key}'", child
-                )
-            lines[child] = key_node.start_mark.line + 1
-            deepest = max(deepest, 1 + _map_lines(file, value_node, child, lines, depths))
-    elif isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            lines[(*path, index)] = item.start_mark.line + 1
-            deepest = max(deepest, 1 + _map_lines(file, item, (*path, index), lines, depths))
-    return deepest
+    def map(self, node: yaml.Node, path: KeyPath) -> tuple[int, int]:
+        """Walk ``node`` at ``path``; return its depth and its value count, itself included."""
+        known = self.measured.get(id(node))
+        line = self.lines.get(path, node.start_mark.line + 1)
+        if known is _IN_PROGRESS:
+            raise YamlProblem("an alias inside the node it refers to: recursive data cannot be"
+                              " sent as JSON", line, path)
+        if len(path) + (known[0] if known else 0) > _MAX_DEPTH:
+            raise _too_deep(line, path[:4])  # where it starts: the rest is [0][0]...
+        if known is not None:
+            return known
+        self.measured[id(node)] = _IN_PROGRESS
+        measure = self._children(node, path)
+        if measure[1] > self.budget:
+            raise YamlProblem(_too_many(MAX_VALUES, expanded=True), line, path)
+        self.measured[id(node)] = measure
+        return measure
+
+    def _children(self, node: yaml.Node, path: KeyPath) -> tuple[int, int]:
+        deepest = 0
+        values = 1 + (len(node.value) if isinstance(node, yaml.MappingNode) else 0)  # keys
+        for child, child_path in self._items(node, path):
+            depth, count = self.map(child, child_path)
+            deepest, values = max(deepest, depth + 1), values + count
+        return deepest, values
+
+    def _items(self, node: yaml.Node, path: KeyPath) -> Iterator[tuple[yaml.Node, KeyPath]]:
+        """The children of ``node`` with their key paths, lines recorded on the way."""
+        if isinstance(node, yaml.SequenceNode):
+            for index, item in enumerate(node.value):
+                self.lines[(*path, index)] = item.start_mark.line + 1
+                yield item, (*path, index)
+        elif isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node)
+                child = (*path, key)
+                if child in self.lines:
+                    raise YamlProblem(f"duplicate key '{key}'", key_node.start_mark.line + 1,
+                                      child)
+                self.lines[child] = key_node.start_mark.line + 1
+                yield value_node, child
 
 
 _STR_TAG = "tag:yaml.org,2002:str"
+_NULL_TAG = "tag:yaml.org,2002:null"
 _SEQ_TAG = "tag:yaml.org,2002:seq"
 _MAP_TAG = "tag:yaml.org,2002:map"
 _SCALAR_TAGS = frozenset(f"tag:yaml.org,2002:{kind}" for kind in
@@ -257,11 +351,18 @@ def construct_plain(loader: Any, node: yaml.Node) -> Any:
 
 
 def load_yaml(text: str) -> Any:
-    """``yaml.load(text, CSafeLoader)`` of a single document, with the fast constructor."""
+    """``yaml.load(text, CSafeLoader)`` of a single document, with the fast constructor.
+
+    For text from elsewhere (cassettes): nesting that would crash libyaml or overflow
+    Python's stack raises YamlProblem (a ValueError), as bad YAML raises yaml.YAMLError.
+    """
+    _check_events(text, max_values=None)
     loader = _Loader(text)
     try:
         node = loader.get_single_node()
         return None if node is None else construct_plain(loader, node)
+    except RecursionError:  # nesting below libyaml's limit, above Python's
+        raise YamlProblem("nested too deep to read") from None
     finally:
         loader.dispose()
 

@@ -116,6 +116,10 @@ def resolve_callable(path: str) -> Any:
         module = importlib.import_module(module_name)
     except Exception as exc:  # noqa: BLE001 - any failure importing user code is a case error
         raise ValueError(f"cannot import {module_name!r}: {exc}") from None
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - sys.exit() on import must not end the session
+        raise ValueError(f"cannot import {module_name!r}: importing it raised {exc!r}") from None
     target = getattr(module, attribute, None)
     if not callable(target):
         # ValueError, not TypeError: pydantic reports only ValueError as a validation error.
