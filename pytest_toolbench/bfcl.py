@@ -107,6 +107,8 @@ class ImportSummary:
     categories: Counter[str] = field(default_factory=Counter)
     """Cases written per BFCL category."""
     skipped: list[SkippedRecord] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """What the user should know about how the input was read."""
 
     @property
     def cases(self) -> int:
@@ -118,6 +120,7 @@ class ImportSummary:
                                 for name, count in sorted(self.categories.items()))
         lines = [f"wrote {_plural(self.cases, 'case')} in {_plural(len(self.files), 'file')} "
                  f"to {self.out_dir}" + (f" ({by_category})" if by_category else "")]
+        lines += [f"note: {note}" for note in self.notes]
         if self.skipped:
             lines.append(f"skipped {_plural(len(self.skipped), 'record')}:")
             lines += [f"  {record.id}: {record.reason}" for record in self.skipped]
@@ -131,13 +134,17 @@ def import_bfcl(questions: Path, answers: Path | None, out_dir: Path,
                 chunk_size: int = CHUNK_SIZE) -> ImportSummary:
     """Write the records of ``questions`` as case files under ``out_dir``.
 
-    ``answers`` is the matching ``possible_answer`` file, or ``None`` for a category whose
-    right answer is no call at all (``irrelevance``). Files are named after the questions
-    file's category and the positions of their cases: ``simple_python_000-099.case.yaml``.
+    ``answers`` is the matching ``possible_answer`` file, or ``None`` (or an empty file) for
+    a category whose right answer is no call at all (``irrelevance``). Files are named after
+    the questions file's category and the positions of their cases:
+    ``simple_python_000-099.case.yaml``.
     """
     records = _read_json_lines(questions)
     truths = _ground_truths(answers) if answers is not None else None
     summary = ImportSummary(out_dir)
+    if answers is not None and truths is None:
+        summary.notes.append(f"{answers} is empty: every case expects no tool call, as with "
+                             "'-' (irrelevance)")
     cases = _convert_all(records, truths, _file_category(questions), summary)
     out_dir.mkdir(parents=True, exist_ok=True)
     summary.files = _write_cases(cases, out_dir, _file_category(questions), questions.name,
@@ -424,10 +431,14 @@ def _read_json_lines(path: Path) -> list[dict[str, Any]]:
     return records
 
 
-def _ground_truths(path: Path) -> dict[str, Any]:
-    """Answer records by id: ``{"id": ..., "ground_truth": [...]}``."""
+def _ground_truths(path: Path) -> dict[str, Any] | None:
+    """Answer records by id: ``{"id": ..., "ground_truth": [...]}``; ``None`` for a file
+    with no record at all, which is how some tools write a category without answers."""
+    records = _read_json_lines(path)
+    if not records:
+        return None
     truths: dict[str, Any] = {}
-    for record in _read_json_lines(path):
+    for record in records:
         if "id" in record and "ground_truth" in record:
             truths[str(record["id"])] = record["ground_truth"]
     if not truths:
@@ -576,8 +587,8 @@ def build_parser() -> argparse.ArgumentParser:
         "  pytest cases/bfcl --toolbench-live --toolbench-model=MODEL -m bfcl_simple_python\n"
         "\n"
         "The cases leave 'model' unset: choose it with --toolbench-model. They are marked\n"
-        "bfcl and bfcl_<category>; register these under 'markers' in your pytest ini to\n"
-        "select them without warnings. Records the case format cannot express (multi-turn\n"
+        "bfcl and bfcl_<category>, marks the plugin registers itself (no ini entry needed,\n"
+        "--strict-markers accepts them). Records the case format cannot express (multi-turn\n"
         "questions, types with no JSON Schema equivalent such as Java's) are skipped and\n"
         "listed with their reason. Exit status: 0 when cases were written, 1 when none\n"
         "could be, 2 when an input file does not exist.",
@@ -587,8 +598,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a BFCL question file (JSON Lines despite its .json name), "
                         "e.g. BFCL_v4_simple_python.json")
     parser.add_argument("answers", metavar="ANSWERS",
-                        help="its possible_answer file, or '-' for a category without one "
-                        "(irrelevance): every case then expects no tool call")
+                        help="its possible_answer file, or '-' (or an empty file) for a "
+                        "category without one (irrelevance): every case then expects no "
+                        "tool call")
     parser.add_argument("out_dir", type=Path, metavar="OUT_DIR",
                         help="directory for the *.case.yaml files; created if missing, "
                         "files of the same name are replaced")

@@ -13,6 +13,7 @@ import pytest
 from .casefile import CaseFileErrors, LoadedCase, describe_errors, load_case_file
 from .engine import Engine, Job
 from .lookahead import Lookahead
+from .marks import MarkRefused, case_marks
 from .models.records import CaseResult
 from .reporting.failure import render_failure
 from .settings import Settings
@@ -44,8 +45,13 @@ class CaseFile(pytest.File):
         for case in loaded:
             for model in forced_models or case.case.models:
                 name = f"{case.case.name}[{model}]" if model is not None else case.case.name
-                yield CaseItem.from_parent(self, name=name, nodeid=_item_nodeid(self, name),
-                                           loaded=case, model=model)
+                try:
+                    item = CaseItem.from_parent(self, name=name, loaded=case, model=model,
+                                                nodeid=_item_nodeid(self, name))
+                except MarkRefused as refusal:
+                    shown = _display(self.config, self.path)
+                    raise self.CollectError(f"{shown}:{refusal.line}: {refusal}") from None
+                yield item
 
 
 class CaseItem(pytest.Item):
@@ -56,8 +62,8 @@ class CaseItem(pytest.Item):
         self.loaded = loaded
         self.model = model
         self.result: CaseResult | None = None
-        for mark in loaded.case.marks:
-            self.add_marker(_mark(mark))
+        for mark in case_marks(self.config, loaded):
+            self.add_marker(mark)
 
     @functools.cached_property
     def job(self) -> Job:
@@ -106,19 +112,6 @@ def _item_nodeid(parent: pytest.File, name: str) -> str:
     string as it is, which is the id it would have built.
     """
     return f"{parent.nodeid}::{name}"
-
-
-def _mark(mark: str | dict[str, Any]) -> pytest.MarkDecorator:
-    """``smoke``, ``{xfail: "reason"}``, ``{skip: "reason"}`` or ``{name: {kwarg: ...}}``."""
-    if isinstance(mark, str):
-        return getattr(pytest.mark, mark)  # type: ignore[no-any-return]
-    ((name, value),) = mark.items()
-    decorator: pytest.MarkDecorator = getattr(pytest.mark, name)
-    if isinstance(value, dict):
-        return decorator(**value)
-    if name in ("skip", "xfail") and value is not None:
-        return decorator(reason=str(value))
-    return decorator if value is None else decorator(value)
 
 
 def _display(config: pytest.Config, path: Path) -> Path:

@@ -1,4 +1,4 @@
-"""pytest's cache options over case items named ``case[model]``: ``--lf``, ``--ff``, ``--nf``.
+"""Case items as pytest sees them: their ids under ``--lf``, ``--ff``, ``--nf``, and marks.
 
 pytest 9 keeps last failures as structured ids (path, names, parameters) and splits the
 ``[...]`` of a stored id into parameters; these runs show a case item's id compares equal
@@ -83,3 +83,40 @@ def test_new_first_runs_a_new_case_before_the_known_ones(
     result.stdout.fnmatch_lines(["c.case.yaml::added?ok? PASSED*",
                                  "c.case.yaml::added?broken? PASSED*",
                                  "c.case.yaml::greet?ok? PASSED*"])
+
+
+def test_an_unknown_mark_is_reported_at_its_line_in_the_case_file(
+    pytester: pytest.Pytester
+) -> None:
+    pytester.makefile(".case.yaml", c=textwrap.dedent("""\
+        name: greet
+        marks:
+          - smoke
+          - {slow: {reason: big}}
+        stages: [{name: ask, user: hi}]
+        """))
+    pytester.makeini("[pytest]\nmarkers =\n    smoke: quick checks\n")
+
+    result = pytester.runpytest("--collect-only", "-q",
+                                "-W", "always::pytest.PytestUnknownMarkWarning")
+
+    result.stdout.fnmatch_lines([
+        "c.case.yaml:4",
+        "  *c.case.yaml:4: PytestUnknownMarkWarning: Unknown pytest.mark.slow - is this a typo?*",
+        "    - {slow: {reason: big}}",
+    ])
+    assert "collect.py" not in result.stdout.str()
+
+
+@pytest.mark.parametrize("flags", [["--strict-markers"],
+                                   ["-W", "error::pytest.PytestUnknownMarkWarning"]])
+def test_a_refused_mark_is_a_collection_error_at_its_line(
+    pytester: pytest.Pytester, flags: list[str]
+) -> None:
+    pytester.makefile(".case.yaml", c="name: greet\nmarks: [slow]\nstages: [{name: a, user: hi}]\n")
+
+    result = pytester.runpytest("--collect-only", *flags)
+
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*ERROR collecting c.case.yaml*", "c.case.yaml:2: *slow*"])
+    assert "collect.py" not in result.stdout.str()
