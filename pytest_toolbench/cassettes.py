@@ -26,7 +26,7 @@ import respx
 import yaml
 
 from .atomic import write_atomic
-from .loader import load_yaml
+from .cassette_reader import read_interactions
 from .models.records import Interaction, StreamEvent
 from .scrubbing import Scrubber
 from .transport.errors import ReplayError
@@ -71,14 +71,14 @@ class Cassette:
 
     @classmethod
     def load(cls, path: Path, rerecord_hint: str = "") -> Cassette:
+        """Read the cassette at ``path``; raise ReplayError saying why it cannot be replayed."""
         try:
-            data = load_yaml(path.read_text(encoding="utf-8"))
-            if data.get("version") != FORMAT_VERSION:
-                raise ValueError(f"format {data.get('version')}, this version reads "
-                                 f"{FORMAT_VERSION}")
-            interactions = [_interaction(item) for item in data["interactions"]]
-        except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ReplayError(f"cassette {path} is unreadable ({exc}); re-record it with: "
+            interactions = read_interactions(path.read_text(encoding="utf-8"), FORMAT_VERSION)
+        except OSError as exc:
+            raise ReplayError(f"cassette unreadable: {path}: {exc.strerror or exc}; re-record"
+                              f" it with: {rerecord_hint}") from None
+        except ValueError as exc:  # CassetteUnreadable, or bytes that are not UTF-8
+            raise ReplayError(f"cassette unreadable: {path}: {exc}; re-record it with: "
                               f"{rerecord_hint}") from None
         return cls(path, interactions, rerecord_hint=rerecord_hint)
 
@@ -218,19 +218,3 @@ def _plain_event(event: StreamEvent) -> dict[str, Any]:
         plain["event"] = event.event
     return plain
 
-
-def _interaction(item: dict[str, Any]) -> Interaction:
-    request, response = item["request"], item["response"]
-    events = response.get("events")
-    body = json.loads(response["json"]) if "json" in response else response.get("text")
-    return Interaction(
-        request=json.loads(request["json"]),
-        status=int(response["status"]),
-        content_type=response.get("content_type", ""),
-        body=body,
-        events=None if events is None else [
-            StreamEvent(e["data"], float(e["at_ms"]), e.get("event", "message")) for e in events],
-        elapsed_ms=float(response.get("elapsed_ms", 0.0)),
-        path=request.get("path", "/chat/completions"),
-        method=request.get("method", "POST"),
-    )

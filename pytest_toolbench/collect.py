@@ -14,7 +14,7 @@ from .casefile import CaseFileErrors, LoadedCase, describe_errors, load_case_fil
 from .engine import Engine, Job
 from .lookahead import Lookahead
 from .marks import MarkRefused, case_marks
-from .models.records import CaseResult
+from .models.records import CaseResult, RunResult
 from .reporting.failure import render_failure
 from .settings import Settings
 
@@ -81,6 +81,13 @@ class CaseItem(pytest.Item):
         job = self.job
         return CaseResult(self.loaded.case.name, self.model, job.display_file,
                           self.loaded.document.start_line)
+
+    def broken_result(self, excinfo: pytest.ExceptionInfo[BaseException]) -> CaseResult:
+        """The result of a run the plugin broke off (an exception that is not a verdict):
+        failed, with the exception as its error."""
+        result = self.unrun_result()
+        result.runs.append(RunResult(1, error=f"internal error: {excinfo.exconly()}"))
+        return result
 
     def _start_ahead(self, engine: Engine) -> None:
         """Live cases: start the next ones now so up to ``concurrency`` run at once."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import hashlib
 import threading
 from collections.abc import Coroutine
 from dataclasses import dataclass
@@ -99,7 +100,7 @@ class Engine:
         endpoint = self.settings.endpoint_for(job.loaded.case.endpoint)
         path = self.cassette_path(job)
         # From where pytest was started, not the rootdir (which the node id is relative to).
-        hint = f"pytest '{job.display_file}::{job.label}' --toolbench-record"
+        hint = _printable(f"pytest '{job.display_file}::{job.label}' --toolbench-record")
         replaying = self.settings.mode is Mode.REPLAY or (
             self.settings.mode is Mode.MISSING and path.exists())
         if replaying and not path.exists():
@@ -122,7 +123,7 @@ class Engine:
         result = await run_case(ctx)
         if replaying:
             self._require_all_replayed(result, cassette)
-        elif recording and not any(turn.error for run in result.runs for turn in run.turns):
+        elif recording and not _endpoint_failed(result):
             cassette.save()  # an endpoint failure keeps the old cassette: it replays nothing
         return result
 
@@ -165,16 +166,67 @@ class Engine:
         return self._breakers[base_url]
 
     def cassette_path(self, job: Job) -> Path:
+        """``<cassette dir>/<file stem>/<case>[<model>].yaml``, always inside that folder."""
         file = job.loaded.file
         directory = self.settings.cassette_dir or (file.parent / "__cassettes__")
         stem = file.name.split(".case.")[0]
-        return directory / stem / f"{job.label}.yaml"
+        return directory / stem / f"{cassette_file_stem(job.label)}.yaml"
 
     def _show(self, path: Path) -> str:
         try:
             return str(path.relative_to(self.rootdir))
         except ValueError:
             return str(path)
+
+
+def _endpoint_failed(result: CaseResult) -> bool:
+    """Whether a recording keeps the previous cassette: a request got no answer (connect
+    error, timeout, reset), or a case that failed met an overloaded or broken server (429 or
+    5xx after the retries). A case that passes with such a status expects it."""
+    return any(
+        turn.error or (not result.passed and turn.reply is not None
+                       and (turn.reply.status == 429 or turn.reply.status >= 500))
+        for run in result.runs for turn in run.turns)
+
+
+def _printable(text: str) -> str:
+    """``text`` with control characters escaped (``\\x00``, ``\\n``): the re-record hint goes
+    into messages and into the cassette's first line, a YAML comment that a line break in a
+    model or file name would end."""
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
+
+
+_UNSAFE_IN_FILE_NAMES = frozenset("/\\%") | frozenset(map(chr, [*range(32), 127]))
+_MAX_STEM_BYTES = 200
+"""File systems refuse names past 255 bytes; this leaves room for ``.yaml`` and temp files."""
+
+
+def cassette_file_stem(label: str) -> str:
+    """``label`` (``case[model]``) as one file name: path separators, control characters
+    (NUL...), surrogates and ``%`` are %-encoded, so no model name can reach outside the
+    cassette folder; a name too long for the file system is cut and told apart by a hash."""
+    stem = "".join(f"%{ord(char):02X}" if char in _UNSAFE_IN_FILE_NAMES
+                   or "\ud800" <= char <= "\udfff" else char  # surrogates: not UTF-8
+                   for char in label)
+    if len(stem.encode()) <= _MAX_STEM_BYTES:
+        return stem
+    digest = hashlib.sha256(label.encode(errors="surrogatepass")).hexdigest()[:16]
+    cut = stem.encode()[:_MAX_STEM_BYTES - 17].decode(errors="ignore")
+    partial = cut.rfind("%", len(cut) - 2)  # an escape cut in two
+    return f"{cut if partial == -1 else cut[:partial]}~{digest}"
+
+
+_CANCEL_WAIT_S = 5.0
+"""How long cancelled cases get to unwind (close their streams) when the session ends."""
+
+
+async def _cancel_other_tasks() -> None:
+    """Cancel every task on this loop but the current one, and wait for them to end."""
+    others = asyncio.all_tasks() - {asyncio.current_task()}
+    for task in others:
+        task.cancel()
+    if others:
+        await asyncio.wait(others, timeout=_CANCEL_WAIT_S)
 
 
 async def _no_sleep(seconds: float) -> None:

@@ -110,6 +110,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
     report = yield
     if not isinstance(item, CaseItem):
         return report
+    if call.when == "call" and item.result is None and call.excinfo is not None:
+        # The plugin broke off the run with an unexpected exception: the case must still be
+        # in the reports, failed, or a gate that reads them could pass without it.
+        item.result = item.broken_result(call.excinfo)
     if call.when == "call" and item.result is not None:
         record = case_record(item.result, item.nodeid, _outcome(report))
         for key in ("latency_ms", "ttft_ms", "total_tokens", "tool_calls", "turns"):

@@ -1,4 +1,6 @@
-"""Hostile files: case files built to exhaust memory or time.
+"""Hostile files: case files built to exhaust memory or time, cassettes that are broken,
+cut short or built to crash the reader, names that point outside the cassette folder, and
+what the files written (cassettes, the JSON report) look like on disk afterwards.
 
 Every broken file ends as a message naming it, for one case or one file, never as a
 traceback, a hang or a crash of the session.
@@ -6,14 +8,17 @@ traceback, a hang or a crash of the session.
 
 from __future__ import annotations
 
+import json
+import os
 import textwrap
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from support.chat_server import (
     ChatServer,
     RecordedRequest,
@@ -184,3 +189,206 @@ def test_a_python_tool_that_exits_on_import_is_a_collection_error_at_its_line(
          f" importing it raised {shown}")])
     result.assert_outcomes(errors=1, passed=1)  # the session went on to the other file
     assert_no_traceback(result)
+
+
+# -- 2. cassettes as untrusted input ------------------------------------------------------
+
+def _cassette(path: Path) -> dict[str, Any]:
+    return yaml.safe_load(path.read_text())  # type: ignore[no-any-return]
+
+
+def _rewrite(change: Callable[[dict[str, Any]], object]) -> Callable[[Path], None]:
+    def apply(path: Path) -> None:
+        data = _cassette(path)
+        change(data)
+        path.write_text(yaml.safe_dump(data, width=1 << 30))
+    return apply
+
+
+def _response(data: dict[str, Any]) -> dict[str, Any]:
+    return data["interactions"][0]["response"]  # type: ignore[no-any-return]
+
+
+def _streamed_data(data: dict[str, Any]) -> None:
+    _response(data)["events"][0]["data"] = 5
+
+
+CORRUPTIONS: dict[str, tuple[Callable[[Path], object], str]] = {
+    # case name: (what is done to its cassette, what the failure says after the path)
+    "deep_json": (_rewrite(lambda d: _response(d).update(json="[" * 100_000 + "]" * 100_000)),
+                  "interactions[[]0[]].response.json: JSON nested deeper than 200 levels"),
+    "deepish_json": (_rewrite(lambda d: _response(d).update(json="[" * 500 + "]" * 500)),
+                     "interactions[[]0[]].response.json: JSON nested deeper than 200 levels"),
+    "deep_yaml": (lambda p: p.write_text("version: 2\ninteractions: "
+                                         + "[" * 100_000 + "]" * 100_000 + "\n"),
+                  "line 2: nested deeper than 100 levels"),
+    "truncated": (lambda p: p.write_bytes(p.read_bytes()[:300]), "*"),
+    "empty": (lambda p: p.write_text(""), "the file: expected a mapping, got nothing (null)"),
+    "not_a_list": (_rewrite(lambda d: d.update(interactions={"a": 1})),
+                   "interactions: expected a list, got a mapping {'a': 1}"),
+    "status_text": (_rewrite(lambda d: _response(d).update(status="ok")),
+                    "interactions[[]0[]].response.status: expected an integer, got a string 'ok'"),
+    "events_mapping": (_rewrite(lambda d: _response(d).update(events={"data": "x"})),
+                       "interactions[[]0[]].response.events: expected a list, got a mapping *"),
+    "request_not_json": (_rewrite(lambda d: d["interactions"][0]["request"].update(
+                             json="{not json")),
+                         "interactions[[]0[]].request.json: not JSON (Expecting property name*"),
+    "event_data_number": (_rewrite(_streamed_data),
+                          ("interactions[[]0[]].response.events[[]0[]].data: expected a"
+                           " string, got an integer 5")),
+}
+
+
+def test_a_broken_cassette_fails_its_case_saying_what_is_wrong_and_where(
+        pytester: pytest.Pytester, echoing: ChatServer) -> None:
+    cases = [f"name: {name}\n{endpoint(echoing)}\nstages:\n  - name: s\n    user: {name}\n"
+             f"    stream: {str(name.startswith('event')).lower()}\n"
+             for name in CORRUPTIONS]
+    pytester.makefile(".case.yaml", s="---\n".join(cases))
+    pytester.runpytest("--toolbench-record").assert_outcomes(passed=len(CORRUPTIONS))
+    replayed = pytester.runpytest_subprocess()  # as recorded: all pass
+    replayed.assert_outcomes(passed=len(CORRUPTIONS))
+    for name, (corrupt, _) in CORRUPTIONS.items():
+        corrupt(pytester.path / "__cassettes__" / "s" / f"{name}.yaml")
+
+    # A subprocess: if libyaml crashed on the deep YAML, this test would see it and go on.
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+
+    result.assert_outcomes(failed=len(CORRUPTIONS))
+    result.stdout.fnmatch_lines_random([
+        f"*s.case.yaml:*: {name}: *cassette unreadable: *{name}.yaml: {says}; re-record it with:"
+        f" pytest 's.case.yaml::{name}' --toolbench-record"
+        for name, (_, says) in CORRUPTIONS.items()])
+    assert_no_traceback(result)
+
+
+# -- 3. names that point outside the cassette folder; internal errors in the reports ------
+
+def files_below(root: Path) -> set[str]:
+    return {str(path.relative_to(root)) for path in root.rglob("*")
+            if path.is_file() and ".pytest_cache" not in path.parts}
+
+
+def test_model_names_cannot_write_outside_the_cassette_folder(
+        pytester: pytest.Pytester, echoing: ChatServer) -> None:
+    pytester.makefile(".case.yaml", s=f"""\
+name: up
+model: "/../../../x"
+{endpoint(echoing)}
+stages: [{{name: s, user: hi}}]
+---
+name: nul
+model: "a\\0b"
+{endpoint(echoing)}
+stages: [{{name: s, user: hi}}]
+""")
+    pytester.runpytest("--toolbench-record").assert_outcomes(passed=2)
+    pytester.runpytest("--toolbench-record", "--toolbench-model", "../y").assert_outcomes(
+        passed=2)
+
+    assert files_below(pytester.path) == {
+        "s.case.yaml",
+        "__cassettes__/s/up[%2F..%2F..%2F..%2Fx].yaml", "__cassettes__/s/nul[a%00b].yaml",
+        "__cassettes__/s/up[..%2Fy].yaml", "__cassettes__/s/nul[..%2Fy].yaml"}
+    echoing.close()  # replay reads them back from the same names
+    pytester.runpytest().assert_outcomes(passed=2)
+    pytester.runpytest("--toolbench-model", "../y").assert_outcomes(passed=2)
+
+
+BREAK_THE_ENGINE = """\
+import pytest_toolbench.engine as engine
+
+original = engine.run_case
+
+
+async def broken(ctx):
+    if ctx.loaded.case.name == "broken":
+        raise RuntimeError("the plugin broke")
+    return await original(ctx)
+
+
+def pytest_configure(config):
+    engine.run_case = broken
+
+
+def pytest_unconfigure(config):
+    engine.run_case = original
+"""
+
+
+def test_a_case_the_plugin_breaks_off_is_failed_in_the_report_and_the_summary(
+        pytester: pytest.Pytester, echoing: ChatServer) -> None:
+    pytester.makeconftest(BREAK_THE_ENGINE)
+    pytester.makefile(".case.yaml", s="---\n".join(
+        f"name: {name}\n{endpoint(echoing)}\nstages: [{{name: s, user: hi}}]\n"
+        for name in ("broken", "fine")))
+    report = pytester.path / "report.json"
+
+    result = pytester.runpytest("--toolbench-live", f"--toolbench-report={report}")
+
+    result.assert_outcomes(failed=1, passed=1)
+    document = json.loads(report.read_text())
+    assert document["summary"] == {"cases": 2, "failed": 1, "passed": 1}
+    broken = next(case for case in document["cases"] if case["case"] == "broken")
+    assert broken["outcome"] == "failed"
+    assert broken["runs"][0]["error"] == "internal error: RuntimeError: the plugin broke"
+    result.stdout.fnmatch_lines(["*toolbench summary*", "*broken*failed*", "*fine*passed*"])
+
+
+# -- 4. what re-recording leaves on disk --------------------------------------------------
+
+def test_a_5xx_while_re_recording_keeps_the_previous_cassette(
+        pytester: pytest.Pytester, echoing: ChatServer) -> None:
+    pytester.makefile(".case.yaml", s="---\n".join([
+        f"name: kept\n{endpoint(echoing, retries=1)}\nstages: [{{name: s, user: hi}}]\n",
+        (f"name: wants_500\n{endpoint(echoing, retries=1)}\n"
+         "stages: [{name: s, user: hi, expect: {status: 500}}]\n")]))
+    pytester.runpytest("--toolbench-record").assert_outcomes(passed=1, failed=1)
+    kept = pytester.path / "__cassettes__/s/kept.yaml"
+    before = kept.read_bytes()
+    echoing.set_handler(lambda request: json_reply(
+        {"error": {"message": "overloaded", "type": "server_error"}}, 500,
+        headers={"Retry-After": "0"}))
+    sent = len(echoing.requests)
+
+    result = pytester.runpytest("--toolbench-record", "--toolbench-breaker-threshold", "0")
+
+    result.assert_outcomes(passed=1, failed=1)
+    assert len(echoing.requests) == sent + 4  # each case: the request and its retry
+    assert kept.read_bytes() == before
+    # A case that expects the 500 and passes records it.
+    wants_500 = _cassette(pytester.path / "__cassettes__/s/wants_500.yaml")
+    assert _response(wants_500)["status"] == 500
+
+
+@pytest.fixture
+def umask_027() -> Iterator[None]:
+    previous = os.umask(0o027)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
+def test_written_files_keep_their_mode_new_ones_follow_the_umask_stray_temps_go(
+        pytester: pytest.Pytester, echoing: ChatServer, umask_027: None) -> None:
+    pytester.makefile(".case.yaml", s=f"name: a\n{endpoint(echoing)}\n"
+                                      "stages: [{name: s, user: hi}]\n")
+    cassette = pytester.path / "__cassettes__/s/a.yaml"
+    report = pytester.path / "report.json"
+    pytester.runpytest("--toolbench-record", f"--toolbench-report={report}")
+    assert oct(cassette.stat().st_mode & 0o777) == oct(0o640)  # 0666 less the umask
+    assert oct(report.stat().st_mode & 0o777) == oct(0o640)
+    cassette.chmod(0o644)
+    report.chmod(0o604)
+    stray = cassette.with_name(".a.yaml.k3x9_q2z.tmp")  # left by a run killed mid-write
+    stray.write_text("half a cassette")
+    other = cassette.with_name(".a.yaml.b.yaml.k3x9_q2z.tmp")  # another file's: not ours
+    other.write_text("")
+
+    pytester.runpytest("--toolbench-record", f"--toolbench-report={report}")
+
+    assert oct(cassette.stat().st_mode & 0o777) == oct(0o644)
+    assert oct(report.stat().st_mode & 0o777) == oct(0o604)
+    assert not stray.exists()
+    assert other.exists()
