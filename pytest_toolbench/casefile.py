@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
+from .executor.interpolate import undefined_names
 from .loader import (
     CaseFileError,
     Document,
@@ -60,6 +61,7 @@ def load_case_file(file: Path) -> list[LoadedCase]:
         except ValidationError as exc:
             errors.extend(_describe(exc, document, file))
     errors.extend(_duplicate_names(loaded))
+    errors.extend(error for item in loaded for error in _undefined_variables(item))
     if errors:
         raise CaseFileErrors(sorted(errors, key=lambda error: error.line or 0))
     return loaded
@@ -86,6 +88,12 @@ def _duplicate_names(loaded: list[LoadedCase]) -> list[CaseFileError]:
                                         ("name",)))
         seen.add(item.case.name)
     return errors
+
+
+def _undefined_variables(item: LoadedCase) -> list[CaseFileError]:
+    """``${name}``s that no earlier stage captures: each would fail every run of the case."""
+    return [CaseFileError(item.file, item.line_of(*path), message, path)
+            for path, message in undefined_names(item.case)]
 
 
 def _describe(exc: ValidationError, document: Document, file: Path) -> list[CaseFileError]:

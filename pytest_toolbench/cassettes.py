@@ -68,9 +68,14 @@ class Cassette:
     """The command that records this cassette, for messages."""
     scrubber: Scrubber = field(default_factory=Scrubber)
     """The endpoint's credentials, masked in sent requests before they are compared."""
+    shown: str = ""
+    """The path as messages show it (relative to where pytest was started)."""
+
+    def __post_init__(self) -> None:
+        self.shown = self.shown or str(self.path)
 
     @classmethod
-    def load(cls, path: Path, rerecord_hint: str = "") -> Cassette:
+    def load(cls, path: Path, rerecord_hint: str = "", shown: str = "") -> Cassette:
         """Read the cassette at ``path``; raise ReplayError saying why it cannot be replayed."""
         try:
             interactions = read_interactions(path.read_text(encoding="utf-8"), FORMAT_VERSION)
@@ -80,13 +85,13 @@ class Cassette:
         except ValueError as exc:  # CassetteUnreadable, or bytes that are not UTF-8
             raise ReplayError(f"cassette unreadable: {path}: {exc}; re-record it with: "
                               f"{rerecord_hint}") from None
-        return cls(path, interactions, rerecord_hint=rerecord_hint)
+        return cls(path, interactions, rerecord_hint=rerecord_hint, shown=shown)
 
     def next_for(self, request: dict[str, Any]) -> Interaction:
         """The recorded answer to ``request``, which must be the one recorded next."""
         if self.replayed >= len(self.interactions):
             raise ReplayError(
-                f"the case sent request {self.replayed + 1}, but {self.path} holds only "
+                f"the case sent request {self.replayed + 1}, but {self.shown} holds only "
                 f"{len(self.interactions)}; re-record with: {self.rerecord_hint}")
         recorded = self.interactions[self.replayed]
         # The recording holds the key scrubbed; so must the request it is compared to, and
@@ -94,7 +99,7 @@ class Cassette:
         request = self.scrubber.data(request)
         if _canonical(recorded.request) != _canonical(request):
             raise ReplayError(
-                f"request {self.replayed + 1} differs from the one recorded in {self.path}; "
+                f"request {self.replayed + 1} differs from the one recorded in {self.shown}; "
                 f"re-record with: {self.rerecord_hint}\n{request_diff(recorded.request, request)}")
         self.replayed += 1
         return recorded

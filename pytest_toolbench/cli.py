@@ -15,15 +15,18 @@ import enum
 import fnmatch
 import importlib
 import importlib.metadata
+import io
 import json
-import os
 import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .casefile import CaseFileErrors, LoadedCase, describe_errors, load_case_file
+import pytest
+
+from .casefile import CaseFileErrors, LoadedCase
+from .collect import SETTINGS_KEY, CaseFile, CaseItem
 from .models.case import Case
 from .reporting.graph import case_graph
 from .settings import DEFAULT_FILES
@@ -34,8 +37,6 @@ SCHEMA_TITLE = "pytest-toolbench case file"
 SCHEMA_PATH = Path(__file__).with_name("case.schema.json")
 """The committed copy of ``toolbench schema``, shipped in the package for editors."""
 
-# As pytest's default ``norecursedirs``, so a directory validates what pytest would collect.
-SKIPPED_DIRS = (".*", "*.egg", "_darcs", "build", "CVS", "dist", "node_modules", "venv", "{arch}")
 
 
 class ExitCode(enum.IntEnum):
@@ -52,83 +53,145 @@ class UsageError(Exception):
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    files = find_case_files(args.paths, args.glob or DEFAULT_FILES)
-    problems, bad_files, cases = 0, 0, 0
-    with _import_paths(files):
-        for file in files:
-            try:
-                cases += len(load_case_file(file))
-            except CaseFileErrors as errors:
-                print(describe_errors(errors))
-                problems, bad_files = problems + len(errors.errors), bad_files + 1
-    counted = f"{_plural(len(files), 'file')}, {_plural(cases, 'case')}"
-    if problems:
-        print(f"{counted}: {_plural(problems, 'problem')} in {_plural(bad_files, 'file')}")
+    collected = collect_cases(args.paths, args.glob)
+    for problem in collected.problems:
+        print(problem.text)
+    cases = len({(item.path, item.loaded.case.name) for item in collected.items})
+    counted = f"{_plural(len(collected.files), 'file')}, {_plural(cases, 'case')}"
+    if collected.problems:
+        count = sum(problem.count for problem in collected.problems)
+        bad_files = len({problem.where for problem in collected.problems})
+        print(f"{counted}: {_plural(count, 'problem')} in {_plural(bad_files, 'file')}")
         return ExitCode.INVALID
     print(f"{counted}: ok")
     return ExitCode.OK
 
 
-def find_case_files(paths: Sequence[Path], globs: Sequence[str]) -> list[Path]:
-    """Named files as they are; directories searched for ``globs``, in a stable order."""
-    files: list[Path] = []
+@dataclass(frozen=True)
+class Problem:
+    """A file (or directory, for a broken conftest.py) that failed to collect."""
+
+    where: str
+    text: str
+    """What pytest shows for it: for a case file, its problems as ``file:line`` lines."""
+    count: int
+
+
+@dataclass
+class Collected:
+    """What pytest's own collection of the paths found: case files, items, problems."""
+
+    globs: tuple[str, ...] = DEFAULT_FILES
+    """The case-file name patterns collection used (``--glob``, ini ``toolbench_files``)."""
+    files: list[Path] = field(default_factory=list)
+    items: list[CaseItem] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+
+class _Gather:
+    """A plugin for one ``pytest --collect-only`` run: keeps case files and their problems.
+
+    Only case files are collected: Python test modules are not imported (they have nothing
+    to validate, and importing them may have side effects).
+    """
+
+    def __init__(self, named: set[Path]) -> None:
+        self.named = named
+        self.collected = Collected()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_ignore_collect(self, collection_path: Path, config: pytest.Config) -> bool | None:
+        if collection_path.is_dir() or self._is_case_file(collection_path, config):
+            return None
+        return True
+
+    def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> CaseFile | None:
+        """A case file named on the command line is checked whatever its name."""
+        if file_path in self.named and not self._matches_globs(file_path, parent.config):
+            return CaseFile.from_parent(parent, path=file_path)
+        return None
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.collected.globs = session.config.stash[SETTINGS_KEY].files
+
+    def pytest_collectstart(self, collector: pytest.Collector) -> None:
+        if isinstance(collector, CaseFile):
+            self.collected.files.append(collector.path)
+
+    def pytest_itemcollected(self, item: pytest.Item) -> None:
+        if isinstance(item, CaseItem):
+            self.collected.items.append(item)
+
+    def pytest_exception_interact(self, node: pytest.Collector | pytest.Item,
+                                  call: pytest.CallInfo[Any],
+                                  report: pytest.CollectReport | pytest.TestReport) -> None:
+        if not isinstance(report, pytest.CollectReport) or call.excinfo is None:
+            return
+        # CaseFile.collect raises CollectError while handling the file's CaseFileErrors.
+        errors = call.excinfo.value.__context__
+        count = len(errors.errors) if isinstance(errors, CaseFileErrors) else 1
+        where = report.nodeid or str(node.path)
+        self.collected.problems.append(Problem(where, report.longreprtext, count))
+
+    def _is_case_file(self, path: Path, config: pytest.Config) -> bool:
+        return path in self.named or self._matches_globs(path, config)
+
+    def _matches_globs(self, path: Path, config: pytest.Config) -> bool:
+        return _matches(path.name, config.stash[SETTINGS_KEY].files)
+
+
+def collect_cases(paths: Sequence[Path], globs: Sequence[str] | None = None) -> Collected:
+    """Collect ``paths`` as ``pytest`` run here would, in this process; case files only.
+
+    The same rootdir, ini file, conftest.py files, ``pythonpath`` and import mode as the
+    test run, so a ``python:`` tool imports here exactly when it imports there.
+    """
     for path in paths:
-        if path.is_dir():
-            found = sorted(_walk(path, globs))
-            if not found:
-                raise UsageError(f"no case files ({', '.join(globs)}) under {path}")
-            files.extend(found)
-        elif path.exists():
-            files.append(path)
-        else:
+        if not path.exists():
             raise UsageError(f"no such file or directory: {path}")
-    return list(dict.fromkeys(files))  # a file named twice is checked once
+    gather = _Gather({path.resolve() for path in paths if path.is_file()})
+    argv = ["--collect-only", "-q", *(["--toolbench-files", ",".join(globs)] if globs else []),
+            "--", *map(str, paths)]
+    with _quiet() as output, _sys_path_kept():
+        code = pytest.main(argv, plugins=[gather])
+    if code not in (pytest.ExitCode.OK, pytest.ExitCode.INTERRUPTED,
+                    pytest.ExitCode.NO_TESTS_COLLECTED) or (code == pytest.ExitCode.INTERRUPTED
+                                                            and not gather.collected.problems):
+        sys.stderr.write(output.getvalue())
+        raise UsageError(f"pytest could not collect {' '.join(map(str, paths))} (exit code"
+                         f" {int(code)}); its output is above")
+    _require_case_files(paths, gather.collected)
+    return gather.collected
 
 
-def _walk(directory: Path, globs: Sequence[str]) -> Iterator[Path]:
-    for root, dirs, names in os.walk(directory):
-        dirs[:] = [name for name in dirs if not _matches(name, SKIPPED_DIRS)]
-        yield from (Path(root, name) for name in names if _matches(name, globs))
+def _require_case_files(paths: Sequence[Path], collected: Collected) -> None:
+    """A directory without case files is a mistake (a typo in CI), not "nothing to check"."""
+    found = [file.resolve() for file in collected.files]
+    for path in paths:
+        if path.is_dir() and not any(file.is_relative_to(path.resolve()) for file in found):
+            raise UsageError(f"no case files ({', '.join(collected.globs)}) under {path}")
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[io.StringIO]:
+    """pytest's own report of the collection is not shown; the problems are, our way."""
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        yield buffer
+
+
+@contextlib.contextmanager
+def _sys_path_kept() -> Iterator[None]:
+    """pytest adds conftest.py directories to ``sys.path`` and leaves them; undo that."""
+    before = list(sys.path)
+    try:
+        yield
+    finally:
+        sys.path[:] = before
 
 
 def _matches(name: str, globs: Sequence[str]) -> bool:
     return any(fnmatch.fnmatch(name, glob) for glob in globs)
-
-
-@contextlib.contextmanager
-def _import_paths(files: Sequence[Path]) -> Iterator[None]:
-    """Put on ``sys.path`` what pytest would, so ``python:`` tools import as in collection.
-
-    pytest (``--import-mode=prepend``, its default) prepends the package root of each
-    conftest.py it loads. A console script's path starts at its own bin directory, so the
-    working directory goes first as well, as with ``python -m pytest``.
-    """
-    cwd = Path.cwd()
-    wanted = [cwd, *(root for file in files for root in _conftest_roots(file, cwd))]
-    added = [entry for entry in dict.fromkeys(map(str, wanted)) if entry not in sys.path]
-    sys.path[:0] = added
-    try:
-        yield
-    finally:
-        for entry in added:
-            with contextlib.suppress(ValueError):
-                sys.path.remove(entry)
-
-
-def _conftest_roots(file: Path, top: Path) -> Iterator[Path]:
-    """The package roots of the conftest.py files from ``file``'s directory up to ``top``."""
-    directory = file.resolve().parent
-    while True:
-        if (directory / "conftest.py").is_file():
-            root = directory
-            while (root / "__init__.py").is_file():
-                root = root.parent
-            yield root
-        if directory == top.resolve() or directory.parent == directory:
-            return
-        if not directory.is_relative_to(top.resolve()):
-            return  # outside the project: only the file's own directory counts
-        directory = directory.parent
 
 
 def _plural(count: int, noun: str) -> str:
@@ -167,12 +230,11 @@ def run_schema(args: argparse.Namespace) -> int:
 def run_graph(args: argparse.Namespace) -> int:
     if not args.case_file.is_file():
         raise UsageError(f"no such case file: {args.case_file}")
-    with _import_paths([args.case_file]):
-        try:
-            loaded = load_case_file(args.case_file)
-        except CaseFileErrors as errors:
-            print(describe_errors(errors), file=sys.stderr)
-            return ExitCode.INVALID
+    collected = collect_cases([args.case_file])
+    if collected.problems:
+        print("\n".join(problem.text for problem in collected.problems), file=sys.stderr)
+        return ExitCode.INVALID
+    loaded = list({item.loaded.case.name: item.loaded for item in collected.items}.values())
     source = case_graph(_pick_case(loaded, args.name, args.case_file))
     print(f"```mermaid\n{source}```" if args.markdown else source, end="")
     return ExitCode.OK

@@ -19,6 +19,7 @@ from typing import Any
 from .casefile import LoadedCase
 from .cassettes import ACTIVE, Cassette, replay_transport
 from .executor.runner import CaseContext, run_case
+from .reporting.failure import plural
 from .models.records import CaseResult, RunResult
 from .scrubbing import LogScrubber, Scrubber, endpoint_secrets
 from .settings import Mode, ResolvedEndpoint, Settings
@@ -44,9 +45,10 @@ class Job:
 
 
 class Engine:
-    def __init__(self, settings: Settings, rootdir: Path) -> None:
+    def __init__(self, settings: Settings, start_dir: Path) -> None:
         self.settings = settings
-        self.rootdir = rootdir
+        self.start_dir = start_dir
+        """Where pytest was started: messages show paths relative to it, as the user typed."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._clients: dict[tuple[ResolvedEndpoint, bool], ChatClient] = {}
@@ -106,8 +108,8 @@ class Engine:
         if replaying and not path.exists():
             return self._no_run(job, f"no cassette at {self._show(path)}; record it with: {hint}")
         try:
-            cassette = Cassette.load(path, hint) if replaying else Cassette(path,
-                                                                            rerecord_hint=hint)
+            cassette = (Cassette.load(path, hint, self._show(path)) if replaying else
+                        Cassette(path, rerecord_hint=hint, shown=self._show(path)))
         except ReplayError as error:
             return self._no_run(job, str(error))
         secrets = endpoint_secrets(endpoint.api_key(), endpoint.headers, endpoint.base_url)
@@ -131,7 +133,7 @@ class Engine:
         """A passing case that left recorded answers unused has changed since recording."""
         if result.passed and cassette.replayed < len(cassette.interactions):
             result.runs[-1].error = (
-                f"the case sent {cassette.replayed} requests, but {self._show(cassette.path)}"
+                f"the case sent {plural(cassette.replayed, 'request')}, but {cassette.shown}"
                 f" holds {len(cassette.interactions)}: the case changed since it was recorded;"
                 f" re-record it with: {cassette.rerecord_hint}")
 
@@ -174,7 +176,7 @@ class Engine:
 
     def _show(self, path: Path) -> str:
         try:
-            return str(path.relative_to(self.rootdir))
+            return str(path.relative_to(self.start_dir))
         except ValueError:
             return str(path)
 

@@ -47,7 +47,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.add_cleanup(functools.partial(_unfreeze, config))
     settings = Settings.from_config(config)
     config.stash[SETTINGS_KEY] = settings
-    config.stash[ENGINE_KEY] = Engine(settings, Path(config.rootpath))
+    config.stash[ENGINE_KEY] = Engine(settings, Path(config.invocation_params.dir))
     config.pluginmanager.register(SessionReports(config), "toolbench-reports")
 
 

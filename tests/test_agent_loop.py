@@ -132,7 +132,7 @@ stages:
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
         "*loop.case.yaml:1?: wrong_text: stages?0?.expect.text: *",
-        "*> request 1: 1 messages, last user: Weather?",
+        "*> request 1: 1 message, last user: Weather?",
         "*call get_weather({\"city\": \"Paris\"})",
         "*tool get_weather({\"city\": \"Paris\"}) -> {\"temp_c\": 21, \"sky\": \"sunny\"}*",
         "*stop reason: tool_use",
@@ -314,7 +314,7 @@ stages:
         ["*follows: stages?1?.expect.text: 'Paris is sunny' does not match regex '^Lyon is'"])
 
 
-def test_missing_variable_names_stage_and_variable(
+def test_missing_variable_is_a_collection_error_at_its_line(
     pytester: pytest.Pytester, chat_server: ChatServer
 ) -> None:
     chat_server.set_default(json_reply(completion(text="ok")))
@@ -326,19 +326,22 @@ stages:
     user: "about ${town}"
 """)
     result = run_live(pytester)
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*stage 'second': ${town} is not defined*"])
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([("  loop.case.yaml:7: stages[[]1[]].user: ${town} is not"
+                                  " defined (no earlier stage captures it: *)")])
 
     write_case(pytester, chat_server, """name: undefined
 stages:
   - name: only
     user: hi
     expect: {text: "${reply}"}
+    capture: {reply: text}
 """)
     result = run_live(pytester)
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(
-        ["*undefined: stages?0?.expect: stage 'only': ${reply} is not defined (none captured yet)"])
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([("  loop.case.yaml:6: stages[[]0[]].expect.text: ${reply} is"
+                                  " captured by this stage, after its checks;*")])
+    assert not chat_server.requests
 
 
 def test_retry_reruns_from_the_conversation_before_the_stage(

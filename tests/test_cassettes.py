@@ -164,7 +164,7 @@ def test_fewer_requests_than_recorded_fails_saying_so(pytester: pytest.Pytester,
 
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        ("*s.case.yaml:1: shrinking: the case sent 1 requests, but"
+        ("*s.case.yaml:1: shrinking: the case sent 1 request, but"
          " __cassettes__/s/shrinking.yaml holds 2: the case changed since it was recorded;"
          " re-record it with: pytest 's.case.yaml::shrinking' --toolbench-record"),
     ])

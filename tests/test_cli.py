@@ -180,6 +180,79 @@ def test_python_tools_import_as_under_pytest(cases: Path, capsys: pytest.Capture
         assert f"tools.case.yaml:2: tools[0].python: cannot import {module!r}" in out
 
 
+SCRIPTS = Path(sysconfig.get_path("scripts"))
+
+
+def command(cwd: Path, name: str, *argv: str) -> tuple[int, list[str]]:
+    """A console script run as a user runs it (pytester.run would put the directory on
+    PYTHONPATH, which is just what must not be)."""
+    done = subprocess.run([str(SCRIPTS / name), *argv], cwd=cwd, check=False,
+                          capture_output=True, text=True, timeout=60)
+    return done.returncode, done.stdout.splitlines()
+
+
+def test_validate_finds_the_tool_import_problem_pytest_finds(pytester: pytest.Pytester) -> None:
+    """``toolbench validate`` and ``pytest`` agree that a module beside the cases is not
+    importable, and the fix they name works for both."""
+    pytester.makepyfile(mytools="def add(a, b):\n    return a + b\n")
+    pytester.makefile(".case.yaml", tools=TOOL_CASE.replace("{module}", "mytools"))
+    problem = ("  tools.case.yaml:2: tools[[]0].python: cannot import 'mytools': No module named"
+               " 'mytools'; *add a conftest.py (it may be empty) beside the module, or set"
+               " `pythonpath = .`*")
+    code, out = command(pytester.path, "toolbench", "validate", "tools.case.yaml")
+    assert code == 1
+    pytest.LineMatcher(out).fnmatch_lines([problem, "1 file, 0 cases: 1 problem in 1 file"])
+    _, out = command(pytester.path, "pytest", "--collect-only", "tools.case.yaml")
+    pytest.LineMatcher(out).fnmatch_lines([problem])
+    pytester.makeini("[pytest]\npythonpath = .\n")
+    assert command(pytester.path, "toolbench", "validate", "tools.case.yaml") == (
+        0, ["1 file, 1 case: ok"])
+    _, out = command(pytester.path, "pytest", "--collect-only", "tools.case.yaml")
+    pytest.LineMatcher(out).fnmatch_lines(["*1 test collected*"])
+
+
+def test_validate_reads_the_ini_as_pytest_does(pytester: pytest.Pytester,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """The case-file globs of ``toolbench_files``; Python test modules are not imported."""
+    pytester.makeini("[pytest]\ntoolbench_files = *.llm.yaml\n")
+    write(pytester.path, "suite/weather.llm.yaml", VALID)
+    write(pytester.path, "suite/notes.case.yaml", "not: [a case")
+    write(pytester.path, "suite/test_boom.py", "raise RuntimeError('imported')\n")
+    assert run(capsys, "validate", "suite") == (0, "1 file, 1 case: ok\n", "")
+
+
+UNDEFINED = """\
+name: typo
+stages:
+  - name: first
+    user: hi
+    capture: {ticker: text}
+  - name: second
+    user: "price of ${tickr}"
+  - name: third
+    expect: {text: {$contains: "${later}"}}
+  - name: fourth
+    user: "${env.HOME} ${ticker}"
+    capture: {later: text}
+"""
+
+
+def test_undefined_variables_are_found_before_anything_runs(
+        pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]) -> None:
+    """At the line of the string that uses them, with the name meant; collection agrees."""
+    pytester.makefile(".case.yaml", typo=UNDEFINED)
+    problems = [
+        "  typo.case.yaml:7: stages[1].user: ${tickr} is not defined; did you mean `ticker`?",
+        ("  typo.case.yaml:9: stages[2].expect.text.$contains: ${later} is captured by stage"
+         " 'fourth', which runs after this one; a stage sees only what earlier stages captured"),
+    ]
+    code, out, _ = run(capsys, "validate", "typo.case.yaml")
+    assert code == 1
+    assert out.splitlines() == ["2 problems in case file", *problems,
+                                "1 file, 0 cases: 2 problems in 1 file"]
+    pytester.runpytest().stdout.fnmatch_lines(["2 problems in case file", *problems])
+
+
 @pytest.mark.parametrize(
     ("paths", "message"),
     [

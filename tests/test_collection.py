@@ -294,7 +294,7 @@ BROKEN = {
         stages: [{name: ask, user: hi}]
         """,
         [("*bad.case.yaml:4: tools[[]0[]].python: cannot import 'no_such_module_zz':"
-         " No module named 'no_such_module_zz'")],
+         " No module named 'no_such_module_zz'; *add a conftest.py*")],
     ),
 }
 

@@ -207,7 +207,7 @@ def test_5xx_every_time_fails_naming_the_status_after_retries(
     result.stdout.fnmatch_lines([
         (f"*f.case.yaml:*: faulty: stages[[]0[]].expect.status: expected 200, got {status};"
          " the server said: upstream is down"),
-        "  > request 1: 1 messages, last user: fault",
+        "  > request 1: 1 message, last user: fault",
         f"    retry: attempt 1 failed (HTTP {status}: upstream is down); retried after *",
         f"  < {status} finish_reason=None (*)",
         "    error: upstream is down",

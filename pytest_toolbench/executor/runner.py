@@ -6,6 +6,7 @@ answers tool calls and sends again until the model stops calling tools or ``max_
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,11 +82,7 @@ async def run_once(ctx: CaseContext, number: int) -> RunResult:
     if case.system:
         conversation.messages.append({"role": "system", "content": case.system})
     for index, stage in enumerate(case.stages):
-        try:
-            stage_result = await run_stage(ctx, conversation, index, stage)
-        except InterpolationError as error:
-            run.error = str(error)
-            return run
+        stage_result = await run_stage(ctx, conversation, index, stage)
         run.stages.append(stage_result)
         if not stage_result.passed:
             break  # later stages build on this one's conversation: nothing to learn
@@ -105,8 +102,8 @@ async def run_stage(ctx: CaseContext, conversation: Conversation, index: int,
                 _restore(conversation, before)
             attempt = await StageRunner(ctx, conversation, index, stage, machine).run(number)
             result.attempts.append(attempt)
-            if attempt.passed:
-                break
+            if attempt.passed or not attempt.turns:
+                break  # an attempt that sent nothing failed on the case itself: retry can't help
     finally:
         machine.release()
     return result
@@ -133,6 +130,8 @@ class StageRunner:
         trail_start = len(self.machine.trail) - 1
         try:
             await self._run(attempt)
+        except InterpolationError as error:
+            attempt.failures.append(self._failure(error.message, error.path))
         finally:
             attempt.trail = self.machine.trail[trail_start:]
         return attempt
@@ -196,12 +195,13 @@ class StageRunner:
             f" {names}", ("max_turns",)))
 
     def _append_stage_messages(self) -> None:
-        variables, name = self.conversation.variables, self.stage.name
+        variables = self.conversation.variables
         if self.stage.user is not None:
-            content = interpolate(self.stage.user, variables, name)
+            content = interpolate(self.stage.user, variables, ("user",))
             self.conversation.messages.append({"role": "user", "content": content})
-        for message in self.stage.messages:
-            self.conversation.messages.append(interpolate(message, variables, name))
+        for index, message in enumerate(self.stage.messages):
+            self.conversation.messages.append(
+                interpolate(message, variables, ("messages", index)))
 
     def _stage_sends_tool_messages(self) -> bool:
         return any(message.get("role") == "tool" for message in self.stage.messages)
@@ -220,6 +220,7 @@ class StageRunner:
             self.machine.fire("send")
         body = self._body(streamed)
         turn = Turn(request=body, streamed=streamed)
+        started = time.perf_counter()
         try:
             pending = await self.ctx.client.open(
                 body, stream=streamed, api_key=self.ctx.api_key, sink=self._keep)
@@ -228,7 +229,10 @@ class StageRunner:
             turn.reply = await pending.read()
         except TransportError as error:
             turn.error, turn.stop_reason = str(error), "error"
+            turn.retries = turn.retries or list(error.retries)
             self.machine.fire("transport_error")
+        finally:
+            turn.elapsed_ms = (time.perf_counter() - started) * 1000
         # Scrubbed where it is made: the conversation, the checks, the failure text and the
         # reports only ever see this copy.
         turn = self.ctx.scrubber.turn(turn)
@@ -256,7 +260,7 @@ class StageRunner:
                                    {"type": "function",
                                     "function": {"name": stage.tool_choice.name}})
         body.update(case.params)
-        body.update(interpolate(stage.params, self.conversation.variables, stage.name))
+        body.update(interpolate(stage.params, self.conversation.variables, ("params",)))
         if streamed:
             body["stream"] = True
             body.setdefault("stream_options", {"include_usage": True})
@@ -265,11 +269,10 @@ class StageRunner:
     def _check(self, attempt: StageAttempt, outcome: Outcome, streamed: bool,
                label: bool) -> bool:
         try:
-            expect = resolve_expect(self.stage.expect, self.conversation.variables,
-                                    self.stage.name)
+            expect = resolve_expect(self.stage.expect, self.conversation.variables)
             failures = check(expect, outcome, self.base, self._line_of)
         except InterpolationError as error:
-            failures = [self._failure(str(error), ("expect",))]
+            failures = [self._failure(error.message, error.path)]
         if label:
             variant = "streamed" if streamed else "not streamed"
             for failure in failures:
@@ -296,9 +299,9 @@ class StageRunner:
             return
         try:
             self.conversation.variables.update(
-                capture(self.stage.capture, outcome.reply, outcome.tool_calls, self.stage.name))
+                capture(self.stage.capture, outcome.reply, outcome.tool_calls))
         except InterpolationError as error:
-            attempt.failures.append(self._failure(str(error), ("capture",)))
+            attempt.failures.append(self._failure(error.message, error.path))
 
     def _failure(self, message: str, path: tuple[str | int, ...]) -> Failure:
         full = ("stages", self.index, *path)

@@ -107,6 +107,15 @@ class Tool(StrictModel):
         return {"type": "function", "function": function}
 
 
+_IMPORT_HINT = (
+    "; pytest imports tools from sys.path, which holds neither the working directory nor"
+    " the case file's unless told: add a conftest.py (it may be empty) beside the module,"
+    " or set `pythonpath = .` (the module's directory, relative to the ini file) in the"
+    " pytest ini"
+)
+"""Said when the tool's own module is not found (not a module it imports in turn)."""
+
+
 def resolve_callable(path: str) -> Any:
     """Import ``module:function``; raise ValueError saying why it cannot be used."""
     module_name, _, attribute = path.partition(":")
@@ -114,6 +123,10 @@ def resolve_callable(path: str) -> Any:
         raise ValueError(f"python must be 'module:function', got {path!r}")
     try:
         module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        hint = _IMPORT_HINT if f"{module_name}.".startswith(f"{missing}.") else ""
+        raise ValueError(f"cannot import {module_name!r}: {exc}{hint}") from None
     except Exception as exc:  # noqa: BLE001 - any failure importing user code is a case error
         raise ValueError(f"cannot import {module_name!r}: {exc}") from None
     except KeyboardInterrupt:

@@ -127,9 +127,17 @@ class Turn:
     error: str | None = None
     """Why no reply arrived (connect failure, timeout, reset, replay mismatch...)."""
     retries: list[str] = field(default_factory=list)
+    """One line per transport attempt that failed before the last: what failed, the wait."""
     tool_runs: list[ToolRun] = field(default_factory=list)
     stop_reason: str | None = None
     """``tool_use`` (the loop goes on), ``end_turn``, ``max_turns`` or ``error``."""
+    elapsed_ms: float = 0.0
+    """Wall time of the whole turn: every transport attempt and the waits between them."""
+
+    @property
+    def latency_ms(self) -> float:
+        """The reply's latency; for a turn without one, how long it waited before failing."""
+        return self.reply.latency_ms if self.reply is not None else self.elapsed_ms
 
 
 @dataclass
@@ -219,16 +227,22 @@ class CaseResult:
         return [turn.reply for run in self.runs for turn in run.turns if turn.reply is not None]
 
     @property
-    def latency_ms(self) -> float:
-        return sum(reply.latency_ms for reply in self.replies)
+    def latency_ms(self) -> float | None:
+        """Total request time; ``None`` when no request was sent (no cassette...)."""
+        turns = [turn for run in self.runs for turn in run.turns]
+        return sum(turn.latency_ms for turn in turns) if turns else None
 
     @property
     def ttft_ms(self) -> float | None:
         return next((r.ttft_ms for r in self.replies if r.ttft_ms is not None), None)
 
     @property
-    def total_tokens(self) -> int:
-        return sum(int((r.usage or {}).get("total_tokens") or 0) for r in self.replies)
+    def total_tokens(self) -> int | None:
+        """Sum of ``usage.total_tokens``; ``None`` when no reply reported it (a stream
+        without a usage chunk): unknown, not zero."""
+        counts = [(r.usage or {}).get("total_tokens") for r in self.replies]
+        known = [int(count) for count in counts if isinstance(count, (int, float))]
+        return sum(known) if known else None
 
     @property
     def tool_calls(self) -> int:

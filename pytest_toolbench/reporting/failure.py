@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from ..loader import format_key_path
+from ..matchers import MISSING
 from ..models.records import (
     CaseResult,
     Failure,
@@ -20,18 +21,32 @@ from ..models.records import (
 
 MAX_TEXT = 300
 """Longer texts are cut in the transcript; the JSON report keeps them whole."""
+ONE_LINE = 100
+"""Expected and actual up to this long are shown on a line each; longer, as a diff."""
 
 
 def render_failure(result: CaseResult, label: str) -> str:
+    """The verdict, its diff and the other failures once each, then the transcripts."""
     failed = [run for run in result.runs if not run.passed]
+    if not failed:
+        return verdict(result, label)
+    first = failed[0]
     lines = [verdict(result, label)]
+    headline = first_failure(first)
+    if headline is not None and _diff_adds(headline):
+        lines.extend("  " + line for line in expected_vs_actual(headline.expected,
+                                                                headline.actual))
+    shown = _final_failures(first)
+    lines.extend(_failure_line(result, failure) for failure in shown[1:])
     if len(result.runs) > 1:
         lines.append(f"passed {result.passes}/{len(result.runs)} runs; needed "
                      f"{result.min_pass_rate:.0%}")
     for run in failed[:3]:
         if len(result.runs) > 1:
             lines.append(f"\n=== run {run.number} ===")
-        lines.extend(_run_text(run))
+        if run.error and (run is not first or headline is not None):
+            lines.append(run.error)  # the verdict shows the first run's error when it has no other
+        lines.extend(_run_text(result, run, {id(failure) for failure in shown}))
     if len(failed) > 3:
         lines.append(f"\n... and {len(failed) - 3} more failed runs (see --toolbench-report)")
     return "\n".join(lines)
@@ -51,30 +66,73 @@ def verdict(result: CaseResult, label: str) -> str:
 
 
 def first_failure(run: RunResult) -> Failure | None:
+    failures = _final_failures(run)
+    return failures[0] if failures else None
+
+
+def _final_failures(run: RunResult) -> list[Failure]:
+    """The failures of the stage that failed the run (its last attempt), less repeats."""
     for stage in run.stages:
         if not stage.passed and stage.attempts[-1].failures:
-            return stage.attempts[-1].failures[0]
-    return None
+            return _without_repeats(stage.attempts[-1].failures)
+    return []
 
 
-def _run_text(run: RunResult) -> list[str]:
+def _without_repeats(failures: list[Failure]) -> list[Failure]:
+    """Once a failure says a list is empty ("expected 1 call, got 0"), the others at the
+    same key path ("call 0 found no partner: there are no calls") say it again."""
+    empty = {failure.key_path for failure in failures
+             if isinstance(failure.actual, (list, tuple)) and not failure.actual}
+    kept, said = [], set()
+    for failure in failures:
+        if failure.key_path in empty and failure.key_path in said:
+            continue
+        said.add(failure.key_path)
+        kept.append(failure)
+    return kept
+
+
+def _diff_adds(failure: Failure) -> bool:
+    """Whether expected vs actual says more than the message does.
+
+    Not for operators (``{"$lte": 5}`` vs ``50``: the message says "expected <= 5, got
+    50"), nor a missing value, nor values the message already quotes whole.
+    """
+    expected, actual = failure.expected, failure.actual
+    if expected is None and actual is None or actual is MISSING:
+        return False
+    if isinstance(expected, dict) and any(str(key).startswith("$") for key in expected):
+        return False
+    return not all(_quoted(value, failure.message) for value in (expected, actual))
+
+
+def _quoted(value: Any, message: str) -> bool:
+    return any(form in message for form in {repr(value), str(value), _compact(value)})
+
+
+def _failure_line(result: CaseResult, failure: Failure) -> str:
+    key = format_key_path(failure.key_path)
+    where = f"{result.file}:{failure.line or result.line}:"
+    return f"{where} {key}: {failure.message}" if key else f"{where} {failure.message}"
+
+
+def _run_text(result: CaseResult, run: RunResult, shown: set[int]) -> list[str]:
     lines: list[str] = []
-    if run.error:
-        lines.append(run.error)
     for stage in run.stages:
         for attempt in stage.attempts:
-            lines.extend(_attempt_text(attempt, len(stage.attempts)))
+            lines.extend(_attempt_text(result, attempt, len(stage.attempts), shown))
     return lines
 
 
-def _attempt_text(attempt: StageAttempt, attempts: int) -> list[str]:
+def _attempt_text(result: CaseResult, attempt: StageAttempt, attempts: int,
+                  shown: set[int]) -> list[str]:
     title = f"stage {attempt.stage!r}"
     if attempts > 1:
         title += f" attempt {attempt.number}/{attempts}"
     outcome = "passed" if attempt.passed else "failed"
     lines = [f"\n--- {title}: {outcome} ---"]
-    for failure in attempt.failures:
-        lines.extend(_failure_text(failure))
+    lines.extend(_failure_line(result, failure) for failure in
+                 _without_repeats(attempt.failures) if id(failure) not in shown)
     if attempt.turns or attempt.answered_first:
         lines.append("transcript:")
         if attempt.answered_first:
@@ -86,22 +144,21 @@ def _attempt_text(attempt: StageAttempt, attempts: int) -> list[str]:
     return lines
 
 
-def _failure_text(failure: Failure) -> list[str]:
-    where = f"line {failure.line}: " if failure.line else ""
-    key = format_key_path(failure.key_path)
-    lines = [f"{where}{key}: {failure.message}" if key else f"{where}{failure.message}"]
-    if failure.expected is not None or failure.actual is not None:
-        lines.extend("  " + line for line in expected_vs_actual(failure.expected, failure.actual))
-    return lines
-
-
 def expected_vs_actual(expected: Any, actual: Any) -> list[str]:
     """A diff of the two, pretty-printed as JSON (``-`` expected, ``+`` actual)."""
+    short = _compact(expected), _compact(actual)
+    if max(map(len, short)) <= ONE_LINE:
+        return [f"- expected: {short[0]}", f"+ actual:   {short[1]}"]
     left, right = _pretty(expected).splitlines(), _pretty(actual).splitlines()
-    if len(left) == 1 and len(right) == 1:
-        return [f"- expected: {left[0]}", f"+ actual:   {right[0]}"]
     diff = difflib.unified_diff(left, right, "expected", "actual", lineterm="", n=3)
     return list(diff)
+
+
+def _compact(value: Any) -> str:
+    try:
+        return json.dumps(value, sort_keys=True, ensure_ascii=False, default=_plain)
+    except (TypeError, ValueError):
+        return repr(value)
 
 
 def _pretty(value: Any) -> str:
@@ -123,11 +180,14 @@ def _turn_text(number: int, turn: Turn) -> list[str]:
     mode = "stream" if turn.streamed else "request"
     messages = turn.request.get("messages") or [{}]
     last = messages[-1]
-    summary = f"{len(messages)} messages, last {last.get('role', '?')}: {_cut(_content(last))}"
+    summary = (f"{plural(len(messages), 'message')}, last {last.get('role', '?')}:"
+               f" {_cut(_content(last))}")
     lines = [f"  > {mode} {number}: {summary}"]
-    lines.extend(f"    retry: {line}" for line in turn.retries)
+    lines.extend(f"    retry: {_cut(line, keep_end=40)}" for line in turn.retries)
     if turn.error:
-        lines.append(f"  < no reply: {turn.error}")
+        # The first line only: a replay mismatch's request diff is printed once, above.
+        first_line = turn.error.splitlines()[0]
+        lines.append(f"  < no reply after {_ms(turn.elapsed_ms)}: {_cut(first_line)}")
     elif turn.reply is not None:
         lines.extend(_reply_text(turn.reply))
     lines.extend(_tool_run_text(run) for run in turn.tool_runs)
@@ -167,6 +227,20 @@ def _content(message: dict[str, Any]) -> str:
     return json.dumps(content)
 
 
-def _cut(text: str) -> str:
+def plural(count: int, noun: str) -> str:
+    """``1 message``, ``2 messages``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _ms(value: float) -> str:
+    return f"{value / 1000:.2f} s" if value >= 1000 else f"{value:.0f} ms"
+
+
+def _cut(text: str, keep_end: int = 0) -> str:
+    """One line of at most about ``MAX_TEXT``; the last ``keep_end`` characters are kept
+    (a retry line ends with the wait)."""
     text = text.replace("\n", "\\n")
-    return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + f"... ({len(text)} chars)"
+    if len(text) <= MAX_TEXT:
+        return text
+    head, tail = text[:MAX_TEXT - keep_end], text[len(text) - keep_end:] if keep_end else ""
+    return f"{head}... ({len(text)} chars){' ...' + tail if tail else ''}"

@@ -34,8 +34,8 @@ def case_record(result: CaseResult, nodeid: str, outcome: str) -> dict[str, Any]
         "turns": result.turns,
         "tool_calls": result.tool_calls,
         "total_tokens": result.total_tokens,
-        "latency_ms": round(result.latency_ms, 1),
-        "ttft_ms": None if result.ttft_ms is None else round(result.ttft_ms, 1),
+        "latency_ms": _round(result.latency_ms),
+        "ttft_ms": _round(result.ttft_ms),
         "runs": [
             {"number": run.number, "passed": run.passed, "error": run.error,
              "stages": [{"name": stage.name, "passed": stage.passed,
@@ -63,6 +63,7 @@ def _turn(turn: Turn) -> dict[str, Any]:
         "stop_reason": turn.stop_reason,
         "error": turn.error,
         "retries": turn.retries,
+        "elapsed_ms": round(turn.elapsed_ms, 1),
         "reply": None if turn.reply is None else _reply(turn.reply),
         "tool_runs": [_tool_run(run) for run in turn.tool_runs],
     }
@@ -82,10 +83,15 @@ def _reply(reply: Reply) -> dict[str, Any]:
         "usage": reply.usage,
         "error": reply.error,
         "latency_ms": round(reply.latency_ms, 1),
-        "ttft_ms": None if reply.ttft_ms is None else round(reply.ttft_ms, 1),
+        "ttft_ms": _round(reply.ttft_ms),
         "stream": None if reply.stream is None else asdict(reply.stream),
         "problems": reply.problems,
     }
+
+
+def _round(ms: float | None) -> float | None:
+    """Milliseconds to 0.1; unknown stays ``None`` (null), never 0."""
+    return None if ms is None else round(ms, 1)
 
 
 def _jsonable(value: Any) -> Any:

@@ -45,7 +45,7 @@ def _case_table(records: list[dict[str, Any]], models: list[str]) -> Table:
         cells = {
             "case": record["case"], "model": record["model"] or "-", "outcome": _outcome(record),
             "stages": str(record["stages"]), "turns": str(record["turns"]),
-            "calls": str(record["tool_calls"]), "tokens": str(record["total_tokens"] or "-"),
+            "calls": str(record["tool_calls"]), "tokens": _count(record["total_tokens"]),
             "latency": _ms(record["latency_ms"]), "ttft": _ms(record["ttft_ms"]),
         }
         table.add_row(*(cells[column] for column in columns))
@@ -74,6 +74,11 @@ def _model_table(records: list[dict[str, Any]]) -> Table:
     for model, (passed, total) in sorted(passes.items()):
         table.add_row(model, f"{passed}/{total}", f"{passed / total:.0%}" if total else "-")
     return table
+
+
+def _count(value: int | None) -> str:
+    """Unknown (no reply reported usage) is ``-``; a reported 0 stays 0."""
+    return "-" if value is None else str(value)
 
 
 def _ms(value: float | None) -> str:

@@ -20,6 +20,8 @@ class TransportError(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+        self.retries: list[str] = []
+        """The attempts that failed before this one, one line each (as ``PendingReply``'s)."""
 
     def __str__(self) -> str:
         return f"{self.reason}: {self.message}"
