@@ -19,8 +19,8 @@ from typing import Any
 from .casefile import LoadedCase
 from .cassettes import ACTIVE, Cassette, replay_transport
 from .executor.runner import CaseContext, run_case
-from .reporting.failure import plural
 from .models.records import CaseResult, RunResult
+from .reporting.failure import plural
 from .scrubbing import LogScrubber, Scrubber, endpoint_secrets
 from .settings import Mode, ResolvedEndpoint, Settings
 from .transport.breaker import CircuitBreaker
