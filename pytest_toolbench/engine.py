@@ -150,7 +150,7 @@ class Engine:
         key = (endpoint, replaying)
         if key not in self._clients:
             config = ClientConfig(endpoint.base_url, endpoint.headers, endpoint.timeout_s,
-                                  endpoint.retries)
+                                  endpoint.retries, endpoint.limits)
             self._clients[key] = ChatClient(
                 config,
                 transport=replay_transport(self.settings.replay_speed) if replaying else None,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +18,13 @@ import pytest
 
 from .models.case import Endpoint
 from .transport.breaker import DEFAULT_COOLDOWN_S, DEFAULT_THRESHOLD
+from .transport.limits import DEFAULT_MAX_REPLY_BYTES, DEFAULT_MAX_STREAM_EVENTS, ReplyLimits
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_TIMEOUT_S = 60.0
+DEADLINE_PER_TIMEOUT = 10
+"""Without ``--toolbench-deadline``, a reply may take 10 timeouts (600 s by default): far
+beyond a slow model's reply, yet a server that never finishes is cut off."""
 DEFAULT_RETRIES = 2
 DEFAULT_FILES = ("*.case.yaml", "*.case.yml")
 
@@ -47,6 +51,7 @@ class ResolvedEndpoint:
     headers: tuple[tuple[str, str], ...] = ()
     timeout_s: float = DEFAULT_TIMEOUT_S
     retries: int = DEFAULT_RETRIES
+    limits: ReplyLimits = field(default_factory=ReplyLimits)
 
     def api_key(self) -> str | None:
         """The key's value, read from the environment only when a request is built."""
@@ -62,7 +67,16 @@ OPTIONS: tuple[tuple[str, str, str, str], ...] = (
     ("base-url", "base_url", "URL", "base URL of the OpenAI-compatible API (.../v1)"),
     ("api-key-env", "api_key_env", "NAME",
      "the environment variable holding the API key (default OPENAI_API_KEY)"),
-    ("timeout", "timeout", "S", "connect and read timeout in seconds (default 60)"),
+    ("timeout", "timeout", "S",
+     "the longest wait for a connection or for the next bytes of a reply, seconds (default 60)"),
+    ("deadline", "deadline", "S",
+     ("the longest one reply may take, from sending the request to its last byte, seconds"
+      " (default 10 x the timeout)")),
+    ("max-reply-bytes", "max_reply_bytes", "N",
+     (f"the largest reply body or stream, in bytes once decompressed (default"
+      f" {DEFAULT_MAX_REPLY_BYTES}: 64 MiB)")),
+    ("max-stream-events", "max_stream_events", "N",
+     f"the most SSE events one streamed reply may send (default {DEFAULT_MAX_STREAM_EVENTS})"),
     ("model", "model", "A[,B...]", "run every case against these models"),
     ("repeat", "repeat", "N", "run every case N times (the case's min_pass_rate applies)"),
     ("concurrency", "concurrency", "N", "live/record cases run at most N at a time (default 8)"),
@@ -96,6 +110,10 @@ class Settings:
     cassette_dir: Path | None = None
     breaker_threshold: int = DEFAULT_THRESHOLD
     breaker_cooldown_s: float = DEFAULT_COOLDOWN_S
+    deadline_s: float | None = None
+    """None: ``DEADLINE_PER_TIMEOUT`` times each endpoint's timeout."""
+    max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES
+    max_stream_events: int = DEFAULT_MAX_STREAM_EVENTS
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
@@ -139,6 +157,11 @@ class Settings:
                                   DEFAULT_THRESHOLD),
             breaker_cooldown_s=_or(_number(given("breaker_cooldown"), float, minimum=0),
                                    DEFAULT_COOLDOWN_S),
+            deadline_s=_seconds(given("deadline")),
+            max_reply_bytes=_or(_number(given("max_reply_bytes"), int, minimum=1),
+                                DEFAULT_MAX_REPLY_BYTES),
+            max_stream_events=_or(_number(given("max_stream_events"), int, minimum=1),
+                                  DEFAULT_MAX_STREAM_EVENTS),
         )
 
     def endpoint_for(self, case: Endpoint) -> ResolvedEndpoint:
@@ -146,14 +169,16 @@ class Settings:
         env = os.environ
         base_url = _first(self.base_url, case.base_url, self.ini_base_url,
                           env.get("TOOLBENCH_BASE_URL"), env.get("OPENAI_BASE_URL"))
+        timeout_s = _first(self.timeout_s, case.timeout_s, self.ini_timeout_s) or DEFAULT_TIMEOUT_S
         return ResolvedEndpoint(
             base_url=(base_url or DEFAULT_BASE_URL).rstrip("/"),
             api_key_env=_first(self.api_key_env, case.api_key_env, self.ini_api_key_env)
             or "OPENAI_API_KEY",
             headers=tuple(sorted(case.headers.items())),
-            timeout_s=_first(self.timeout_s, case.timeout_s, self.ini_timeout_s)
-            or DEFAULT_TIMEOUT_S,
+            timeout_s=timeout_s,
             retries=DEFAULT_RETRIES if case.retries is None else case.retries,
+            limits=ReplyLimits(self.deadline_s or DEADLINE_PER_TIMEOUT * timeout_s,
+                               self.max_reply_bytes, self.max_stream_events),
         )
 
 

@@ -117,7 +117,8 @@ FAULTS = {
                                      min_s=TIMEOUT_S * 0.9),
     "stall_mid_stream": Fault(sse_reply([*chunks_for("partial")[:2], SSEPause(TIMEOUT_S + 3),
                                          *chunks_for("partial")[2:]]), True,
-                              "*read timed out: *while reading the body (?*)",
+                              ("*read timed out: no more data within 1 s (timeout) while reading"
+                               " the body from http://127.0.0.1:*/v1/chat/completions"),
                               min_s=TIMEOUT_S * 0.9),
     "stream_without_done": Fault(sse_reply(chunks_for("cut short"), done=False), True,
                                  "*stream.done: stream ended without data: [[]DONE[]]"),

@@ -7,10 +7,83 @@ the limit named, in bounded time and memory. Limits are settings, checked at sta
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import textwrap
+import time
+import tracemalloc
+from collections.abc import Callable, Iterator
 
 import pytest
-from support.chat_server import ChatServer, completion, json_reply
+from support.chat_server import (
+    ChatServer,
+    RecordedRequest,
+    Reply,
+    SSEPause,
+    chunks_for,
+    completion,
+    huge_reply,
+    json_reply,
+    sse_reply,
+    stall_reply,
+)
+from support.hostile_server import (
+    endless_events,
+    gzip_bomb,
+    keep_alive_forever,
+    trickle,
+)
+
+from pytest_toolbench.transport.sse import SSEDecoder, SSETooLarge
+
+TIMEOUT_S = 1.0
+DEADLINE_S = 1.5
+"""Above the timeout: each of these servers sends something well within every timeout."""
+MARGIN_S = 3.0
+"""Generous: in-process pytest start-up and a slow, shared CI machine."""
+MIB = 1024 * 1024
+URL = "http://127.0.0.1:*/v1/chat/completions"
+
+
+def hostile_then_normal(hostile: Reply) -> Callable[[RecordedRequest], Reply]:
+    """The case ``hostile`` gets ``hostile``; the case ``after`` a normal reply."""
+    def handler(request: RecordedRequest) -> Reply:
+        if request.json()["messages"][-1]["content"] == "after":
+            return json_reply(completion("fine"))
+        return hostile
+    return handler
+
+
+def two_cases(hostile_url: str, normal_url: str, *, stream: bool = False,
+              timeout_s: float = TIMEOUT_S) -> str:
+    return textwrap.dedent(f"""\
+        name: hostile
+        endpoint: {{base_url: "{hostile_url}", retries: 0, timeout_s: {timeout_s}}}
+        stages: [{{name: ask, user: hostile, stream: {str(stream).lower()}}}]
+        ---
+        name: after
+        endpoint: {{base_url: "{normal_url}", retries: 0, timeout_s: {TIMEOUT_S}}}
+        stages: [{{name: ask, user: after, expect: {{text: fine}}}}]
+        """)
+
+
+def run_hostile(pytester: pytest.Pytester, server: ChatServer, hostile: Reply, *args: str,
+                stream: bool = False, timeout_s: float = TIMEOUT_S,
+                url: str | None = None) -> tuple[pytest.RunResult, float]:
+    """Run the two cases live; the hostile one must fail, the next one still pass."""
+    server.set_handler(hostile_then_normal(hostile))
+    pytester.makefile(".case.yaml", f=two_cases(url or server.base_url, server.base_url,
+                                                stream=stream, timeout_s=timeout_s))
+    started = time.monotonic()
+    result = pytester.runpytest("--toolbench-live", "-v", *args)
+    elapsed = time.monotonic() - started
+    result.assert_outcomes(failed=1, passed=1)
+    assert "Traceback" not in result.stdout.str()
+    return result, elapsed
+
+
+def verdict(result: pytest.RunResult, reason: str) -> None:
+    result.stdout.fnmatch_lines([f"f.case.yaml:*: hostile: stages[[]0[]]: {reason}"])
 
 # -- settings ------------------------------------------------------------------------------
 
@@ -49,6 +122,12 @@ def test_a_good_timeout_runs(pytester: pytest.Pytester, chat_server: ChatServer)
 
 
 @pytest.mark.parametrize(("flag", "value", "wanted"), [
+    ("deadline", "nan", "a finite number of seconds > 0"),
+    ("deadline", "0", "a finite number of seconds > 0"),
+    ("max-reply-bytes", "0", "a whole number >= 1"),
+    ("max-reply-bytes", "inf", "a whole number >= 1"),
+    ("max-reply-bytes", "1.5e6", "a whole number >= 1"),
+    ("max-stream-events", "-5", "a whole number >= 1"),
     ("replay-speed", "inf", "a finite number >= 0"),
     ("breaker-cooldown", "nan", "a finite number >= 0"),
     ("concurrency", "1.5", "a whole number >= 1"),
@@ -79,3 +158,182 @@ def test_a_query_in_the_base_url_goes_after_the_path(
     result.assert_outcomes(passed=1)
     assert [r.path for r in chat_server.requests] == [
         "/v1/chat/completions?api-version=2024-06-01"]
+
+
+# -- the total deadline --------------------------------------------------------------------
+
+DEADLINE_FAULTS = {
+    "headers_trickled": (trickle(0.2), False),
+    "body_trickled": (trickle(0.2, after_headers=True), False),
+    "stream_trickled": (trickle(0.2, stream=True, after_headers=True), True),
+    "keep_alive_comments_forever": (keep_alive_forever(every_s=0.2), True),
+    "data_events_forever": (endless_events(every_s=0.1), True),
+}
+
+
+@pytest.mark.parametrize("name", list(DEADLINE_FAULTS))
+def test_a_reply_that_never_completes_fails_at_the_total_deadline(
+        pytester: pytest.Pytester, chat_server: ChatServer, name: str) -> None:
+    hostile, stream = DEADLINE_FAULTS[name]
+
+    result, elapsed = run_hostile(pytester, chat_server, hostile,
+                                  f"--toolbench-deadline={DEADLINE_S:g}", stream=stream)
+
+    verdict(result, "deadline exceeded: no complete reply within 1.5 s (total deadline,"
+                    f" --toolbench-deadline) from {URL}")
+    assert DEADLINE_S * 0.9 <= elapsed < DEADLINE_S + MARGIN_S
+
+
+def test_without_a_deadline_setting_a_reply_gets_ten_timeouts(
+        pytester: pytest.Pytester, chat_server: ChatServer) -> None:
+    result, elapsed = run_hostile(pytester, chat_server, keep_alive_forever(every_s=0.04),
+                                  stream=True, timeout_s=0.2)
+
+    verdict(result, f"deadline exceeded: no complete reply within 2 s (total deadline, *) from {URL}")
+    assert elapsed < 2 + MARGIN_S
+
+
+def test_the_ini_deadline_applies(pytester: pytest.Pytester, chat_server: ChatServer) -> None:
+    pytester.makeini("[pytest]\ntoolbench_deadline = 1.2\n")
+
+    result, _ = run_hostile(pytester, chat_server, trickle(0.2, after_headers=True))
+
+    verdict(result, "deadline exceeded: no complete reply within 1.2 s *")
+
+
+# -- the size limits -----------------------------------------------------------------------
+
+
+def test_a_stream_that_never_ends_fails_at_the_size_limit(
+        pytester: pytest.Pytester, chat_server: ChatServer) -> None:
+    result, _ = run_hostile(pytester, chat_server, endless_events(per_write=100),
+                            "--toolbench-max-reply-bytes=1048576", stream=True)
+
+    verdict(result, "reply too large: stream larger than 1048576 bytes"
+                    f" (--toolbench-max-reply-bytes) from {URL}")
+
+
+def test_a_body_past_the_size_limit_fails(pytester: pytest.Pytester,
+                                          chat_server: ChatServer) -> None:
+    result, _ = run_hostile(pytester, chat_server, huge_reply(2 * MIB),
+                            "--toolbench-max-reply-bytes=1048576")
+
+    verdict(result, "reply too large: body larger than 1048576 bytes"
+                    f" (--toolbench-max-reply-bytes) from {URL}")
+
+
+def test_a_stream_of_too_many_events_fails_at_the_event_limit(
+        pytester: pytest.Pytester, chat_server: ChatServer) -> None:
+    result, _ = run_hostile(pytester, chat_server, endless_events(per_write=100),
+                            "--toolbench-max-stream-events=1000", stream=True)
+
+    verdict(result, "reply too large: stream of more than 1000 events"
+                    f" (--toolbench-max-stream-events) from {URL}")
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "body"])
+def test_a_gzip_bomb_is_stopped_at_the_size_limit_in_bounded_memory(
+        pytester: pytest.Pytester, chat_server: ChatServer, stream: bool) -> None:
+    # 4 GiB once inflated; 64 MiB of it arrive in each network write.
+    bomb = gzip_bomb(4096 * MIB, stream=stream)
+    tracemalloc.start()
+    try:
+        result, _ = run_hostile(pytester, chat_server, bomb, "--toolbench-max-reply-bytes=1048576",
+                                stream=stream)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+
+    what = "stream" if stream else "body"
+    verdict(result, f"reply too large: {what} larger than 1048576 bytes once gzip-decoded"
+                    f" (--toolbench-max-reply-bytes) from {URL}")
+    assert peak < 32 * MIB  # one network read inflated at once would be 64 MiB
+
+
+# -- timeouts name the limit and the URL ---------------------------------------------------
+
+
+@contextlib.contextmanager
+def unanswered_port() -> Iterator[str]:
+    """A loopback URL whose listener never accepts: with its backlog full, the kernel
+    drops further SYNs, so connecting hangs until the client's connect timeout."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = listener.getsockname()[1]
+        fillers = [socket.socket() for _ in range(4)]
+        try:
+            for filler in fillers:
+                filler.setblocking(False)
+                filler.connect_ex(("127.0.0.1", port))
+            time.sleep(0.05)
+            yield f"http://127.0.0.1:{port}/v1"
+        finally:
+            for filler in fillers:
+                filler.close()
+
+
+def test_a_connect_timeout_names_the_limit_and_the_url(pytester: pytest.Pytester,
+                                                       chat_server: ChatServer) -> None:
+    with unanswered_port() as url:
+        result, elapsed = run_hostile(pytester, chat_server, json_reply(completion("unused")),
+                                      url=url)
+
+    verdict(result, f"connect failed: no connection within 1 s (timeout) to {URL}")
+    assert elapsed < TIMEOUT_S + MARGIN_S
+
+
+def test_no_response_before_the_timeout_names_the_limit_and_the_url(
+        pytester: pytest.Pytester, chat_server: ChatServer) -> None:
+    result, _ = run_hostile(pytester, chat_server, stall_reply(TIMEOUT_S + 3))
+
+    verdict(result, f"read timed out: no response within 1 s (timeout) from {URL}")
+
+
+def test_a_stall_mid_stream_names_the_limit_and_the_url(pytester: pytest.Pytester,
+                                                        chat_server: ChatServer) -> None:
+    stalled = sse_reply([*chunks_for("partial")[:2], SSEPause(TIMEOUT_S + 3)])
+
+    result, _ = run_hostile(pytester, chat_server, stalled, stream=True)
+
+    verdict(result, "read timed out: no more data within 1 s (timeout) while reading the body"
+                    f" from {URL}")
+
+
+def test_messages_leave_out_the_query_of_the_url(pytester: pytest.Pytester,
+                                                 chat_server: ChatServer) -> None:
+    url = f"{chat_server.base_url}?api-version=2024&key=query-secret"
+
+    result, _ = run_hostile(pytester, chat_server, stall_reply(TIMEOUT_S + 3), url=url)
+
+    verdict(result, f"read timed out: no response within 1 s (timeout) from {URL}")
+    assert "query-secret" not in result.stdout.str()
+
+
+# -- the SSE decoder's own bound -----------------------------------------------------------
+
+
+def test_a_line_without_end_is_refused_at_the_decoders_limit() -> None:
+    decoder = SSEDecoder(max_event_chars=100)
+    decoder.feed(b"data: " + b"x" * 90)
+
+    with pytest.raises(SSETooLarge, match="^an SSE line longer than 100 characters$"):
+        decoder.feed(b"x" * 20)
+
+
+def test_an_event_of_many_data_lines_is_refused_at_the_decoders_limit() -> None:
+    decoder = SSEDecoder(max_event_chars=100)
+
+    with pytest.raises(SSETooLarge, match="^an SSE event longer than 100 characters$"):
+        for _ in range(30):
+            decoder.feed(b"data: 0123456789\n")
+
+
+def test_events_up_to_the_decoders_limit_pass() -> None:
+    decoder = SSEDecoder(max_event_chars=21)
+    events = []
+    for _ in range(1000):  # the limit is per event, not per stream
+        events += decoder.feed(b"data: 0123456789\ndata: 0123456789\n\n")
+
+    assert len(events) == 1000
+    assert events[0].data == "0123456789\n0123456789"

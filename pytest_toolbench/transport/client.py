@@ -13,7 +13,7 @@ import email.utils
 import json
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,16 +24,17 @@ from .breaker import CircuitBreaker
 from .errors import (
     ConnectFailed,
     ConnectionLost,
+    DeadlineExceeded,
     ProtocolViolation,
     ReadTimedOut,
     ReplayError,
+    ReplyTooLarge,
     TransportError,
 )
+from .limits import ACCEPT_ENCODING, BoundedDecoder, DecodingFailed, ReplyLimits
 from .reassemble import StreamAssembler, parse_completion
-from .sse import SSEDecoder
+from .sse import DEFAULT_MAX_EVENT_CHARS, SSEDecoder, SSETooLarge
 
-MAX_BODY_BYTES = 64 * 1024 * 1024
-"""A larger non-streamed body is refused rather than held in memory."""
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 BACKOFF_BASE_S = 0.5
 BACKOFF_CAP_S = 8.0
@@ -47,7 +48,10 @@ class ClientConfig:
     base_url: str
     headers: tuple[tuple[str, str], ...] = ()
     timeout_s: float = 60.0
+    """Connect timeout, and the longest silence while waiting for bytes."""
     retries: int = 2
+    limits: ReplyLimits = field(default_factory=ReplyLimits)
+    """Each reply's total deadline and size."""
 
 
 @dataclass
@@ -59,21 +63,20 @@ class PendingReply:
     stream: bool
     started: float
     sink: InteractionSink | None
+    config: ClientConfig
     retries: list[str] = field(default_factory=list)
     """One line per retried attempt: what failed and how long the client waited."""
+    _size: int = field(default=0, init=False)
+    """Bytes of the body read so far, after ``Content-Encoding`` is undone."""
 
     async def read(self) -> Reply:
+        """Read the body or stream whole, within what is left of the total deadline."""
+        deadline_s = self.config.limits.deadline_s
+        remaining = deadline_s - (time.perf_counter() - self.started)
         try:
-            if self.stream and _is_event_stream(self.response):
-                reply = await self._read_stream()
-            else:
-                reply = await self._read_body()
-        except httpx.TimeoutException as exc:
-            raise ReadTimedOut(
-                f"no data for the read timeout while reading the body ({_detail(exc)})"
-            ) from None
-        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.StreamError) as exc:
-            raise ConnectionLost(f"while reading the body: {_detail(exc)}") from None
+            reply = await asyncio.wait_for(self._read(), max(remaining, 0.0))
+        except asyncio.TimeoutError:
+            raise _deadline_exceeded(deadline_s, self.response.request.url) from None
         finally:
             await self.response.aclose()
         reply.latency_ms = _ms_since(self.started)
@@ -83,14 +86,21 @@ class PendingReply:
             self.sink(reply.interaction)
         return reply
 
+    async def _read(self) -> Reply:
+        streaming = self.stream and _is_event_stream(self.response)
+        try:
+            return await (self._read_stream() if streaming else self._read_body())
+        except httpx.TimeoutException:
+            raise ReadTimedOut(
+                f"no more data within {self.config.timeout_s:g} s (timeout) while reading the"
+                f" body from {_where(self.response.request.url)}") from None
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.StreamError) as exc:
+            raise ConnectionLost(f"while reading the body: {_detail(exc)}") from None
+        except DecodingFailed as exc:
+            raise ProtocolViolation(f"{exc}, from {_where(self.response.request.url)}") from None
+
     async def _read_body(self) -> Reply:
-        chunks, size = [], 0
-        async for chunk in self.response.aiter_bytes():
-            size += len(chunk)
-            if size > MAX_BODY_BYTES:
-                raise ProtocolViolation(f"response body larger than {MAX_BODY_BYTES} bytes")
-            chunks.append(chunk)
-        raw = b"".join(chunks)
+        raw = b"".join([chunk async for chunk in self._decoded("body")])
         content_type = self.response.headers.get("content-type", "")
         reply = parse_completion(self.response.status_code, raw, content_type)
         if self.stream and 200 <= reply.status < 300:
@@ -104,16 +114,22 @@ class PendingReply:
         return reply
 
     async def _read_stream(self) -> Reply:
-        decoder, assembler, events = SSEDecoder(), StreamAssembler(), []
-        async for chunk in self.response.aiter_bytes():
+        decoder = SSEDecoder(max_event_chars=min(self.config.limits.max_bytes,
+                                                 DEFAULT_MAX_EVENT_CHARS))
+        assembler, events = StreamAssembler(), []
+        try:
+            async for chunk in self._decoded("stream"):
+                offset = _ms_since(self.started)
+                for event in decoder.feed(chunk):
+                    assembler.add(event, offset)
+                    events.append(StreamEvent(event.data, round(offset, 1), event.event))
+                self._check_events(len(events))
             offset = _ms_since(self.started)
-            for event in decoder.feed(chunk):
+            for event in decoder.close():  # a last [DONE] without its blank line: recorded
                 assembler.add(event, offset)
                 events.append(StreamEvent(event.data, round(offset, 1), event.event))
-        offset = _ms_since(self.started)
-        for event in decoder.close():  # a last [DONE] without its blank line: recorded
-            assembler.add(event, offset)
-            events.append(StreamEvent(event.data, round(offset, 1), event.event))
+        except SSETooLarge as exc:
+            raise ReplyTooLarge(f"{exc} from {_where(self.response.request.url)}") from None
         reply = assembler.finish(truncated=decoder.truncated)
         reply.status = self.response.status_code
         reply.interaction = Interaction(
@@ -123,6 +139,37 @@ class PendingReply:
             events=events,
         )
         return reply
+
+    async def _decoded(self, what: str) -> AsyncIterator[bytes]:
+        """The body as sent, ``Content-Encoding`` undone, counted against the size limit.
+
+        httpx would inflate each network read at once (64 KiB of gzip can be 64 MiB);
+        reading raw and inflating in bounded pieces stops a compression bomb at the limit.
+        """
+        encoding = self.response.headers.get("content-encoding", "")
+        decoder = BoundedDecoder(encoding)
+        async for raw in self.response.aiter_raw():
+            for piece in decoder.decode(raw):
+                yield self._counted(piece, what, encoding)
+        for piece in decoder.flush():
+            yield self._counted(piece, what, encoding)
+
+    def _counted(self, piece: bytes, what: str, encoding: str) -> bytes:
+        self._size += len(piece)
+        limit = self.config.limits.max_bytes
+        if self._size > limit:
+            decoded = f" once {encoding}-decoded" if encoding else ""
+            raise ReplyTooLarge(
+                f"{what} larger than {limit} bytes{decoded} (--toolbench-max-reply-bytes)"
+                f" from {_where(self.response.request.url)}")
+        return piece
+
+    def _check_events(self, count: int) -> None:
+        limit = self.config.limits.max_events
+        if count > limit:
+            raise ReplyTooLarge(
+                f"stream of more than {limit} events (--toolbench-max-stream-events)"
+                f" from {_where(self.response.request.url)}")
 
 
 class ChatClient:
@@ -145,7 +192,9 @@ class ChatClient:
         self._client = httpx.AsyncClient(
             base_url=base_url,
             params=query,
-            headers=dict(config.headers),
+            # Only the codings the client inflates in bounded pieces; a body in another is
+            # read as it came. A case's own headers may still ask for others.
+            headers={"Accept-Encoding": ACCEPT_ENCODING, **dict(config.headers)},
             timeout=httpx.Timeout(config.timeout_s),
             transport=transport,
             # A replay transport must never pick up proxies from the environment.
@@ -207,19 +256,29 @@ class ChatClient:
             headers={"Content-Type": "application/json", **headers},
         )
         started = time.perf_counter()
+        response = await self._send_within_deadline(request)
+        return PendingReply(response, body, stream, started, sink, self.config)
+
+    async def _send_within_deadline(self, request: httpx.Request) -> httpx.Response:
+        """Send; return once the headers are in. The timeout bounds each wait (connect,
+        each read); the total deadline bounds them all, e.g. headers trickled a byte a time.
+        """
+        timeout_s, deadline_s = self.config.timeout_s, self.config.limits.deadline_s
+        where = _where(request.url)
         try:
-            response = await self._client.send(request, stream=True)
-        except httpx.ConnectTimeout as exc:
-            raise ConnectFailed(f"{request.url}: connect timed out ({_detail(exc)})") from None
+            return await asyncio.wait_for(self._client.send(request, stream=True), deadline_s)
+        except asyncio.TimeoutError:
+            raise _deadline_exceeded(deadline_s, request.url) from None
+        except httpx.ConnectTimeout:
+            raise ConnectFailed(f"no connection within {timeout_s:g} s (timeout) to {where}"
+                                ) from None
         except httpx.ConnectError as exc:
-            raise ConnectFailed(f"{request.url}: {_detail(exc)}") from None
+            raise ConnectFailed(f"{where}: {_detail(exc)}") from None
         except httpx.TimeoutException:
-            raise ReadTimedOut(
-                f"{request.url}: no response within {self.config.timeout_s:g} s"
-            ) from None
+            raise ReadTimedOut(f"no response within {timeout_s:g} s (timeout) from {where}"
+                               ) from None
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
-            raise ConnectionLost(f"{request.url}: {_detail(exc)}") from None
-        return PendingReply(response, body, stream, started, sink)
+            raise ConnectionLost(f"{where}: {_detail(exc)}") from None
 
     async def _back_off(self, attempt: int, reason: str, response: httpx.Response | None) -> str:
         """Sleep before the next attempt; return the transcript line that says so."""
@@ -273,6 +332,16 @@ def _body_for_cassette(raw: bytes) -> Any:
         return json.loads(text)
     except ValueError:
         return text
+
+
+def _deadline_exceeded(deadline_s: float, url: httpx.URL) -> DeadlineExceeded:
+    return DeadlineExceeded(f"no complete reply within {deadline_s:g} s (total deadline,"
+                            f" --toolbench-deadline) from {_where(url)}")
+
+
+def _where(url: httpx.URL) -> str:
+    """The URL for messages: without its query, which some APIs use for a key."""
+    return str(url.copy_with(query=None))
 
 
 def _detail(exc: Exception) -> str:

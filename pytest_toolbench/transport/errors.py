@@ -3,6 +3,8 @@
     TransportError            anything that kept a reply from arriving whole
       ├── ConnectFailed       no connection (refused, DNS, connect timeout)
       ├── ReadTimedOut        the server stalled past the read timeout
+      │     └── DeadlineExceeded  the whole reply took longer than the total deadline
+      ├── ReplyTooLarge       the reply went past the size or stream-event limit
       ├── ConnectionLost      the connection was reset or closed mid-response
       ├── ProtocolViolation   the bytes are not a chat-completions response
       ├── CircuitOpen         the endpoint's circuit breaker is open
@@ -33,6 +35,14 @@ class ConnectFailed(TransportError):
 
 class ReadTimedOut(TransportError):
     reason = "read timed out"
+
+
+class DeadlineExceeded(ReadTimedOut):
+    reason = "deadline exceeded"
+
+
+class ReplyTooLarge(TransportError):
+    reason = "reply too large"
 
 
 class ConnectionLost(TransportError):

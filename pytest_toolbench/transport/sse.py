@@ -11,7 +11,15 @@ from __future__ import annotations
 import codecs
 from dataclasses import dataclass
 
-__all__ = ["SSEDecoder", "SSEEvent"]
+__all__ = ["DEFAULT_MAX_EVENT_CHARS", "SSEDecoder", "SSEEvent", "SSETooLarge"]
+
+DEFAULT_MAX_EVENT_CHARS = 16 * 1024 * 1024
+"""Far above any real chat-completions chunk; below it, a server cannot make one line, or
+one event of many ``data`` lines, grow until memory runs out."""
+
+
+class SSETooLarge(ValueError):
+    """A line, or the data of one event, is longer than the decoder's limit."""
 
 
 @dataclass(frozen=True)
@@ -37,14 +45,19 @@ class SSEDecoder:
     - ``truncated``: set by :meth:`close` when the stream ended inside an event, i.e.
       data was pending without the blank line that dispatches it. The spec discards such
       an event; the flag lets callers report it.
+
+    A line, or an event's data, longer than ``max_event_chars`` raises :class:`SSETooLarge`.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_event_chars: int = DEFAULT_MAX_EVENT_CHARS) -> None:
+        self.max_event_chars = max_event_chars
         # "utf-8-sig" strips a BOM at stream start only (even one split across chunks).
         self._decoder = codecs.getincrementaldecoder("utf-8-sig")(errors="replace")
         self._tail: list[str] = []  # pieces of the current, not yet terminated line
+        self._tail_chars = 0
         self._skip_lf = False  # the last chunk ended in CR: a leading LF completes a CRLF
         self._data: list[str] = []
+        self._data_chars = 0  # the joined length of ``_data``: its lines plus the breaks
         self._event_type = ""
         self._last_id = ""
         self.comments = 0
@@ -69,7 +82,8 @@ class SSEDecoder:
         # A half-received line counts unless it is a comment (a keep-alive cut short).
         self.truncated = bool(self._data) or bool(tail and not tail.startswith(":"))
         self._tail.clear()
-        self._data.clear()
+        self._tail_chars = 0
+        self._clear_data()
         self._event_type = ""
         return events
 
@@ -87,12 +101,17 @@ class SSEDecoder:
         if last_break < 0:
             if text:
                 self._tail.append(text)
+                self._tail_chars += len(text)
+                self._check_size(self._tail_chars, "line")
             return []
         # Only the unterminated remainder is kept: the tail never holds complete lines.
         self._tail.append(text[:last_break])
         complete = "".join(self._tail)
         self._tail = [text[last_break + 1 :]] if last_break + 1 < len(text) else []
-        return self._process_lines(complete.split("\n"))
+        self._tail_chars = len(text) - last_break - 1
+        events = self._process_lines(complete.split("\n"))
+        self._check_size(self._tail_chars, "line")
+        return events
 
     def _process_lines(self, lines: list[str]) -> list[SSEEvent]:
         events: list[SSEEvent] = []
@@ -103,7 +122,7 @@ class SSEDecoder:
                     events.append(event)
             elif line.startswith("data:"):
                 # The hot path: most lines of a chat-completions stream are data lines.
-                self._data.append(line[6:] if line.startswith(" ", 5) else line[5:])
+                self._add_data(line[6:] if line.startswith(" ", 5) else line[5:])
             elif line[0] == ":":
                 self.comments += 1
             else:
@@ -115,7 +134,7 @@ class SSEDecoder:
         if colon and value.startswith(" "):
             value = value[1:]
         if name == "data":
-            self._data.append(value)
+            self._add_data(value)
         elif name == "event":
             self._event_type = value
         elif name == "id" and "\0" not in value:  # the spec ignores IDs containing NULL
@@ -124,10 +143,24 @@ class SSEDecoder:
             self.retry = int(value)
         # Any other field (or a bad id / retry value) is ignored, as the spec requires.
 
+    def _add_data(self, value: str) -> None:
+        self._data.append(value)
+        self._data_chars += len(value) + 1
+        if self._data_chars > self.max_event_chars:
+            self._check_size(self._data_chars - 1, "event")
+
+    def _check_size(self, chars: int, what: str) -> None:
+        if chars > self.max_event_chars:
+            raise SSETooLarge(f"an SSE {what} longer than {self.max_event_chars} characters")
+
+    def _clear_data(self) -> None:
+        self._data.clear()
+        self._data_chars = 0
+
     def _dispatch(self) -> SSEEvent | None:
         event_type, self._event_type = self._event_type, ""
         if not self._data:
             return None
         data = "\n".join(self._data)
-        self._data.clear()
+        self._clear_data()
         return SSEEvent(data=data, event=event_type or "message", id=self._last_id or None)

@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType, TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from typing_extensions import Self  # typing.Self needs 3.11; the project supports 3.10
@@ -226,7 +226,16 @@ class HugeReply:
         return True
 
 
-Reply = JsonReply | TextReply | SSEReply | ResetReply | StallReply | HugeReply
+class Reply(Protocol):
+    """What the server plays for one request: the kinds above, or any other that has these
+    (``support.hostile_server`` adds misbehaving ones)."""
+
+    @property
+    def delay_s(self) -> float:
+        """Seconds to wait before sending anything."""
+
+    async def send(self, writer: asyncio.StreamWriter) -> bool:
+        """Write the response; False closes the connection afterwards."""
 
 
 def json_reply(
