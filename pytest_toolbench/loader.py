@@ -103,7 +103,7 @@ def load_documents(file: Path, text: str | None = None) -> list[Document]:
     past the limits (``MAX_FILE_BYTES``, ``MAX_VALUES``, nesting)."""
     source = _read(file) if text is None else text
     if len(source) > MAX_FILE_BYTES:
-        raise CaseFileError(file, None, _too_large(len(source.encode())))
+        raise CaseFileError(file, None, _too_large(len(source.encode(errors="replace"))))
     try:
         _check_events(source, MAX_VALUES)
         return _compose(file, source)
@@ -130,11 +130,13 @@ def _read(file: Path) -> str:
     try:
         with file.open("rb") as handle:
             size = os.fstat(handle.fileno()).st_size
-            data = handle.read(MAX_FILE_BYTES + 1) if size <= MAX_FILE_BYTES else b""
+            data = handle.read(size + 1) if size <= MAX_FILE_BYTES else b""
+            if len(data) > size:  # it grew, or a special file (size 0): read on, bounded
+                data += handle.read(MAX_FILE_BYTES + 1 - len(data))
     except OSError as exc:
         raise CaseFileError(file, None, f"cannot read the file: {exc.strerror or exc}") from None
     if size > MAX_FILE_BYTES or len(data) > MAX_FILE_BYTES:
-        raise CaseFileError(file, None, _too_large(max(size, len(data))))
+        raise CaseFileError(file, None, _too_large(size if size > MAX_FILE_BYTES else None))
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -143,10 +145,13 @@ def _read(file: Path) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")  # text mode's newlines
 
 
-def _too_large(size: int) -> str:
+def _too_large(size: int | None) -> str:
+    """``size``: the file's, when known (a special file has none, and no end)."""
     mib = 1024 * 1024
-    return (f"the file is {size / mib:.1f} MB; a case file may be at most {MAX_FILE_BYTES // mib}"
-            " MB (bulk data belongs in a python tool that reads it)")
+    limit = f"{MAX_FILE_BYTES // mib} MB"
+    what = (f"is {size / mib:.1f} MB; a case file may be at most {limit}" if size is not None
+            else f"is larger than {limit}, the most a case file may be")
+    return f"the file {what} (bulk data belongs in a python tool that reads it)"
 
 
 def _compose(file: Path, source: str) -> list[Document]:
@@ -303,6 +308,9 @@ class _LineMapper:
         deepest = 0
         values = 1 + (len(node.value) if isinstance(node, yaml.MappingNode) else 0)  # keys
         for child, child_path in self._items(node, path):
+            if type(child) is yaml.ScalarNode and len(child_path) <= _MAX_DEPTH:
+                deepest, values = max(deepest, 1), values + 1  # a leaf: nothing to walk
+                continue
             depth, count = self.map(child, child_path)
             deepest, values = max(deepest, depth + 1), values + count
         return deepest, values

@@ -130,6 +130,15 @@ def test_a_100_mb_case_file_is_refused_by_its_size_before_it_is_read(
     assert_no_traceback(result)
 
 
+def test_a_case_file_that_never_ends_is_refused_once_10_mb_are_read(tmp_path: Path) -> None:
+    path = tmp_path / "zero.case.yaml"
+    path.symlink_to("/dev/zero")  # its size says 0; reading it never ends
+
+    with pytest.raises(CaseFileErrors, match="the file is larger than 10 MB, the most a case"
+                                             " file may be"):
+        returns_within(2.0, lambda: load_case_file(path))
+
+
 def test_three_million_keys_are_refused_by_size(tmp_path: Path) -> None:
     path = tmp_path / "keys.case.yaml"
     path.write_text("name: a\nstages: [{name: s}]\nparams:\n"
