@@ -66,7 +66,9 @@ class Engine:
     def result(self, job: Job) -> CaseResult:
         """Wait for ``job`` (starting it if nobody did) and return what it did."""
         self.start(job)
-        return self._started.pop(job.nodeid).result()
+        result = self._started[job.nodeid].result()  # on Ctrl-C, close() cancels it
+        del self._started[job.nodeid]
+        return result
 
     def _submit(self, coroutine: Coroutine[Any, Any, CaseResult]
                 ) -> concurrent.futures.Future[CaseResult]:
@@ -79,18 +81,32 @@ class Engine:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
 
     def close(self) -> None:
-        """Cancel what was started ahead and never asked for, close clients, stop the loop."""
-        for future in self._started.values():
-            future.cancel()
+        """Cancel every case still running (started ahead and never asked for, or cut off by
+        Ctrl-C), close the clients, stop the loop.
+
+        The cases are cancelled and awaited on the loop before it stops: a task left pending
+        would be destroyed with the loop, and asyncio would say so on stderr.
+        """
+        self._started.clear()
         if self._loop is None:
             return
         self._log_scrubber.remove()
-        asyncio.run_coroutine_threadsafe(self._close_clients(), self._loop).result(timeout=10)
+        shutdown = asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop)
+        try:
+            shutdown.result(timeout=_CANCEL_WAIT_S + 5)
+        except concurrent.futures.TimeoutError:
+            pass  # a client that would not close: the loop stops all the same
         self._loop.call_soon_threadsafe(self._loop.stop)
         if self._thread is not None:
             self._thread.join(timeout=10)
-        self._loop.close()
+        if not self._loop.is_running():
+            self._loop.close()
         self._loop = None
+
+    async def _shutdown(self) -> None:
+        await _cancel_other_tasks()
+        await self._close_clients()
+        await asyncio.get_running_loop().shutdown_asyncgens()  # streams cut off mid-way
 
     async def _close_clients(self) -> None:
         for client in self._clients.values():
@@ -121,6 +137,7 @@ class Engine:
             job.loaded, job.model, self._client(endpoint, replaying),
             api_key=None if replaying else endpoint.api_key(),
             sink=cassette.interactions.append if recording else None, runs=self._runs(job),
+            match_timeout_s=self.settings.match_timeout_s,
             display_file=job.display_file, scrubber=cassette.scrubber)
         result = await run_case(ctx)
         if replaying:
@@ -216,6 +233,19 @@ def cassette_file_stem(label: str) -> str:
     cut = stem.encode()[:_MAX_STEM_BYTES - 17].decode(errors="ignore")
     partial = cut.rfind("%", len(cut) - 2)  # an escape cut in two
     return f"{cut if partial == -1 else cut[:partial]}~{digest}"
+
+
+_CANCEL_WAIT_S = 5.0
+"""How long cancelled cases get to unwind (close their streams) when the session ends."""
+
+
+async def _cancel_other_tasks() -> None:
+    """Cancel every task on this loop but the current one, and wait for them to end."""
+    others = asyncio.all_tasks() - {asyncio.current_task()}
+    for task in others:
+        task.cancel()
+    if others:
+        await asyncio.wait(others, timeout=_CANCEL_WAIT_S)
 
 
 _CANCEL_WAIT_S = 5.0

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from .matchers.limits import DEFAULT_LIMIT_S as DEFAULT_MATCH_TIMEOUT_S
 from .models.case import Endpoint
 from .transport.breaker import DEFAULT_COOLDOWN_S, DEFAULT_THRESHOLD
 from .transport.limits import DEFAULT_MAX_REPLY_BYTES, DEFAULT_MAX_STREAM_EVENTS, ReplyLimits
@@ -82,6 +83,8 @@ OPTIONS: tuple[tuple[str, str, str, str], ...] = (
     ("concurrency", "concurrency", "N", "live/record cases run at most N at a time (default 8)"),
     ("replay-speed", "replay_speed", "X",
      "0 replays instantly (default); 1 with the recorded timing"),
+    ("match-timeout", "match_timeout", "S",
+     "the longest a stage's expectations may take to check, seconds (default 10)"),
     ("report", "report", "PATH", "write a JSON report of every case, stage and attempt"),
     ("cassette-dir", "cassette_dir", "DIR",
      "where cassettes live (default: __cassettes__ beside each case file)"),
@@ -105,6 +108,8 @@ class Settings:
     repeat: int | None = None
     concurrency: int = 8
     replay_speed: float = 0.0
+    match_timeout_s: float = DEFAULT_MATCH_TIMEOUT_S
+    """A catastrophic regex or a huge $schema check fails the stage past this."""
     report: Path | None = None
     files: tuple[str, ...] = DEFAULT_FILES
     cassette_dir: Path | None = None
@@ -150,6 +155,7 @@ class Settings:
             repeat=_number(given("repeat"), int, minimum=1),
             concurrency=_or(_number(given("concurrency"), int, minimum=1), 8),
             replay_speed=_or(_number(given("replay_speed"), float, minimum=0), 0.0),
+            match_timeout_s=_or(_seconds(given("match_timeout")), DEFAULT_MATCH_TIMEOUT_S),
             report=_path(config, either("report")),
             files=_globs(cli("files")) or tuple(config.getini("toolbench_files") or DEFAULT_FILES),
             cassette_dir=_path(config, either("cassette_dir")),

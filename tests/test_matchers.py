@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import pickle
+import time
 from typing import Any
 
 import pytest
@@ -14,9 +15,11 @@ from hypothesis import strategies as st
 from pytest_toolbench.matchers import (
     MISSING,
     MatcherError,
+    MatchTimeout,
     Mismatch,
     compile_matcher,
     compile_tool_calls,
+    time_limit,
 )
 from pytest_toolbench.models.records import ToolCall
 
@@ -453,3 +456,96 @@ def test_invalid_tool_call_specs(spec: Any, message: str, path: Path) -> None:
         compile_tool_calls(spec)
     assert message in raised.value.message
     assert raised.value.path == path
+
+
+# -- $schema: references resolve inside the schema only ------------------------------------
+
+STRING = {"type": "string"}
+LOCAL_REFS: list[dict[str, Any]] = [
+    {"definitions": {"name": STRING}, "properties": {"city": {"$ref": "#/definitions/name"}}},
+    {"$defs": {"name": STRING}, "properties": {"city": {"$ref": "#/$defs/name"}}},
+    {"$id": "https://example.invalid/root", "$defs": {"name": {"$id": "name", **STRING}},
+     "properties": {"city": {"$ref": "name"}}},
+    {"$schema": "http://json-schema.org/draft-07/schema#", "definitions": {"name": STRING},
+     "properties": {"city": {"$ref": "#/definitions/name"}}},
+]
+
+
+@pytest.mark.parametrize("schema", LOCAL_REFS)
+def test_schema_refs_inside_the_schema_resolve(schema: dict[str, Any]) -> None:
+    matcher = compile_matcher({"$schema": schema})
+    assert matcher.match({"city": "Paris"}) == []
+    assert only(matcher.match({"city": 7})).message == "schema: 7 is not of type 'string'"
+
+
+UNRESOLVABLE_REFS: list[tuple[dict[str, Any], str, Path]] = [
+    ({"$ref": "https://example.invalid/s.json"},
+     "$ref 'https://example.invalid/s.json' is not fetched: ", ("$schema", "$ref")),
+    ({"properties": {"a": {"items": {"$ref": "http://127.0.0.1:9/x#/y"}}}},
+     "$ref 'http://127.0.0.1:9/x#/y' is not fetched: ",
+     ("$schema", "properties", "a", "items", "$ref")),
+    ({"$id": "https://example.invalid/root", "properties": {"a": {"$ref": "other.json"}}},
+     "$ref 'other.json' is not fetched: ", ("$schema", "properties", "a", "$ref")),
+    ({"anyOf": [{"$ref": "#/$defs/missing"}]}, "$ref '#/$defs/missing' points at nothing",
+     ("$schema", "anyOf", 0, "$ref")),
+]
+
+
+@pytest.mark.parametrize(("schema", "message", "path"), UNRESOLVABLE_REFS)
+def test_schema_refs_that_would_need_a_fetch_are_compile_errors(
+        schema: dict[str, Any], message: str, path: Path) -> None:
+    with pytest.raises(MatcherError) as raised:
+        compile_matcher({"$schema": schema})
+    assert raised.value.message.startswith(message), raised.value.message
+    assert raised.value.path == path
+
+
+def test_schema_refs_to_the_meta_schemas_resolve_offline() -> None:
+    matcher = compile_matcher({"$schema": {"$ref": "https://json-schema.org/draft/2020-12/schema"}})
+    assert matcher.match({"type": "string"}) == []
+    assert matcher.match({"type": 3})
+
+
+# -- the time limit ------------------------------------------------------------------------
+
+RUNAWAY = "a" * 40 + "b"
+
+
+@pytest.mark.parametrize(("spec", "what"), [
+    ({"$regex": "(a|aa)+$"}, "$regex '(a|aa)+$'"),
+    ({"$not": {"$regex": "(a|aa)+$"}}, "$regex '(a|aa)+$'"),  # not a mismatch $not could flip
+    ({"$anyof": [{"$regex": "(a|aa)+$"}, "x"]}, "$regex '(a|aa)+$'"),
+    ({"$schema": {"pattern": "(a|aa)+$"}}, "$schema pattern '(a|aa)+$'"),
+    ({"$schema": {"patternProperties": {"(a|aa)+$": {}}}}, "$schema pattern '(a|aa)+$'"),
+])
+def test_a_runaway_match_stops_at_the_time_limit(spec: Any, what: str) -> None:
+    matcher = compile_matcher(spec)
+    actual = {RUNAWAY: 1} if "patternProperties" in str(spec) else RUNAWAY
+    started = time.monotonic()
+    with pytest.raises(MatchTimeout) as raised, time_limit(0.2):
+        matcher.match(actual)
+    assert raised.value.what == what
+    assert time.monotonic() - started < 2
+
+
+def test_a_spent_time_limit_stops_schema_validation_and_pairing() -> None:
+    for spec, what in [({"$schema": {"type": "array"}}, "$schema validation"),
+                       ({"$unordered": [1, 2]}, "$unordered")]:
+        with pytest.raises(MatchTimeout) as raised, time_limit(0):
+            compile_matcher(spec).match([1, 2])
+        assert raised.value.what == what
+
+
+def test_nested_quantifiers_finish_at_once() -> None:
+    """``re`` backtracks 2**40 times here; the regex package sees through it."""
+    started = time.monotonic()
+    with time_limit(5):
+        mismatch = only(compile_matcher({"$regex": "(a+)+$"}).match(RUNAWAY))
+    assert mismatch.message == f"{RUNAWAY!r} does not match regex '(a+)+$'"
+    assert time.monotonic() - started < 1
+
+
+def test_regex_syntax_is_re_s() -> None:
+    """The regex package takes a repeated group name; re, whose syntax the SPEC names, not."""
+    with pytest.raises(MatcherError, match="bad regex"):
+        compile_matcher({"$regex": "(?P<x>a)(?P<x>b)"})

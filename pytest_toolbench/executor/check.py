@@ -1,14 +1,23 @@
-"""Expectations of a stage -> failures, each pointing at its line in the case file."""
+"""Expectations of a stage -> failures, each pointing at its line in the case file.
+
+Matching runs in a daemon thread under a time limit (``--toolbench-match-timeout``): a
+catastrophic regex or a huge JSON Schema check fails the stage, naming the matcher and the
+limit, and never holds the event loop the other cases run on.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..matchers import MISSING, Matcher, Mismatch
+from ..matchers import MISSING, Matcher, MatchTimeout, Mismatch, time_limit
+from ..matchers.limits import DEFAULT_LIMIT_S
 from ..models.case import Expect, StreamExpect
 from ..models.records import Failure, Reply, ToolCall
+from .threads import in_daemon_thread
 
 KeyPath = tuple[str | int, ...]
 LineOf = Callable[[KeyPath], int]
@@ -32,17 +41,59 @@ class Outcome:
         return sum(reply.latency_ms for reply in self.replies)
 
 
-def check(expect: Expect, outcome: Outcome, base: KeyPath, line_of: LineOf) -> list[Failure]:
+# A matcher that stops itself at the limit has this long to say so before the stage fails
+# without its word (one that cannot stop itself is then left running in its thread).
+_GRACE_S = 0.5
+
+
+@dataclass
+class _Progress:
+    """Which expectation the matching thread is at, for the message if it runs out of time."""
+
+    path: KeyPath
+
+
+async def check_in_time(expect: Expect, outcome: Outcome, base: KeyPath, line_of: LineOf,
+                        limit_s: float) -> list[Failure]:
+    """``check``, off the event loop and within ``limit_s`` seconds."""
+    progress = _Progress(base)
+    work = functools.partial(check, expect, outcome, base, line_of, limit_s, progress)
+    try:
+        return await asyncio.wait_for(in_daemon_thread(work, name="toolbench-check"),
+                                      limit_s + _GRACE_S)
+    except asyncio.TimeoutError:  # the failure's path names the expectation being matched
+        return [_plain(_too_slow("matching", limit_s), progress.path, line_of)]
+
+
+def check(expect: Expect, outcome: Outcome, base: KeyPath, line_of: LineOf,
+          limit_s: float = DEFAULT_LIMIT_S, progress: _Progress | None = None) -> list[Failure]:
     """Every given expectation that does not hold, as failures at their lines."""
+    progress = progress or _Progress(base)
+    try:
+        with time_limit(limit_s):
+            return _check(expect, outcome, base, line_of, progress)
+    except MatchTimeout as timeout:
+        return [_plain(_too_slow(timeout.what, limit_s), progress.path, line_of)]
+
+
+def _too_slow(what: str, limit_s: float) -> str:
+    return (f"{what} did not finish within the matching time limit of {limit_s:g} s"
+            " (--toolbench-match-timeout)")
+
+
+def _check(expect: Expect, outcome: Outcome, base: KeyPath, line_of: LineOf,
+           progress: _Progress) -> list[Failure]:
     failures: list[Failure] = []
     for key, actual in _actuals(expect, outcome):
         matcher: Matcher = getattr(expect, key)
+        progress.path = (*base, key)
         for mismatch in matcher.match(actual, (key,)):
             failure = _failure(base, mismatch, line_of)
             if key == "status" and outcome.reply.error:
                 failure.message += f"; the server said: {outcome.reply.error}"
             failures.append(failure)
     stream = expect.stream or StreamExpect()  # ``done`` defaults to true: checked unasked
+    progress.path = (*base, "stream")
     if outcome.reply.stream is not None:
         failures.extend(_check_stream(stream, outcome.reply, (*base, "stream"), line_of))
     for reply in outcome.replies:

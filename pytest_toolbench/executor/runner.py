@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..casefile import LoadedCase
+from ..matchers.limits import DEFAULT_LIMIT_S as DEFAULT_MATCH_TIMEOUT_S
 from ..models.case import Stage
 from ..models.records import (
     CaseResult,
@@ -27,7 +28,7 @@ from ..models.records import (
 from ..scrubbing import Scrubber
 from ..transport.client import ChatClient, InteractionSink
 from ..transport.errors import TransportError
-from .check import Outcome, check
+from .check import Outcome, check_in_time
 from .interpolate import InterpolationError, capture, interpolate, resolve_expect
 from .machine import StageMachine, StageState
 from .tools import run_tool_calls, tool_message
@@ -45,6 +46,8 @@ class CaseContext:
     runs: int = 1
     display_file: str = ""
     """The case file as messages show it; its own path when empty."""
+    match_timeout_s: float = DEFAULT_MATCH_TIMEOUT_S
+    """How long a stage's expectations may take to check."""
     scrubber: Scrubber = field(default_factory=Scrubber)
     """Masks the endpoint's credentials in every turn, tool run and exchange as it is made."""
 
@@ -152,8 +155,8 @@ class StageRunner:
                     self.machine.fire("other_variant")
                     self.conversation = start.snapshot()
                 outcome = await self._run_variant(attempt, streamed)
-                if outcome is None or not self._check(attempt, outcome, streamed,
-                                                      len(variants) > 1):
+                if outcome is None or not await self._check(attempt, outcome, streamed,
+                                                            len(variants) > 1):
                     return
                 outcomes.append(outcome)
         finally:
@@ -266,11 +269,12 @@ class StageRunner:
             body.setdefault("stream_options", {"include_usage": True})
         return body
 
-    def _check(self, attempt: StageAttempt, outcome: Outcome, streamed: bool,
-               label: bool) -> bool:
+    async def _check(self, attempt: StageAttempt, outcome: Outcome, streamed: bool,
+                     label: bool) -> bool:
         try:
             expect = resolve_expect(self.stage.expect, self.conversation.variables)
-            failures = check(expect, outcome, self.base, self._line_of)
+            failures = await check_in_time(expect, outcome, self.base, self._line_of,
+                                           self.ctx.match_timeout_s)
         except InterpolationError as error:
             failures = [self._failure(error.message, error.path)]
         if label:

@@ -1,19 +1,23 @@
 """Running the tools a reply asked for: canned results, Python callables, errors.
 
-All calls of one reply run concurrently. A tool never crashes the executor: an exception,
-a timeout, an unknown tool or arguments that are not JSON become an error tool message.
+All calls of one reply run concurrently. A tool never crashes the executor: an exception
+(``SystemExit`` and ``KeyboardInterrupt`` included), a timeout, an unknown tool, arguments
+that are not JSON or a result that is not strict JSON become an error tool message.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import json
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..models.case import Case, Tool, resolve_callable
 from ..models.records import ToolCall, ToolRun
+from .threads import in_daemon_thread
 
 
 async def run_tool_calls(calls: list[ToolCall], case: Case) -> list[ToolRun]:
@@ -60,22 +64,60 @@ async def _call_python(tool: Tool, arguments: Any) -> Any:
     if not isinstance(arguments, dict):
         raise ToolFailed(f"arguments must be a JSON object, got {json.dumps(arguments)}")
     function = resolve_callable(tool.python or "")
+    if inspect.iscoroutinefunction(function):
+        running: Awaitable[Any] = _guarded(function, arguments)
+    else:  # in a thread of its own, so a slow one cannot stall the other cases
+        running = in_daemon_thread(functools.partial(_call_sync, function, arguments),
+                                   name=f"toolbench-tool-{tool.name}")
     try:
-        if inspect.iscoroutinefunction(function):
-            return await asyncio.wait_for(function(**arguments), tool.timeout_s)
-        # A sync tool runs in a thread so a slow one cannot stall the other cases.
-        return await asyncio.wait_for(asyncio.to_thread(function, **arguments), tool.timeout_s)
+        return await asyncio.wait_for(running, tool.timeout_s)
     except asyncio.TimeoutError:
         raise ToolFailed(f"{tool.name} timed out after {tool.timeout_s:g} s") from None
-    except Exception as exc:  # noqa: BLE001 - the tool is user code: a failure is an answer
-        raise ToolFailed(f"{type(exc).__name__}: {exc}") from None
+
+
+async def _guarded(function: Callable[..., Awaitable[Any]], arguments: dict[str, Any]) -> Any:
+    """Await an async tool; whatever it raises becomes ``ToolFailed``.
+
+    ``SystemExit`` or ``KeyboardInterrupt`` escaping a task would stop the event loop that
+    every case runs on, and the session would wait for it forever.
+    """
+    try:
+        return await function(**arguments)
+    except asyncio.CancelledError:
+        if _being_cancelled():
+            raise  # a timeout, or the session is stopping
+        raise ToolFailed("CancelledError: the tool cancelled itself") from None
+    except GeneratorExit:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - the tool is user code: a failure is an answer
+        raise ToolFailed(_describe(exc)) from None
+
+
+def _being_cancelled() -> bool:
+    """Whether someone cancelled this task (a tool may raise CancelledError by itself)."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)  # Python 3.11+; before, assume so
+    return cancelling is None or cancelling() > 0
+
+
+def _call_sync(function: Callable[..., Any], arguments: dict[str, Any]) -> Any:
+    """A sync tool, in its worker thread; whatever it raises becomes ``ToolFailed``."""
+    try:
+        return function(**arguments)
+    except BaseException as exc:  # noqa: BLE001 - SystemExit too: a failure is an answer
+        raise ToolFailed(_describe(exc)) from None
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _as_content(result: Any) -> str:
-    """A string is sent as is; anything else as JSON."""
+    """A string is sent as is; anything else as strict JSON (no NaN or Infinity)."""
     if isinstance(result, str):
         return result
     try:
-        return json.dumps(result)
-    except (TypeError, ValueError) as exc:
+        return json.dumps(result, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
         raise ToolFailed(f"the tool's result is not JSON: {exc}") from None

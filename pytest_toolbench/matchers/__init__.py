@@ -2,17 +2,21 @@
 
 A spec is compiled once, at collection time, into a ``Matcher``; every problem with the spec
 itself (unknown operator, bad regex, bad schema...) is a ``MatcherError`` raised then, with
-the key path inside the spec. Matching never raises: it returns a list of ``Mismatch`` (empty
-when the value matched), each with its path inside the actual value and a one-line message.
+the key path inside the spec. Matching returns a list of ``Mismatch`` (empty when the value
+matched), each with its path inside the actual value and a one-line message; it raises
+nothing but ``MatchTimeout``, once the deadline of ``time_limit`` has passed.
 
     MatcherError(ValueError)   the spec is invalid; ``.message`` and ``.path``
+    MatchTimeout(Exception)    matching ran past its time limit; ``.what`` names the matcher
 
 The modules, each importing only those above it:
 
     core.py        Mismatch, MatcherError, MISSING, the Matcher base; JSON value semantics
+    limits.py      the time limit: time_limit, MatchTimeout, regex searches with a timeout
     compiled.py    the compiled matchers: literal, object, list, and operators of matchers
     pairing.py     $unordered / $includes: one-to-one pairing in any order (bipartite)
     operators.py   the operators that judge the value alone ($eq, $regex, $gt, $approx...)
+    schema.py      $schema: offline $ref resolution, regex keywords under the time limit
     compiler.py    the $ operator table and compile_matcher
     tool_calls.py  compile_tool_calls: expected calls against ToolCall records
 """
@@ -21,13 +25,16 @@ from __future__ import annotations
 
 from .compiler import compile_matcher
 from .core import MISSING, Matcher, MatcherError, Mismatch
+from .limits import MatchTimeout, time_limit
 from .tool_calls import compile_tool_calls
 
 __all__ = [
     "MISSING",
+    "MatchTimeout",
     "Matcher",
     "MatcherError",
     "Mismatch",
     "compile_matcher",
     "compile_tool_calls",
+    "time_limit",
 ]

@@ -1,5 +1,5 @@
 """The compiled matchers: literals, objects, ordered lists and the operators that wrap
-other matchers (``$len``, ``$json``, ``$not``, ``$all``, ``$anyof``, ``$schema``...)."""
+other matchers (``$len``, ``$json``, ``$not``, ``$all``, ``$anyof``...)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
-
-import jsonschema
 
 from .core import MISSING, Mismatch, Path, _Matcher, _same, _short, _Test
 
@@ -182,17 +180,3 @@ class _Json(_Matcher):
         except (ValueError, RecursionError) as error:
             return self._fail(path, f"not valid JSON ({error}): {_short(actual)}", actual)
         return self._inner.match(parsed, path)
-
-
-class _Schema(_Matcher):
-    def __init__(self, spec: Any, validator: jsonschema.protocols.Validator) -> None:
-        super().__init__(spec)
-        self._validator = validator
-
-    def match(self, actual: Any, path: Path = ()) -> list[Mismatch]:
-        try:
-            errors = list(self._validator.iter_errors(actual))
-        except Exception as error:  # noqa: BLE001 - e.g. an unresolvable $ref: never a crash
-            return self._fail(path, f"could not validate against the schema: {error}", actual)
-        return [Mismatch(path + tuple(error.absolute_path), f"schema: {error.message}",
-                         self._spec, error.instance) for error in errors]

@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-import jsonschema
-
 from .compiled import (
     _ELEMENTS,
     _Absent,
@@ -19,7 +17,6 @@ from .compiled import (
     _Not,
     _Object,
     _Optional,
-    _Schema,
     _Sequence,
 )
 from .core import (
@@ -34,6 +31,7 @@ from .core import (
 )
 from .operators import _DEFAULT_TOLERANCE, _TESTS, _approx
 from .pairing import _OneToOne
+from .schema import compile_schema
 
 # --- operators built of other matchers ------------------------------------------------------
 
@@ -56,22 +54,6 @@ def _absent(spec: Any, value: Any, path: Path) -> _Matcher:
     return _Absent(spec)
 
 
-def _schema(spec: Any, value: Any, path: Path) -> _Matcher:
-    _require(isinstance(value, (Mapping, bool)), "'$schema' takes a JSON Schema object", path)
-    dialect = value.get("$schema", "") if isinstance(value, Mapping) else ""
-    # validator_for looks the dialect up in a dict: a mapping there is a TypeError.
-    _require(isinstance(dialect, str), "a JSON Schema's own '$schema' is a URI string, got "
-             f"{_short(dialect)}", path + ("$schema",))
-    # An explicit default: an unknown "$schema" URI would otherwise warn at every compile.
-    cls = jsonschema.validators.validator_for(value, default=jsonschema.Draft202012Validator)
-    try:
-        cls.check_schema(value)
-    except jsonschema.SchemaError as error:
-        raise MatcherError(f"invalid JSON Schema: {error.message}",
-                           path + tuple(error.absolute_path)) from None
-    return _Schema(spec, cls(value))
-
-
 _COMPOUNDS: dict[str, Callable[[Any, Any, Path], _Matcher]] = {
     "$len": lambda spec, value, path: _Len(spec, _compile(value, path)),
     "$json": lambda spec, value, path: _Json(spec, _compile(value, path)),
@@ -79,7 +61,7 @@ _COMPOUNDS: dict[str, Callable[[Any, Any, Path], _Matcher]] = {
     "$optional": lambda spec, value, path: _Optional(spec, _compile(value, path)),
     "$absent": _absent,
     "$exact": _exact,
-    "$schema": _schema,
+    "$schema": compile_schema,
     "$all": lambda spec, value, path: _AllOf(spec, _matcher_list(value, path)),
     "$anyof": lambda spec, value, path: _AnyOf(spec, _matcher_list(value, path, False)),
     "$unordered": lambda spec, value, path: _OneToOne(

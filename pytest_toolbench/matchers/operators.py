@@ -7,6 +7,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import regex
+
 from .core import (
     _TYPES,
     MISSING,
@@ -20,6 +22,7 @@ from .core import (
     _Test,
     _type_name,
 )
+from .limits import search
 
 # --- operators that judge the value alone ---------------------------------------------------
 
@@ -42,15 +45,20 @@ def _any(value: Any, path: Path) -> _Test:
 def _regex(value: Any, path: Path) -> _Test:
     _require(isinstance(value, str), f"'$regex' takes a string, got {_short(value)}", path)
     try:
-        pattern = re.compile(value)
-    except re.error as error:
+        re.compile(value)  # the SPEC's syntax: re's (the regex package accepts more)
+        # The search itself on the regex package: it stops at a timeout, re cannot.
+        pattern = regex.compile(value)
+    except (re.error, regex.error) as error:
         raise MatcherError(f"bad regex {value!r}: {error}", path) from None
+
+    what = f"$regex {value!r}"
 
     def test(actual: Any) -> str | None:
         if not isinstance(actual, str):
             return f"expected a string matching regex {value!r}, got {_short(actual)}"
-        found = pattern.search(actual)
-        return None if found else f"{_short(actual)} does not match regex {value!r}"
+        if search(pattern, actual, what):
+            return None
+        return f"{_short(actual)} does not match regex {value!r}"
 
     return test
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from .compiled import _count_message, _Items
 from .core import MISSING, Mismatch, Path, _Matcher, _short
+from .limits import check_time
 
 
 class _OneToOne(_Matcher):
@@ -25,14 +26,19 @@ class _OneToOne(_Matcher):
     def match(self, actual: Any, path: Path = ()) -> list[Mismatch]:
         if not isinstance(actual, (list, tuple)):
             return self._fail(path, f"expected a list, got {_short(actual)}", actual)
-        results = [[item.match(value, path + (j,)) for j, value in enumerate(actual)]
-                   for item in self._items]
-        pairs = _pair([[not found for found in row] for row in results])
+        what = "$unordered" if self._exact else "$includes"
+        results = [self._row(item, actual, path, what) for item in self._items]
+        pairs = _pair([[not found for found in row] for row in results], what)
         mismatches = [self._no_partner(i, results[i], pairs, actual, path)
                       for i, j in enumerate(pairs) if j is None]
         if self._exact and len(actual) != len(self._items):
             mismatches = self._extra(actual, pairs, path) + mismatches
         return mismatches
+
+    @staticmethod
+    def _row(item: _Matcher, actual: Sequence[Any], path: Path, what: str) -> list[list[Mismatch]]:
+        check_time(what)  # n x m matches: a long list against many expectations adds up
+        return [item.match(value, path + (j,)) for j, value in enumerate(actual)]
 
     def _extra(self, actual: Sequence[Any], pairs: list[int | None], path: Path) -> list[Mismatch]:
         count = self._fail(path, _count_message(self._names, len(self._items), actual), actual)
@@ -58,7 +64,7 @@ class _OneToOne(_Matcher):
                         f"{self._names.describe(actual[closest])}: {details}", spec, actual[closest])
 
 
-def _pair(fits: list[list[bool]]) -> list[int | None]:
+def _pair(fits: list[list[bool]], what: str) -> list[int | None]:
     """Maximum bipartite matching (Kuhn's augmenting paths): expectation -> element index."""
     owner: dict[int, int] = {}
 
@@ -72,6 +78,7 @@ def _pair(fits: list[list[bool]]) -> list[int | None]:
         return False
 
     for i in range(len(fits)):
+        check_time(what)
         augment(i, set())
     pairs: list[int | None] = [None] * len(fits)
     for j, i in owner.items():

@@ -48,7 +48,9 @@ Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
 
 class StrictModel(BaseModel):
     # Field docstrings become descriptions in the JSON Schema, so editors show them.
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    # allow_inf_nan: what is sent must be JSON, and JSON has no NaN or Infinity (YAML has).
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True,
+                              allow_inf_nan=False)
 
 
 class Endpoint(StrictModel):

@@ -252,7 +252,8 @@ class ChatClient:
         request = self._client.build_request(
             "POST",
             "chat/completions",
-            content=json.dumps(body).encode(),
+            # Strict JSON: a NaN that got this far is a bug, not something to send.
+            content=json.dumps(body, allow_nan=False).encode(),
             headers={"Content-Type": "application/json", **headers},
         )
         started = time.perf_counter()
