@@ -248,18 +248,5 @@ async def _cancel_other_tasks() -> None:
         await asyncio.wait(others, timeout=_CANCEL_WAIT_S)
 
 
-_CANCEL_WAIT_S = 5.0
-"""How long cancelled cases get to unwind (close their streams) when the session ends."""
-
-
-async def _cancel_other_tasks() -> None:
-    """Cancel every task on this loop but the current one, and wait for them to end."""
-    others = asyncio.all_tasks() - {asyncio.current_task()}
-    for task in others:
-        task.cancel()
-    if others:
-        await asyncio.wait(others, timeout=_CANCEL_WAIT_S)
-
-
 async def _no_sleep(seconds: float) -> None:
     """Replay waits for nothing, retries' back-off included."""
