@@ -28,6 +28,7 @@ import pytest
 from .casefile import CaseFileErrors, LoadedCase
 from .collect import SETTINGS_KEY, CaseFile, CaseItem
 from .models.case import Case
+from .reporting.failure import plural
 from .reporting.graph import case_graph
 from .settings import DEFAULT_FILES
 
@@ -57,11 +58,11 @@ def run_validate(args: argparse.Namespace) -> int:
     for problem in collected.problems:
         print(problem.text)
     cases = len({(item.path, item.loaded.case.name) for item in collected.items})
-    counted = f"{_plural(len(collected.files), 'file')}, {_plural(cases, 'case')}"
+    counted = f"{plural(len(collected.files), 'file')}, {plural(cases, 'case')}"
     if collected.problems:
         count = sum(problem.count for problem in collected.problems)
         bad_files = len({problem.where for problem in collected.problems})
-        print(f"{counted}: {_plural(count, 'problem')} in {_plural(bad_files, 'file')}")
+        print(f"{counted}: {plural(count, 'problem')} in {plural(bad_files, 'file')}")
         return ExitCode.INVALID
     print(f"{counted}: ok")
     return ExitCode.OK
@@ -192,10 +193,6 @@ def _sys_path_kept() -> Iterator[None]:
 
 def _matches(name: str, globs: Sequence[str]) -> bool:
     return any(fnmatch.fnmatch(name, glob) for glob in globs)
-
-
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 # ---------------------------------------------------------------------------- schema

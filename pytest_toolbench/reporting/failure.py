@@ -48,7 +48,8 @@ def render_failure(result: CaseResult, label: str) -> str:
             lines.append(run.error)  # the verdict shows the first run's error when it has no other
         lines.extend(_run_text(result, run, {id(failure) for failure in shown}))
     if len(failed) > 3:
-        lines.append(f"\n... and {len(failed) - 3} more failed runs (see --toolbench-report)")
+        lines.append(f"\n... and {plural(len(failed) - 3, 'more failed run')}"
+                     " (see --toolbench-report)")
     return "\n".join(lines)
 
 
@@ -107,7 +108,8 @@ def _diff_adds(failure: Failure) -> bool:
 
 
 def _quoted(value: Any, message: str) -> bool:
-    return any(form in message for form in {repr(value), str(value), _compact(value)})
+    """The message holds the value whole, as Python or JSON writes it (``'yes'``, ``200``)."""
+    return repr(value) in message or _compact(value) in message
 
 
 def _failure_line(result: CaseResult, failure: Failure) -> str:
