@@ -1,7 +1,8 @@
 """The ``toolbench`` command: check case files, print their schema, draw their flow.
 
-``validate`` prints the same messages as collection (both go through ``casefile``);
-``graph`` prints ``reporting.graph``'s drawing of the executor's own ``TRANSITIONS`` table,
+``validate`` and ``graph`` run pytest's own collection of the case files in this process
+(``collect_cases``), so they accept exactly what ``pytest`` collects: the same ini,
+conftest.py files and ``sys.path``, the same messages. ``graph`` prints ``reporting.graph``'s drawing of the executor's own ``TRANSITIONS`` table,
 so the picture cannot drift from what runs. ``import-bfcl`` and ``serve-local`` live in
 their own modules, imported only when asked for, so the other commands work without their
 dependencies.
@@ -315,9 +316,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_validate(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     validate = commands.add_parser(
         "validate", help="check case files against the schema; exit 1 on problems",
-        description="Check case files as collection does, printing every problem as "
-        "file:line, key path and message. Exit 0 when all are valid, 1 when any is not, "
-        "2 when a path does not exist.",
+        description="Check case files by running pytest's own collection of them (the same "
+        "ini, conftest.py files and sys.path as 'pytest PATH...' run here), printing every "
+        "problem as file:line, key path and message. Exit 0 when all are valid, 1 when any "
+        "is not, 2 when a path does not exist or pytest cannot start.",
     )
     validate.add_argument("paths", nargs="+", type=Path, metavar="PATH",
                           help="a case file, or a directory searched for case files")
