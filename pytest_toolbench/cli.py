@@ -152,8 +152,11 @@ def collect_cases(paths: Sequence[Path], globs: Sequence[str] | None = None) -> 
         if not path.exists():
             raise UsageError(f"no such file or directory: {path}")
     gather = _Gather({path.resolve() for path in paths if path.is_file()})
-    argv = ["--collect-only", "-q", *(["--toolbench-files", ",".join(globs)] if globs else []),
-            "--", *map(str, paths)]
+    # --assert=plain: assertions are not rewritten in a collection that runs no test, and
+    # pytest would otherwise warn (an error under filterwarnings = error) that the plugins
+    # this command has already imported (respx...) cannot be rewritten.
+    argv = ["--collect-only", "-q", "--assert=plain",
+            *(["--toolbench-files", ",".join(globs)] if globs else []), "--", *map(str, paths)]
     with _quiet() as output, _sys_path_kept():
         code = pytest.main(argv, plugins=[gather])
     if code not in (pytest.ExitCode.OK, pytest.ExitCode.INTERRUPTED,

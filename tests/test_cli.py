@@ -211,6 +211,16 @@ def test_validate_finds_the_tool_import_problem_pytest_finds(pytester: pytest.Py
     pytest.LineMatcher(out).fnmatch_lines(["*1 test collected*"])
 
 
+def test_validate_works_where_warnings_are_errors(pytester: pytest.Pytester) -> None:
+    """``filterwarnings = error`` (this project's own setting) must not turn pytest's notes
+    about modules the command imported first into a crash."""
+    pytester.makeini("[pytest]\nfilterwarnings = error\n")
+    pytester.makefile(".case.yaml", weather=VALID)
+    assert command(pytester.path, "toolbench", "validate", ".") == (0, ["1 file, 1 case: ok"])
+    code, out = command(pytester.path, "toolbench", "graph", "weather.case.yaml")
+    assert (code, out[:4]) == (0, ["---", 'title: "paris_weather"', "---", "stateDiagram-v2"])
+
+
 def test_validate_reads_the_ini_as_pytest_does(pytester: pytest.Pytester,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     """The case-file globs of ``toolbench_files``; Python test modules are not imported."""
