@@ -208,8 +208,6 @@ def test_transport_retries_show_when_the_last_attempt_passes(
     assert len(turn["retries"]) == 1 and turn["reply"]["text"] == "late"
 
 
-@pytest.mark.xfail(strict=True, reason="the client keeps its retry lines only on replies:"
-                   " the error it raises on the last attempt does not carry them")
 def test_transport_retries_show_when_the_last_attempt_fails(
     pytester: pytest.Pytester, chat_server: ChatServer
 ) -> None:

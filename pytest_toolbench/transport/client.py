@@ -223,12 +223,14 @@ class ChatClient:
             except (ConnectFailed, ConnectionLost) as error:
                 if last:
                     self.breaker.record_failure(str(error))
+                    error.retries = retries  # the attempts before this one still show
                     raise
                 retries.append(await self._back_off(attempt, str(error), None))
                 continue
             except TransportError as error:
                 if not isinstance(error, ReplayError):
                     self.breaker.record_failure(str(error))
+                error.retries = retries
                 raise
             status = pending.response.status_code
             if status not in RETRYABLE_STATUS or last:
