@@ -92,7 +92,7 @@ def test_an_unknown_mark_is_reported_at_its_line_in_the_case_file(
         name: greet
         marks:
           - smoke
-          - {slow: {reason: big}}
+          - {unheard_of: {reason: big}}
         stages: [{name: ask, user: hi}]
         """))
     pytester.makeini("[pytest]\nmarkers =\n    smoke: quick checks\n")
@@ -102,8 +102,8 @@ def test_an_unknown_mark_is_reported_at_its_line_in_the_case_file(
 
     result.stdout.fnmatch_lines([
         "c.case.yaml:4",
-        "  *c.case.yaml:4: PytestUnknownMarkWarning: Unknown pytest.mark.slow - is this a typo?*",
-        "    - {slow: {reason: big}}",
+        "  *c.case.yaml:4: PytestUnknownMarkWarning: Unknown pytest.mark.unheard_of - is this a typo?*",
+        "    - {unheard_of: {reason: big}}",
     ])
     assert "collect.py" not in result.stdout.str()
 
@@ -113,10 +113,10 @@ def test_an_unknown_mark_is_reported_at_its_line_in_the_case_file(
 def test_a_refused_mark_is_a_collection_error_at_its_line(
     pytester: pytest.Pytester, flags: list[str]
 ) -> None:
-    pytester.makefile(".case.yaml", c="name: greet\nmarks: [slow]\nstages: [{name: a, user: hi}]\n")
+    pytester.makefile(".case.yaml", c="name: greet\nmarks: [never_registered]\nstages: [{name: a, user: hi}]\n")
 
     result = pytester.runpytest("--collect-only", *flags)
 
     result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines(["*ERROR collecting c.case.yaml*", "c.case.yaml:2: *slow*"])
+    result.stdout.fnmatch_lines(["*ERROR collecting c.case.yaml*", "c.case.yaml:2: *never_registered*"])
     assert "collect.py" not in result.stdout.str()
