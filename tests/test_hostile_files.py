@@ -401,3 +401,19 @@ def test_written_files_keep_their_mode_new_ones_follow_the_umask_stray_temps_go(
     assert oct(report.stat().st_mode & 0o777) == oct(0o604)
     assert not stray.exists()
     assert other.exists()
+
+
+def test_an_infinite_timeout_in_a_case_file_is_refused_at_its_line(
+    pytester: pytest.Pytester
+) -> None:
+    pytester.makefile(".case.yaml", c=textwrap.dedent("""\
+        name: forever
+        endpoint:
+          timeout_s: .inf
+        stages: [{name: ask, user: hi}]
+        """))
+
+    result = pytester.runpytest("--collect-only")
+
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["  c.case.yaml:3: endpoint.timeout_s: *finite number"])

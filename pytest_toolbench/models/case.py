@@ -63,7 +63,7 @@ class Endpoint(StrictModel):
     headers: dict[str, str] = {}
     """Extra request headers."""
     timeout_s: float | None = Field(default=None, gt=0)
-    """Connect and read timeout in seconds."""
+    """Connect and read timeout in seconds (the total deadline defaults to ten times it)."""
     retries: int | None = Field(default=None, ge=0)
     """Retries of transient failures (connect errors, 429, 5xx)."""
 
