@@ -263,40 +263,47 @@ def test_refs_inside_the_schema_still_resolve(
 
 def test_runaway_matchers_fail_the_case_at_the_time_limit(
         pytester: pytest.Pytester, chat_server: ChatServer) -> None:
-    """``(a+)+$`` backtracks for ever with ``re``; ``(a|aa)+$`` even with the regex package;
-    a schema's ``pattern`` likewise; ``uniqueItems`` over 20,000 objects cannot stop itself
-    (the time limit gives up on it)."""
-    text = "a" * 40 + "b"
-    many = json.dumps([{"n": n} for n in range(20_000)])
+    """``(a+)+$`` backtracks for ever with ``re`` (the regex package sees through it);
+    ``(a|aa)+$`` backtracks with both, in ``$regex`` or in a schema's ``pattern``; an
+    ``anyOf`` of 40 schemas over 200,000 items is millions of steps; ``uniqueItems`` over
+    20,000 objects was every pair compared."""
+    replies = {
+        "few": "a" * 40 + "b",
+        "many": json.dumps(list(range(200_000))),
+        "objects": json.dumps([{"n": n} for n in range(20_000)] + [{"n": 0}]),
+    }
     chat_server.set_handler(lambda request: json_reply(completion(
-        text=many if request.json()["messages"][-1]["content"] == "many" else text)))
-    expectations = {
-        "nested_plus": '{$regex: "(a+)+$"}',
-        "alternation": '{$regex: "(a|aa)+$"}',
-        "schema_pattern": '{$schema: {pattern: "(a|aa)+$"}}',
-        "unique_items": "{$json: {$schema: {uniqueItems: true}}}",
+        text=replies[request.json()["messages"][-1]["content"]])))
+    any_of = ", ".join(f"{{const: {-n}}}" for n in range(1, 41))
+    cases = {
+        "nested_plus": ("few", '{$regex: "(a+)+$"}'),
+        "alternation": ("few", '{$regex: "(a|aa)+$"}'),
+        "schema_pattern": ("few", '{$schema: {pattern: "(a|aa)+$"}}'),
+        "huge_schema": ("many", f"{{$json: {{$schema: {{items: {{anyOf: [{any_of}]}}}}}}}}"),
+        "unique_items": ("objects", "{$json: {$schema: {uniqueItems: true}}}"),
     }
     pytester.makefile(".case.yaml", runaway="---\n".join(textwrap.dedent(f"""\
         name: {name}
         endpoint: {{base_url: "{chat_server.base_url}", retries: 0}}
         stages:
           - name: ask
-            user: {"many" if name == "unique_items" else "few"}
+            user: {reply}
             expect: {{text: {matcher}}}
-        """) for name, matcher in expectations.items()))
+        """) for name, (reply, matcher) in cases.items()))
 
     started = time.monotonic()
     result = pytester.runpytest_subprocess("--toolbench-live", "--toolbench-match-timeout=0.5",
                                            "-p", "no:cacheprovider", timeout=30)
 
     assert time.monotonic() - started < 20
-    result.assert_outcomes(failed=4)
+    result.assert_outcomes(failed=5)
     limit = "did not finish within the matching time limit of 0.5 s (--toolbench-match-timeout)"
     result.stdout.fnmatch_lines([
         "*nested_plus: stages[[]0[]].expect.text: 'aaaa*' does not match regex '(a+)+$'",
         f"*alternation: stages[[]0[]].expect.text: $regex '(a|aa)+$' {limit}",
         f"*schema_pattern: stages[[]0[]].expect.text: $schema pattern '(a|aa)+$' {limit}",
-        f"*unique_items: stages[[]0[]].expect.text: matching {limit}",
+        f"*huge_schema: stages[[]0[]].expect.text: $schema validation {limit}",
+        "*unique_items: stages[[]0[]].expect.text: schema: [[]{'n': 0}, * has non-unique elements",
     ])
 
 

@@ -1,14 +1,13 @@
 """Expectations of a stage -> failures, each pointing at its line in the case file.
 
-Matching runs in a daemon thread under a time limit (``--toolbench-match-timeout``): a
-catastrophic regex or a huge JSON Schema check fails the stage, naming the matcher and the
-limit, and never holds the event loop the other cases run on.
+Matching runs on the event loop under a time limit (``--toolbench-match-timeout``): every
+step that could run away (a regex search, a JSON Schema keyword, one-to-one pairing) stops
+at the deadline, so a catastrophic regex or a huge JSON Schema check fails the stage naming
+the matcher and the limit, and holds the loop no longer than the limit.
 """
 
 from __future__ import annotations
 
-import asyncio
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +16,6 @@ from ..matchers import MISSING, Matcher, MatchTimeout, Mismatch, time_limit
 from ..matchers.limits import DEFAULT_LIMIT_S
 from ..models.case import Expect, StreamExpect
 from ..models.records import Failure, Reply, ToolCall
-from .threads import in_daemon_thread
 
 KeyPath = tuple[str | int, ...]
 LineOf = Callable[[KeyPath], int]
@@ -41,34 +39,18 @@ class Outcome:
         return sum(reply.latency_ms for reply in self.replies)
 
 
-# A matcher that stops itself at the limit has this long to say so before the stage fails
-# without its word (one that cannot stop itself is then left running in its thread).
-_GRACE_S = 0.5
-
-
 @dataclass
 class _Progress:
-    """Which expectation the matching thread is at, for the message if it runs out of time."""
+    """Which expectation is being matched, for the message if time runs out."""
 
     path: KeyPath
 
 
-async def check_in_time(expect: Expect, outcome: Outcome, base: KeyPath, line_of: LineOf,
-                        limit_s: float) -> list[Failure]:
-    """``check``, off the event loop and within ``limit_s`` seconds."""
-    progress = _Progress(base)
-    work = functools.partial(check, expect, outcome, base, line_of, limit_s, progress)
-    try:
-        return await asyncio.wait_for(in_daemon_thread(work, name="toolbench-check"),
-                                      limit_s + _GRACE_S)
-    except asyncio.TimeoutError:  # the failure's path names the expectation being matched
-        return [_plain(_too_slow("matching", limit_s), progress.path, line_of)]
-
-
 def check(expect: Expect, outcome: Outcome, base: KeyPath, line_of: LineOf,
-          limit_s: float = DEFAULT_LIMIT_S, progress: _Progress | None = None) -> list[Failure]:
-    """Every given expectation that does not hold, as failures at their lines."""
-    progress = progress or _Progress(base)
+          limit_s: float = DEFAULT_LIMIT_S) -> list[Failure]:
+    """Every given expectation that does not hold, as failures at their lines; matching
+    that runs past ``limit_s`` seconds is one failure, at the expectation it was on."""
+    progress = _Progress(base)
     try:
         with time_limit(limit_s):
             return _check(expect, outcome, base, line_of, progress)

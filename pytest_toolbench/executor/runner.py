@@ -28,7 +28,7 @@ from ..models.records import (
 from ..scrubbing import Scrubber
 from ..transport.client import ChatClient, InteractionSink
 from ..transport.errors import TransportError
-from .check import Outcome, check_in_time
+from .check import Outcome, check
 from .interpolate import InterpolationError, capture, interpolate, resolve_expect
 from .machine import StageMachine, StageState
 from .tools import run_tool_calls, tool_message
@@ -155,8 +155,8 @@ class StageRunner:
                     self.machine.fire("other_variant")
                     self.conversation = start.snapshot()
                 outcome = await self._run_variant(attempt, streamed)
-                if outcome is None or not await self._check(attempt, outcome, streamed,
-                                                            len(variants) > 1):
+                if outcome is None or not self._check(attempt, outcome, streamed,
+                                                      len(variants) > 1):
                     return
                 outcomes.append(outcome)
         finally:
@@ -269,12 +269,12 @@ class StageRunner:
             body.setdefault("stream_options", {"include_usage": True})
         return body
 
-    async def _check(self, attempt: StageAttempt, outcome: Outcome, streamed: bool,
-                     label: bool) -> bool:
+    def _check(self, attempt: StageAttempt, outcome: Outcome, streamed: bool,
+               label: bool) -> bool:
         try:
             expect = resolve_expect(self.stage.expect, self.conversation.variables)
-            failures = await check_in_time(expect, outcome, self.base, self._line_of,
-                                           self.ctx.match_timeout_s)
+            failures = check(expect, outcome, self.base, self._line_of,
+                             self.ctx.match_timeout_s)
         except InterpolationError as error:
             failures = [self._failure(error.message, error.path)]
         if label:

@@ -1,9 +1,8 @@
-"""Blocking work (sync tools, matching) run off the event loop, in daemon threads.
+"""Blocking work (sync tools) run off the event loop, in daemon threads.
 
 Not the loop's default executor: its threads are joined when the interpreter exits, so work
-still running past its time limit (a tool stuck in ``time.sleep``, a runaway check) would
-keep pytest alive until it returned. A daemon thread is left behind instead, and ends with
-the process.
+still running past its time limit (a tool stuck in ``time.sleep``) would keep pytest alive
+until it returned. A daemon thread is left behind instead, and ends with the process.
 """
 
 from __future__ import annotations

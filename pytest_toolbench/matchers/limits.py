@@ -61,7 +61,6 @@ def search(pattern: regex.Pattern[str], text: str, what: str) -> bool:
     if left <= 0:
         raise MatchTimeout(what)
     try:
-        # concurrent: the GIL is released while it searches, so the event loop runs on.
-        return pattern.search(text, concurrent=True, timeout=left) is not None
+        return pattern.search(text, timeout=left) is not None
     except TimeoutError:
         raise MatchTimeout(what) from None

@@ -6,14 +6,15 @@ Two things jsonschema does by default that a test run must not:
   verdict would hang on someone else's server. Here nothing is ever retrieved; a ``$ref``
   that does not resolve inside the schema (or to a JSON Schema meta-schema) is a collection
   error at its line, or, where only validation reaches it, a mismatch naming it.
-- run ``pattern`` regexes with ``re``, which cannot be stopped. Here they run with the
-  ``regex`` package under the matching time limit, and every keyword looks at the clock.
+- run ``pattern`` regexes with ``re``, which cannot be stopped, and compare every pair of
+  items for ``uniqueItems``. Here patterns run on the ``regex`` package under the matching
+  time limit, ``uniqueItems`` takes one pass, and every keyword looks at the clock.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from typing import Any
 
 import jsonschema
@@ -24,7 +25,7 @@ import regex
 from jsonschema_specifications import REGISTRY as _META_SCHEMAS  # type: ignore[import-untyped]
 
 from .core import MatcherError as _MatcherError
-from .core import Mismatch, Path, _Matcher, _require, _short
+from .core import Mismatch, Path, _Matcher, _require, _same, _short
 from .limits import MatchTimeout, check_time, search
 
 Keyword = Callable[[Any, Any, Any, Any], Any]
@@ -166,7 +167,7 @@ def _found(pattern: str, text: str) -> bool:
     return search(_compiled(pattern), text, f"$schema pattern {pattern!r}")
 
 
-# The three below are jsonschema's own, with ``_found`` for ``re.search``.
+# The three below are jsonschema's own, with ``_found`` for ``re.search``; then uniqueItems.
 
 
 def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[Any]:
@@ -207,5 +208,35 @@ def _additional_properties(validator: Any, additional: Any, instance: Any,
                 f"Additional properties are not allowed ({listed} {verb} unexpected)")
 
 
+def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    if unique and validator.is_type(instance, "array") and not _all_different(instance):
+        yield jsonschema.ValidationError(f"{_short(instance)} has non-unique elements")
+
+
+def _all_different(items: Sequence[Any]) -> bool:
+    """One pass over hashable keys (jsonschema compares every pair: hours for 50,000)."""
+    try:
+        keys = [_json_key(item) for item in items]
+    except TypeError:  # not JSON: jsonschema's own way, a look at the clock per item
+        for index, item in enumerate(items):
+            check_time("$schema uniqueItems")
+            if any(_same(item, other) for other in items[:index]):
+                return False
+        return True
+    return len(set(keys)) == len(keys)
+
+
+def _json_key(value: Any) -> Hashable:
+    """Equal for values JSON Schema calls equal: 1 and 1.0 are, true and 1 are not."""
+    if isinstance(value, (bool, str)):
+        return (type(value).__name__, value)
+    if isinstance(value, Mapping):
+        return ("object", frozenset((key, _json_key(item)) for key, item in value.items()))
+    if isinstance(value, Sequence):
+        return ("array", tuple(_json_key(item) for item in value))
+    return ("value", value)  # numbers and null; an unhashable stranger raises TypeError
+
+
 _OWN: dict[str, Keyword] = {"pattern": _pattern, "patternProperties": _pattern_properties,
-                            "additionalProperties": _additional_properties}
+                            "additionalProperties": _additional_properties,
+                            "uniqueItems": _unique_items}
