@@ -80,10 +80,10 @@ class Cassette:
         try:
             interactions = read_interactions(path.read_text(encoding="utf-8"), FORMAT_VERSION)
         except OSError as exc:
-            raise ReplayError(f"cassette unreadable: {path}: {exc.strerror or exc}; re-record"
-                              f" it with: {rerecord_hint}") from None
+            raise ReplayError(f"cassette unreadable: {shown or path}: {exc.strerror or exc};"
+                              f" re-record it with: {rerecord_hint}") from None
         except ValueError as exc:  # CassetteUnreadable, or bytes that are not UTF-8
-            raise ReplayError(f"cassette unreadable: {path}: {exc}; re-record it with: "
+            raise ReplayError(f"cassette unreadable: {shown or path}: {exc}; re-record it with: "
                               f"{rerecord_hint}") from None
         return cls(path, interactions, rerecord_hint=rerecord_hint, shown=shown)
 
@@ -222,4 +222,3 @@ def _plain_event(event: StreamEvent) -> dict[str, Any]:
     if event.event != "message":
         plain["event"] = event.event
     return plain
-
