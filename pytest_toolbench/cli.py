@@ -27,11 +27,11 @@ from typing import Any
 import pytest
 
 from .casefile import CaseFileErrors, LoadedCase
-from .collect import SETTINGS_KEY, CaseFile, CaseItem
+from .collect import CaseFile, CaseItem
 from .models.case import Case
 from .reporting.failure import plural
 from .reporting.graph import case_graph
-from .settings import DEFAULT_FILES
+from .settings import DEFAULT_FILES, SETTINGS_KEY
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"  # what pydantic generates
 SCHEMA_ID = "urn:pytest-toolbench:case-file"

@@ -1,9 +1,14 @@
-"""Case files and case items: what pytest collects, runs and reports."""
+"""Case files and case items: what pytest collects, runs and reports.
+
+The plugin imports this module when it meets the first case file, and everything heavy
+(pydantic, httpx, rich, jsonschema, transitions) comes with it; a session with no case
+file loads none of it.
+"""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -12,15 +17,14 @@ import pytest
 
 from .casefile import CaseFileErrors, LoadedCase, describe_errors, load_case_file
 from .engine import Engine, Job
-from .lookahead import Lookahead
+from .lookahead import LOOKAHEAD_KEY
 from .marks import MarkRefused, case_marks
 from .models.records import CaseResult, RunResult
 from .reporting.failure import render_failure
-from .settings import Settings
+from .reporting.json_report import case_record
+from .settings import SETTINGS_KEY
 
-SETTINGS_KEY = pytest.StashKey[Settings]()
 ENGINE_KEY = pytest.StashKey[Engine]()
-LOOKAHEAD_KEY = pytest.StashKey[Lookahead]()
 
 
 class CaseFailed(Exception):
@@ -35,6 +39,7 @@ class CaseFile(pytest.File):
     """A ``*.case.yaml`` file: one item per case and model."""
 
     def collect(self) -> Iterator[CaseItem]:
+        _start_session(self.config)
         try:
             loaded = load_case_file(self.path)
         except CaseFileErrors as errors:
@@ -107,6 +112,49 @@ class CaseItem(pytest.Item):
 
     def reportinfo(self) -> tuple[Any, int, str]:
         return self.path, self.loaded.document.start_line - 1, f"case: {self.name}"
+
+
+def _start_session(config: pytest.Config) -> None:
+    """With the first case file: the engine that runs cases, and the hooks that report them."""
+    if ENGINE_KEY in config.stash:
+        return
+    engine = Engine(config.stash[SETTINGS_KEY], Path(config.invocation_params.dir))
+    config.stash[ENGINE_KEY] = engine
+    config.add_cleanup(engine.close)
+    config.pluginmanager.register(CaseReports(), "toolbench-case-reports")
+
+
+class CaseReports:
+    """Hooks on case items: each one's test report carries its case record."""
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]
+                                  ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        if not isinstance(item, CaseItem):
+            return report
+        if call.when == "call" and item.result is None and call.excinfo is not None:
+            # The plugin broke off the run with an unexpected exception: the case must
+            # still be in the reports, failed, or a gate that reads them could pass.
+            item.result = item.broken_result(call.excinfo)
+        if call.when == "call" and item.result is not None:
+            record = case_record(item.result, item.nodeid, _outcome(report))
+            for key in ("latency_ms", "ttft_ms", "total_tokens", "tool_calls", "turns"):
+                if record[key] is not None:
+                    report.user_properties.append((key, record[key]))
+                    item.user_properties.append((key, record[key]))  # junitxml reads teardown's
+        elif call.when == "setup" and report.skipped:  # a skipped case never runs: report it
+            record = case_record(item.unrun_result(), item.nodeid, _outcome(report))
+        else:
+            return report
+        report.toolbench = record  # type: ignore[attr-defined]  # travels with xdist reports
+        return report
+
+
+def _outcome(report: pytest.TestReport) -> str:
+    if hasattr(report, "wasxfail"):
+        return "xpassed" if report.passed else "xfailed"
+    return report.outcome
 
 
 def _item_nodeid(parent: pytest.File, name: str) -> str:

@@ -15,6 +15,9 @@ from collections.abc import Sequence
 
 import pytest
 
+LOOKAHEAD_KEY = pytest.StashKey["Lookahead"]()
+"""The session's look-ahead, made once collection has chosen the items."""
+
 
 class Lookahead:
     def __init__(self, config: pytest.Config, items: Sequence[pytest.Item]) -> None:

@@ -12,12 +12,11 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .matchers.limits import DEFAULT_LIMIT_S as DEFAULT_MATCH_TIMEOUT_S
-from .models.case import Endpoint
+from .defaults import MATCH_TIMEOUT_S as DEFAULT_MATCH_TIMEOUT_S
 from .transport.breaker import DEFAULT_COOLDOWN_S, DEFAULT_THRESHOLD
 from .transport.limits import DEFAULT_MAX_REPLY_BYTES, DEFAULT_MAX_STREAM_EVENTS, ReplyLimits
 
@@ -28,6 +27,12 @@ DEADLINE_PER_TIMEOUT = 10
 beyond a slow model's reply, yet a server that never finishes is cut off."""
 DEFAULT_RETRIES = 2
 DEFAULT_FILES = ("*.case.yaml", "*.case.yml")
+
+if TYPE_CHECKING:  # the case schema is pydantic: loaded with the first case file, not here
+    from .models.case import Endpoint
+
+SETTINGS_KEY = pytest.StashKey["Settings"]()
+"""Where the session's Settings live: ``config.stash[SETTINGS_KEY]``."""
 
 
 class Mode(enum.Enum):
@@ -172,12 +177,9 @@ class Settings:
 
     def endpoint_for(self, case: Endpoint) -> ResolvedEndpoint:
         """Apply CLI > case > ini > env > default to one case's endpoint."""
-        env = os.environ
-        base_url = _first(self.base_url, case.base_url, self.ini_base_url,
-                          env.get("TOOLBENCH_BASE_URL"), env.get("OPENAI_BASE_URL"))
         timeout_s = _first(self.timeout_s, case.timeout_s, self.ini_timeout_s) or DEFAULT_TIMEOUT_S
         return ResolvedEndpoint(
-            base_url=(base_url or DEFAULT_BASE_URL).rstrip("/"),
+            base_url=self.base_url_for(case.base_url),
             api_key_env=_first(self.api_key_env, case.api_key_env, self.ini_api_key_env)
             or "OPENAI_API_KEY",
             headers=tuple(sorted(case.headers.items())),
@@ -186,6 +188,13 @@ class Settings:
             limits=ReplyLimits(self.deadline_s or DEADLINE_PER_TIMEOUT * timeout_s,
                                self.max_reply_bytes, self.max_stream_events),
         )
+
+    def base_url_for(self, case_base_url: str | None = None) -> str:
+        """The base URL of a case that sets ``case_base_url`` (None: one that sets none)."""
+        env = os.environ
+        base_url = _first(self.base_url, case_base_url, self.ini_base_url,
+                          env.get("TOOLBENCH_BASE_URL"), env.get("OPENAI_BASE_URL"))
+        return (base_url or DEFAULT_BASE_URL).rstrip("/")
 
 
 def _globs(value: str | None) -> tuple[str, ...]:

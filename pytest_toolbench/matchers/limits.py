@@ -19,7 +19,9 @@ from typing import Final
 
 import regex
 
-DEFAULT_LIMIT_S: Final = 10.0
+from ..defaults import MATCH_TIMEOUT_S
+
+DEFAULT_LIMIT_S: Final = MATCH_TIMEOUT_S
 """The limit when no ``time_limit`` is in force (a matcher used on its own)."""
 
 # A context variable, so matching in several threads at once keeps one deadline each.
