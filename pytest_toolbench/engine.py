@@ -1,8 +1,9 @@
-"""The session's runtime: an event loop in a thread, one client per endpoint, cassettes.
+"""The session's runtime: an event loop in a thread, one live client per endpoint, cassettes.
 
 pytest runs items one by one on its own thread; each item hands its case to this loop and
 waits. Live and record cases may be started ahead (``--toolbench-concurrency``) so up to N
-run at once while pytest still reports them in order.
+run at once while pytest still reports them in order. A replayed case gets a client of its
+own over its own cassette, closed when the case ends.
 """
 
 from __future__ import annotations
@@ -11,21 +12,21 @@ import asyncio
 import concurrent.futures
 import hashlib
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .casefile import LoadedCase
-from .cassettes import ACTIVE, Cassette, replay_transport
+from .cassettes import Cassette
 from .executor.runner import CaseContext, run_case
 from .models.records import CaseResult, RunResult
-from .reporting.failure import plural
 from .scrubbing import LogScrubber, Scrubber, endpoint_secrets
 from .settings import Mode, ResolvedEndpoint, Settings
 from .transport.breaker import CircuitBreaker
-from .transport.client import ChatClient, ClientConfig
+from .transport.client import ChatClient, ClientConfig, InteractionSink
 from .transport.errors import ReplayError
+from .transport.replay import Replayer
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,8 @@ class Engine:
         """Where pytest was started: messages show paths relative to it, as the user typed."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._clients: dict[tuple[ResolvedEndpoint, bool], ChatClient] = {}
+        self._clients: dict[ResolvedEndpoint, ChatClient] = {}
+        """The live clients, one per endpoint: its connection pool and breaker are shared."""
         self._breakers: dict[str, CircuitBreaker] = {}
         self._started: dict[str, concurrent.futures.Future[CaseResult]] = {}
         self._log_scrubber = LogScrubber()
@@ -130,29 +132,34 @@ class Engine:
             return self._no_run(job, str(error))
         secrets = endpoint_secrets(endpoint.api_key(), endpoint.headers, endpoint.base_url)
         self._log_scrubber.add(secrets)
-        cassette.scrubber = Scrubber(secrets)
-        ACTIVE.set(cassette)  # this task's context only: concurrent cases keep their own
-        recording = self.settings.mode in (Mode.RECORD, Mode.MISSING) and not replaying
-        ctx = CaseContext(
-            job.loaded, job.model, self._client(endpoint, replaying),
-            api_key=None if replaying else endpoint.api_key(),
-            sink=cassette.interactions.append if recording else None, runs=self._runs(job),
-            match_timeout_s=self.settings.match_timeout_s,
-            display_file=job.display_file, scrubber=cassette.scrubber)
-        result = await run_case(ctx)
+        scrubber = Scrubber(secrets)
         if replaying:
-            self._require_all_replayed(result, cassette)
-        elif recording and not _endpoint_failed(result):
+            return await self._replay(job, endpoint, Replayer(
+                cassette, scrubber, self.settings.replay_speed), scrubber)
+        recording = self.settings.mode in (Mode.RECORD, Mode.MISSING)
+        result = await run_case(self._context(
+            job, self._live_client(endpoint), scrubber, api_key=endpoint.api_key(),
+            sink=cassette.interactions.append if recording else None))
+        if recording and not _endpoint_failed(result):
             cassette.save()  # an endpoint failure keeps the old cassette: it replays nothing
         return result
 
-    def _require_all_replayed(self, result: CaseResult, cassette: Cassette) -> None:
-        """A passing case that left recorded answers unused has changed since recording."""
-        if result.passed and cassette.replayed < len(cassette.interactions):
-            result.runs[-1].error = (
-                f"the case sent {plural(cassette.replayed, 'request')}, but {cassette.shown}"
-                f" holds {len(cassette.interactions)}: the case changed since it was recorded;"
-                f" re-record it with: {cassette.rerecord_hint}")
+    async def _replay(self, job: Job, endpoint: ResolvedEndpoint, replayer: Replayer,
+                      scrubber: Scrubber) -> CaseResult:
+        """Run ``job`` on a client of its own whose every answer comes from its cassette."""
+        client = self._replay_client(endpoint, replayer)
+        try:
+            return await run_case(self._context(job, client, scrubber,
+                                                verdict=replayer.unused))
+        finally:
+            await client.aclose()
+
+    def _context(self, job: Job, client: ChatClient, scrubber: Scrubber, *,
+                 api_key: str | None = None, sink: InteractionSink | None = None,
+                 verdict: Callable[[], str | None] | None = None) -> CaseContext:
+        return CaseContext(job.loaded, job.model, client, api_key=api_key, sink=sink,
+                           runs=self._runs(job), match_timeout_s=self.settings.match_timeout_s,
+                           display_file=job.display_file, scrubber=scrubber, verdict=verdict)
 
     def _runs(self, job: Job) -> int:
         repeat = job.loaded.case.repeat
@@ -163,26 +170,29 @@ class Engine:
         return CaseResult(loaded.case.name, job.model, job.display_file,
                           loaded.document.start_line, runs=[RunResult(1, error=reason)])
 
-    def _client(self, endpoint: ResolvedEndpoint, replaying: bool) -> ChatClient:
-        key = (endpoint, replaying)
-        if key not in self._clients:
-            config = ClientConfig(endpoint.base_url, endpoint.headers, endpoint.timeout_s,
-                                  endpoint.retries, endpoint.limits)
-            self._clients[key] = ChatClient(
-                config,
-                transport=replay_transport(self.settings.replay_speed) if replaying else None,
-                breaker=self._breaker(endpoint.base_url),
-                sleep=_no_sleep if replaying and not self.settings.replay_speed else asyncio.sleep,
-                jitter=not replaying,
-            )
-        return self._clients[key]
+    def _live_client(self, endpoint: ResolvedEndpoint) -> ChatClient:
+        if endpoint not in self._clients:
+            self._clients[endpoint] = ChatClient(_client_config(endpoint),
+                                                 breaker=self._breaker(endpoint.base_url))
+        return self._clients[endpoint]
+
+    def _replay_client(self, endpoint: ResolvedEndpoint, replayer: Replayer) -> ChatClient:
+        """A client for one replayed case: cheap (no connection pool, no TLS context, no
+        proxies from the environment), and its breaker its own, since replay never reaches
+        the endpoint whose circuit live cases share."""
+        return ChatClient(
+            _client_config(endpoint), transport=replayer.transport(),
+            breaker=self._new_breaker(),
+            sleep=asyncio.sleep if self.settings.replay_speed else _no_sleep, jitter=False)
 
     def _breaker(self, base_url: str) -> CircuitBreaker:
-        """One breaker per endpoint, shared by its live and replay clients."""
+        """One breaker per endpoint, shared by the cases that reach it live."""
         if base_url not in self._breakers:
-            self._breakers[base_url] = CircuitBreaker(self.settings.breaker_threshold,
-                                                      self.settings.breaker_cooldown_s)
+            self._breakers[base_url] = self._new_breaker()
         return self._breakers[base_url]
+
+    def _new_breaker(self) -> CircuitBreaker:
+        return CircuitBreaker(self.settings.breaker_threshold, self.settings.breaker_cooldown_s)
 
     def cassette_path(self, job: Job) -> Path:
         """``<cassette dir>/<file stem>/<case>[<model>].yaml``, always inside that folder."""
@@ -196,6 +206,11 @@ class Engine:
             return str(path.relative_to(self.start_dir))
         except ValueError:
             return str(path)
+
+
+def _client_config(endpoint: ResolvedEndpoint) -> ClientConfig:
+    return ClientConfig(endpoint.base_url, endpoint.headers, endpoint.timeout_s,
+                        endpoint.retries, endpoint.limits)
 
 
 def _endpoint_failed(result: CaseResult) -> bool:

@@ -170,6 +170,28 @@ def test_fewer_requests_than_recorded_fails_saying_so(pytester: pytest.Pytester,
     ])
 
 
+def test_fewer_requests_than_recorded_fails_the_case_whatever_its_pass_rate(
+        pytester: pytest.Pytester, chat_server: ChatServer) -> None:
+    chat_server.set_handler(assistant)
+    case = (f"name: repeated\nendpoint: {{base_url: '{chat_server.base_url}'}}\n"
+            "stages: [{name: ask, user: hello, expect: {text: hello}}]\n")
+    pytester.makefile(".case.yaml", s=case + "repeat: {runs: 3, min_pass_rate: 0.5}\n")
+    pytester.runpytest("--toolbench-record").assert_outcomes(passed=1)
+    # Two runs replay exactly what the first two recorded, and pass; the third's answer
+    # is left over.
+    pytester.makefile(".case.yaml", s=case + "repeat: {runs: 2, min_pass_rate: 0.5}\n")
+
+    result = pytester.runpytest("--toolbench-report", "report.json")
+
+    result.assert_outcomes(failed=1)
+    message = ("the case sent 2 requests, but __cassettes__/s/repeated.yaml holds 3: the case"
+               " changed since it was recorded; re-record it with:"
+               " pytest 's.case.yaml::repeated' --toolbench-record")
+    result.stdout.fnmatch_lines([f"*s.case.yaml:1: repeated: {message}"])
+    record = json.loads((pytester.path / "report.json").read_text())["cases"][0]
+    assert (record["outcome"], record["passes"], record["error"]) == ("failed", 2, message)
+
+
 def test_missing_mode_records_only_what_is_missing(pytester: pytest.Pytester,
                                                    recorded: ChatServer) -> None:
     before = cassette_files(pytester.path)

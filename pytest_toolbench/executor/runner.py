@@ -7,6 +7,7 @@ answers tool calls and sends again until the model stops calling tools or ``max_
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +51,9 @@ class CaseContext:
     """How long a stage's expectations may take to check."""
     scrubber: Scrubber = field(default_factory=Scrubber)
     """Masks the endpoint's credentials in every turn, tool run and exchange as it is made."""
+    verdict: Callable[[], str | None] | None = None
+    """Asked once every run is over: a failure of the whole case that no pass rate can
+    outvote (replay: recorded answers the case left unused), or None."""
 
 
 @dataclass
@@ -68,14 +72,13 @@ class Conversation:
 
 async def run_case(ctx: CaseContext) -> CaseResult:
     case = ctx.loaded.case
-    result = CaseResult(
+    runs = [await run_once(ctx, number) for number in range(1, ctx.runs + 1)]
+    return CaseResult(
         case=case.name, model=ctx.model, file=ctx.display_file or str(ctx.loaded.file),
-        line=ctx.loaded.document.start_line,
+        line=ctx.loaded.document.start_line, runs=runs,
         min_pass_rate=case.repeat.min_pass_rate if case.repeat else 1.0,
+        error=ctx.verdict() if ctx.verdict is not None else None,
     )
-    for number in range(1, ctx.runs + 1):
-        result.runs.append(await run_once(ctx, number))
-    return result
 
 
 async def run_once(ctx: CaseContext, number: int) -> RunResult:

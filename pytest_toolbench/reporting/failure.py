@@ -26,10 +26,17 @@ ONE_LINE = 100
 
 
 def render_failure(result: CaseResult, label: str) -> str:
-    """The verdict, its diff and the other failures once each, then the transcripts."""
+    """A failure of the whole case first; then the verdict of its runs, its diff and the
+    other failures once each, then the transcripts."""
     failed = [run for run in result.runs if not run.passed]
-    if not failed:
-        return verdict(result, label)
+    runs = _render_runs(result, label, failed) if failed else ""
+    if result.error is None:
+        return runs or f"{label} passed"
+    return "\n".join(filter(None, [f"{result.file}:{result.line}: {label}: {result.error}",
+                                    runs]))
+
+
+def _render_runs(result: CaseResult, label: str, failed: list[RunResult]) -> str:
     first = failed[0]
     lines = [verdict(result, label)]
     headline = first_failure(first)
@@ -54,7 +61,7 @@ def render_failure(result: CaseResult, label: str) -> str:
 
 
 def verdict(result: CaseResult, label: str) -> str:
-    """One line: where the first failing expectation is, and what failed."""
+    """One line: where the first failing expectation of a run is, and what failed."""
     run = next((run for run in result.runs if not run.passed), None)
     if run is None:
         return f"{label} passed"

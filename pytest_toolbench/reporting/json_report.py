@@ -30,6 +30,7 @@ def case_record(result: CaseResult, nodeid: str, outcome: str) -> dict[str, Any]
         "passes": result.passes,
         "runs_total": len(result.runs),
         "min_pass_rate": result.min_pass_rate,
+        "error": result.error,
         "stages": max((len(run.stages) for run in result.runs), default=0),
         "turns": result.turns,
         "tool_calls": result.tool_calls,

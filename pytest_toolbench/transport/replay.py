@@ -1,0 +1,136 @@
+"""Replay: one case's requests answered from its cassette, never from the network.
+
+Each replayed case gets a ``Replayer`` over its own cassette and a client of its own whose
+transport is ``httpx.MockTransport(replayer.handle)``: below that, the client, the SSE
+decoder and the executor run exactly as they do live. Nothing is shared between cases, so
+concurrent cases cannot answer each other's requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from ..cassettes import Cassette
+from ..models.records import Interaction, StreamEvent
+from ..scrubbing import Scrubber
+from .errors import ReplayError
+
+
+class Replayer:
+    """Answers the requests of one case from one cassette, in the order they were recorded."""
+
+    def __init__(self, cassette: Cassette, scrubber: Scrubber | None = None,
+                 speed: float = 0.0) -> None:
+        self.cassette = cassette
+        self.scrubber = scrubber or Scrubber()
+        """The endpoint's credentials, masked in sent requests before they are compared."""
+        self.speed = speed
+        """0: answer at once; 1: with the recorded timing (2: twice as fast...)."""
+        self.replayed = 0
+        """How many recorded answers were handed out."""
+        self.refused = False
+        """A request was refused (different, or one too many): the case already fails."""
+
+    def transport(self) -> httpx.MockTransport:
+        return httpx.MockTransport(self.handle)
+
+    async def handle(self, request: httpx.Request) -> httpx.Response:
+        """The recorded answer to ``request``, re-sent as the server sent it."""
+        if request.method != "POST" or not request.url.path.endswith("/chat/completions"):
+            raise self._refuse(f"replay answers POST .../chat/completions only, not"
+                               f" {request.method} {request.url.path}")
+        try:
+            body = json.loads(request.content)
+        except ValueError:
+            raise self._refuse("the request body is not JSON") from None
+        return self._response(self.next_for(body))
+
+    def next_for(self, request: dict[str, Any]) -> Interaction:
+        """The recorded answer to ``request``, which must be the one recorded next."""
+        cassette, number = self.cassette, self.replayed + 1
+        if self.replayed >= len(cassette.interactions):
+            raise self._refuse(
+                f"the case sent request {number}, but {cassette.shown} holds only "
+                f"{len(cassette.interactions)}; re-record with: {cassette.rerecord_hint}")
+        recorded = cassette.interactions[self.replayed]
+        # The recording holds the key scrubbed; so must the request it is compared to, and
+        # the diff of a mismatch must not show the key either.
+        request = self.scrubber.data(request)
+        if _canonical(recorded.request) != _canonical(request):
+            raise self._refuse(
+                f"request {number} differs from the one recorded in {cassette.shown}; "
+                f"re-record with: {cassette.rerecord_hint}\n"
+                f"{request_diff(recorded.request, request)}")
+        self.replayed = number
+        return recorded
+
+    def unused(self) -> str | None:
+        """Why the case fails when it is over with recorded answers left unused (it changed
+        since it was recorded), or None. A refused request already said what went wrong."""
+        cassette = self.cassette
+        if self.refused or self.replayed >= len(cassette.interactions):
+            return None
+        sent = f"{self.replayed} request{'' if self.replayed == 1 else 's'}"
+        return (f"the case sent {sent}, but {cassette.shown} holds"
+                f" {len(cassette.interactions)}: the case changed since it was recorded;"
+                f" re-record it with: {cassette.rerecord_hint}")
+
+    def _refuse(self, message: str) -> ReplayError:
+        self.refused = True
+        return ReplayError(message)
+
+    def _response(self, recorded: Interaction) -> httpx.Response:
+        headers = {"content-type": recorded.content_type} if recorded.content_type else {}
+        if recorded.events is not None:
+            return httpx.Response(recorded.status, headers=headers,
+                                  stream=_EventStream(recorded.events, self.speed))
+        content = (recorded.body if isinstance(recorded.body, str)
+                   else json.dumps(recorded.body)).encode()
+        return httpx.Response(recorded.status, headers=headers,
+                              stream=_EventStream([], self.speed, content, recorded.elapsed_ms))
+
+
+class _EventStream(httpx.AsyncByteStream):
+    """Re-sends recorded SSE events one network chunk each, optionally with their timing."""
+
+    def __init__(self, events: list[StreamEvent], speed: float, body: bytes = b"",
+                 elapsed_ms: float = 0.0) -> None:
+        self.events, self.speed, self.body, self.elapsed_ms = events, speed, body, elapsed_ms
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        clock = 0.0
+        for event in self.events:
+            clock = await self._wait_until(clock, event.offset_ms)
+            yield _sse_bytes(event)
+        if self.body:
+            await self._wait_until(0.0, self.elapsed_ms)
+            yield self.body
+
+    async def _wait_until(self, clock: float, offset_ms: float) -> float:
+        if self.speed > 0 and offset_ms > clock:
+            await asyncio.sleep((offset_ms - clock) / 1000 / self.speed)
+        return max(clock, offset_ms)
+
+
+def _sse_bytes(event: StreamEvent) -> bytes:
+    lines = [f"event: {event.event}"] if event.event != "message" else []
+    lines.extend(f"data: {line}" for line in event.data.split("\n"))
+    return ("\n".join(lines) + "\n\n").encode()
+
+
+def request_diff(recorded: dict[str, Any], sent: dict[str, Any]) -> str:
+    """A unified diff of two request bodies, keys sorted, for replay mismatches."""
+    before = json.dumps(recorded, indent=2, sort_keys=True).splitlines()
+    after = json.dumps(sent, indent=2, sort_keys=True).splitlines()
+    return "\n".join(difflib.unified_diff(before, after, "recorded request", "sent request",
+                                          lineterm=""))
+
+
+def _canonical(body: dict[str, Any]) -> str:
+    return json.dumps(body, sort_keys=True)
