@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import operator
 import re
 from collections.abc import Callable
@@ -42,13 +43,20 @@ def _any(value: Any, path: Path) -> _Test:
     return lambda actual: "expected a value, got <missing>" if actual is MISSING else None
 
 
+@functools.lru_cache(maxsize=4096)
+def _compiled(source: str) -> regex.Pattern[str]:
+    """``source`` compiled with the regex package, whose search stops at a timeout (re's
+    cannot). Compiled when first searched, not at collection: it costs more than re's
+    compile, and a collect-only run never searches. Compiled patterns are immutable, so
+    cases that share a pattern share it."""
+    return regex.compile(source)
+
+
 def _regex(value: Any, path: Path) -> _Test:
     _require(isinstance(value, str), f"'$regex' takes a string, got {_short(value)}", path)
     try:
         re.compile(value)  # the SPEC's syntax: re's (the regex package accepts more)
-        # The search itself on the regex package: it stops at a timeout, re cannot.
-        pattern = regex.compile(value)
-    except (re.error, regex.error) as error:
+    except re.error as error:
         raise MatcherError(f"bad regex {value!r}: {error}", path) from None
 
     what = f"$regex {value!r}"
@@ -56,6 +64,10 @@ def _regex(value: Any, path: Path) -> _Test:
     def test(actual: Any) -> str | None:
         if not isinstance(actual, str):
             return f"expected a string matching regex {value!r}, got {_short(actual)}"
+        try:
+            pattern = _compiled(value)
+        except regex.error as error:  # re's syntax that the regex package reads otherwise
+            return f"regex {value!r} cannot be searched with a time limit: {error}"
         if search(pattern, actual, what):
             return None
         return f"{_short(actual)} does not match regex {value!r}"
