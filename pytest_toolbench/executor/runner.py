@@ -87,31 +87,29 @@ async def run_once(ctx: CaseContext, number: int) -> RunResult:
     conversation = Conversation()
     if case.system:
         conversation.messages.append({"role": "system", "content": case.system})
-    for index, stage in enumerate(case.stages):
-        stage_result = await run_stage(ctx, conversation, index, stage)
-        run.stages.append(stage_result)
-        if not stage_result.passed:
-            break  # later stages build on this one's conversation: nothing to learn
+    with StageMachine() as machine:
+        for index, stage in enumerate(case.stages):
+            stage_result = await run_stage(ctx, conversation, index, stage, machine)
+            run.stages.append(stage_result)
+            if not stage_result.passed:
+                break  # later stages build on this one's conversation: nothing to learn
     return run
 
 
 async def run_stage(ctx: CaseContext, conversation: Conversation, index: int,
-                    stage: Stage) -> StageResult:
+                    stage: Stage, machine: StageMachine) -> StageResult:
     result = StageResult(stage.name)
     attempts = stage.retry.attempts if stage.retry else 1
     before = conversation.snapshot()
-    machine = StageMachine.acquire()
-    try:
-        for number in range(1, attempts + 1):
-            if number > 1:
-                machine.fire("retry")
-                _restore(conversation, before)
-            attempt = await StageRunner(ctx, conversation, index, stage, machine).run(number)
-            result.attempts.append(attempt)
-            if attempt.passed or not attempt.turns:
-                break  # an attempt that sent nothing failed on the case itself: retry can't help
-    finally:
-        machine.release()
+    machine.begin_stage()
+    for number in range(1, attempts + 1):
+        if number > 1:
+            machine.fire("retry")
+            _restore(conversation, before)
+        attempt = await StageRunner(ctx, conversation, index, stage, machine).run(number)
+        result.attempts.append(attempt)
+        if attempt.passed or not attempt.turns:
+            break  # an attempt that sent nothing failed on the case itself: retry can't help
     return result
 
 
