@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from .casefile import LoadedCase
+from .casefile.load import LoadedCase
 
 __all__ = ["MarkRefused", "case_marks"]
 

@@ -17,7 +17,7 @@ from .lookahead import LOOKAHEAD_KEY, Lookahead
 from .settings import DEFAULT_FILES, OPTIONS, SETTINGS_KEY, Settings
 
 if TYPE_CHECKING:
-    from .collect import CaseFile
+    from .items import CaseFile
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -44,7 +44,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> CaseFile | None:
     globs = parent.config.stash[SETTINGS_KEY].files
     if any(fnmatch.fnmatch(file_path.name, glob) for glob in globs):
-        from .collect import CaseFile  # the first case file brings in the rest
+        from .items import CaseFile  # the first case file brings in the rest
 
         return CaseFile.from_parent(parent, path=file_path)
     return None
@@ -80,7 +80,7 @@ class SessionReports:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.records or self.config.get_verbosity() < 0:
             return
-        from .reporting.summary import render_summary
+        from .report.summary import render_summary
 
         writer = terminalreporter._tw
         terminalreporter.write_sep("=", "toolbench summary")
@@ -90,7 +90,7 @@ class SessionReports:
         path = self.config.stash[SETTINGS_KEY].report
         if path is None or hasattr(self.config, "workerinput"):
             return  # xdist workers send their records to the controller, which writes once
-        from .reporting.json_report import write_report
+        from .report.json_report import write_report
 
         outcomes = [record["outcome"] for record in self.records]
         counts = {outcome: outcomes.count(outcome) for outcome in sorted(set(outcomes))}

@@ -22,7 +22,7 @@ from dataclasses import fields, is_dataclass, replace
 from typing import Any
 from urllib.parse import unquote, unquote_plus, urlsplit
 
-from .models.records import Interaction, StreamEvent, Turn
+from .records import Interaction, StreamEvent, Turn
 
 SCRUBBED = "<scrubbed>"
 MIN_SECRET_LENGTH = 8

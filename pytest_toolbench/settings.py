@@ -29,7 +29,7 @@ DEFAULT_RETRIES = 2
 DEFAULT_FILES = ("*.case.yaml", "*.case.yml")
 
 if TYPE_CHECKING:  # the case schema is pydantic: loaded with the first case file, not here
-    from .models.case import Endpoint
+    from .casefile.schema import Endpoint
 
 SETTINGS_KEY = pytest.StashKey["Settings"]()
 """Where the session's Settings live: ``config.stash[SETTINGS_KEY]``."""

@@ -11,7 +11,7 @@ from support.chat_server import ChatServer, start_chat_server
 # The plugin imports its machinery with the first case file. Imported here once, before any
 # pytester run: pytester drops the modules an in-process run imported when it ends, and
 # PyYAML's C extension cannot be imported a second time.
-import pytest_toolbench.collect  # noqa: F401
+import pytest_toolbench.items  # noqa: F401
 
 load_default_profile()  # before the hypothesis plugin applies --hypothesis-profile, if given
 

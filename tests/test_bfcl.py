@@ -21,10 +21,10 @@ import pytest
 import yaml
 from support.chat_server import ChatServer, RecordedRequest, Reply, completion, json_reply
 
-from pytest_toolbench.bfcl import ImportSummary, import_bfcl, json_schema, main
-from pytest_toolbench.casefile import LoadedCase, load_case_file
+from pytest_toolbench.casefile.load import LoadedCase, load_case_file
+from pytest_toolbench.commands.bfcl import ImportSummary, import_bfcl, json_schema, main
 from pytest_toolbench.matchers import Matcher
-from pytest_toolbench.models.records import ToolCall
+from pytest_toolbench.records import ToolCall
 
 BFCL_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "bfcl"
 CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance")

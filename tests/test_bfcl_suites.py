@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pytest_toolbench.bfcl import main
+from pytest_toolbench.commands.bfcl import main
 
 QUESTION = {
     "id": "demo_0",

@@ -25,8 +25,8 @@ from support.chat_server import (
     sse_reply,
 )
 
-from pytest_toolbench.cassettes import Cassette
-from pytest_toolbench.models.records import Interaction
+from pytest_toolbench.records import Interaction
+from pytest_toolbench.transport.cassette import Cassette
 
 
 def assistant(request: RecordedRequest) -> Reply:

@@ -16,8 +16,8 @@ import jsonschema
 import pytest
 import yaml
 
-from pytest_toolbench.cli import SCHEMA_PATH, main, schema_text
-from pytest_toolbench.executor.machine import TRANSITIONS, StageState
+from pytest_toolbench.commands.cli import SCHEMA_PATH, main, schema_text
+from pytest_toolbench.run.machine import TRANSITIONS, StageState
 
 VALID = """\
 name: paris_weather
@@ -454,16 +454,16 @@ def test_delegates_get_the_rest_of_the_command_line(
         seen.append(argv)
         return 3
 
-    module = types.ModuleType("pytest_toolbench.bfcl")
+    module = types.ModuleType("pytest_toolbench.commands.bfcl")
     module.main = fake_main  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "pytest_toolbench.bfcl", module)
+    monkeypatch.setitem(sys.modules, "pytest_toolbench.commands.bfcl", module)
     code, _, _ = run(capsys, "import-bfcl", "q.json", "a.json", "out", "--help")
     assert (code, seen) == (3, [["q.json", "a.json", "out", "--help"]])
 
 
 def test_a_missing_delegate_module_is_reported(monkeypatch: pytest.MonkeyPatch,
                                                capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setitem(sys.modules, "pytest_toolbench.bfcl", None)
+    monkeypatch.setitem(sys.modules, "pytest_toolbench.commands.bfcl", None)
     code, _, err = run(capsys, "import-bfcl", "x")
     assert code == 2
     assert err.startswith("toolbench import-bfcl: error: not available in this install")

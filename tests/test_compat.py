@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pytest_toolbench.models.records import Reply
+from pytest_toolbench.records import Reply
 from pytest_toolbench.transport.reassemble import StreamAssembler, parse_completion
 from pytest_toolbench.transport.sse import SSEDecoder
 

@@ -29,7 +29,7 @@ from support.chat_server import (
     sse_reply,
 )
 
-from pytest_toolbench.casefile import CaseFileErrors, load_case_file
+from pytest_toolbench.casefile.load import CaseFileErrors, load_case_file
 
 
 def echo(request: RecordedRequest) -> Reply:
@@ -305,7 +305,7 @@ stages: [{{name: s, user: hi}}]
 
 
 BREAK_THE_ENGINE = """\
-import pytest_toolbench.engine as engine
+import pytest_toolbench.session as engine
 
 original = engine.run_case
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pytest_toolbench import local_server
-from pytest_toolbench.local_server import (
+from pytest_toolbench.commands import local_server
+from pytest_toolbench.commands.local_server import (
     ExtraNotInstalled,
     LocalServer,
     LocalServerError,
@@ -101,7 +101,7 @@ def test_missing_extra_exits_2_saying_how_to_install(module: str, tmp_path: Path
     env = {**os.environ,
            "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path),
                                                        os.environ.get("PYTHONPATH")]))}
-    code = "import sys; from pytest_toolbench.local_server import main; sys.exit(main([]))"
+    code = "import sys; from pytest_toolbench.commands.local_server import main; sys.exit(main([]))"
 
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, timeout=60, check=False)
@@ -129,7 +129,7 @@ def test_a_port_in_use_is_named_before_anything_starts(tmp_path: Path) -> None:
         port = taken.getsockname()[1]
 
         done = subprocess.run(
-            [sys.executable, "-m", "pytest_toolbench.cli", "serve-local", "--port", str(port)],
+            [sys.executable, "-m", "pytest_toolbench.commands.cli", "serve-local", "--port", str(port)],
             env=shadow_the_extra(tmp_path), capture_output=True, text=True, timeout=60,
             check=False)
 

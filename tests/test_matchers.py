@@ -21,7 +21,7 @@ from pytest_toolbench.matchers import (
     compile_tool_calls,
     time_limit,
 )
-from pytest_toolbench.models.records import ToolCall
+from pytest_toolbench.records import ToolCall
 
 Path = tuple[str | int, ...]
 

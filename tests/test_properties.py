@@ -30,7 +30,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from hypothesis_profiles import THOROUGH_EXAMPLES
 
-from pytest_toolbench.casefile import CaseFileErrors, describe_errors, load_case_file
+from pytest_toolbench.casefile.load import CaseFileErrors, describe_errors, load_case_file
+from pytest_toolbench.casefile.schema import Case
 from pytest_toolbench.matchers import (
     MISSING,
     Matcher,
@@ -39,8 +40,7 @@ from pytest_toolbench.matchers import (
     compile_matcher,
     compile_tool_calls,
 )
-from pytest_toolbench.models.case import Case
-from pytest_toolbench.models.records import Reply, ToolCall
+from pytest_toolbench.records import Reply, ToolCall
 from pytest_toolbench.transport.reassemble import StreamAssembler, parse_completion
 from pytest_toolbench.transport.sse import SSEDecoder, SSEEvent
 

@@ -10,7 +10,7 @@ import pytest
 from support.chat_server import ChatServer, RecordedRequest, sse_reply
 from support.chat_server import Reply as ServerReply
 
-from pytest_toolbench.models.records import Reply, StreamStats
+from pytest_toolbench.records import Reply, StreamStats
 from pytest_toolbench.transport.reassemble import StreamAssembler, parse_completion
 from pytest_toolbench.transport.sse import SSEDecoder, SSEEvent
 

@@ -23,7 +23,7 @@ from support.chat_server import (
     sse_reply,
 )
 
-from pytest_toolbench.models.records import Interaction, StreamEvent
+from pytest_toolbench.records import Interaction, StreamEvent
 from pytest_toolbench.scrubbing import SCRUBBED, Scrubber
 
 KEY = "sk-test-4f9a2c7e1b8d"

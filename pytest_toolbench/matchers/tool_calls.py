@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from ..models.records import ToolCall
+from ..records import ToolCall
 from .compiled import _AllOf, _Items, _Sequence
 from .compiler import _OPERATORS, _check_known, _compile, _compile_operators, _has_operators
 from .core import (

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from ..models.records import Interaction, Reply, StreamEvent
+from ..records import Interaction, Reply, StreamEvent
 from .breaker import CircuitBreaker
 from .errors import (
     ConnectFailed,

@@ -41,7 +41,7 @@ from collections.abc import Callable
 from json.scanner import make_scanner
 from typing import Any, cast
 
-from pytest_toolbench.models.records import Reply, StreamStats, ToolCall
+from pytest_toolbench.records import Reply, StreamStats, ToolCall
 from pytest_toolbench.transport.sse import SSEEvent
 
 __all__ = ["StreamAssembler", "parse_completion"]

@@ -16,9 +16,9 @@ from typing import Any
 
 import httpx
 
-from ..cassettes import Cassette
-from ..models.records import Interaction, StreamEvent
+from ..records import Interaction, StreamEvent
 from ..scrubbing import Scrubber
+from .cassette import Cassette
 from .errors import ReplayError
 
 

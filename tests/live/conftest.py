@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pytest_toolbench.local_server import (
+from pytest_toolbench.commands.local_server import (
     ExtraNotInstalled,
     LocalServer,
     require_extra,

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pytest_toolbench.local_server import LocalServer, free_port
+from pytest_toolbench.commands.local_server import LocalServer, free_port
 
 pytestmark = pytest.mark.live_server
 

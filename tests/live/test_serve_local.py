@@ -16,7 +16,7 @@ from typing import IO
 import httpx
 import pytest
 
-from pytest_toolbench.local_server import free_port
+from pytest_toolbench.commands.local_server import free_port
 
 pytestmark = pytest.mark.live_server
 
@@ -37,7 +37,7 @@ class Command:
     @classmethod
     def start(cls, port: int) -> Command:
         process = subprocess.Popen(
-            [sys.executable, "-m", "pytest_toolbench.local_server", "--port", str(port)],
+            [sys.executable, "-m", "pytest_toolbench.commands.local_server", "--port", str(port)],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             text=True)
         command = cls(process, port)

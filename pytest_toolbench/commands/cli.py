@@ -26,17 +26,17 @@ from typing import Any
 
 import pytest
 
-from .casefile import CaseFileErrors, LoadedCase
-from .collect import CaseFile, CaseItem
-from .models.case import Case
-from .reporting.failure import plural
-from .reporting.graph import case_graph
-from .settings import DEFAULT_FILES, SETTINGS_KEY
+from ..casefile.load import CaseFileErrors, LoadedCase
+from ..casefile.schema import Case
+from ..items import CaseFile, CaseItem
+from ..report.failure import plural
+from ..report.graph import case_graph
+from ..settings import DEFAULT_FILES, SETTINGS_KEY
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"  # what pydantic generates
 SCHEMA_ID = "urn:pytest-toolbench:case-file"
 SCHEMA_TITLE = "pytest-toolbench case file"
-SCHEMA_PATH = Path(__file__).with_name("case.schema.json")
+SCHEMA_PATH = Path(__file__).parent.parent / "case.schema.json"
 """The committed copy of ``toolbench schema``, shipped in the package for editors."""
 
 
@@ -265,13 +265,13 @@ class Delegate:
 
 DELEGATES = {
     "import-bfcl": Delegate(
-        "pytest_toolbench.bfcl",
+        "pytest_toolbench.commands.bfcl",
         "turn Berkeley Function Calling Leaderboard files into case files",
         "Turn BFCL question and answer files into case files; "
         "'toolbench import-bfcl --help' lists its arguments.",
     ),
     "serve-local": Delegate(
-        "pytest_toolbench.local_server",
+        "pytest_toolbench.commands.local_server",
         "start a local OpenAI-compatible model server (needs the [local] extra)",
         "Start a real local model server for trying live mode without an API key; "
         "'toolbench serve-local --help' lists its options.",

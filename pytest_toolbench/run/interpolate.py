@@ -14,9 +14,9 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from ..casefile.schema import Case, Expect, Stage
 from ..matchers import MatcherError, compile_matcher, compile_tool_calls
-from ..models.case import Case, Expect, Stage
-from ..models.records import Reply, ToolCall
+from ..records import Reply, ToolCall
 
 PLACEHOLDER = re.compile(r"\$\{([^}]+)\}")
 KeyPath = tuple[str | int, ...]

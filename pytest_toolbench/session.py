@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .casefile import LoadedCase
-from .cassettes import Cassette
-from .executor.runner import CaseContext, run_case
-from .models.records import CaseResult, RunResult
+from .casefile.load import LoadedCase
+from .records import CaseResult, RunResult
+from .run.runner import CaseContext, run_case
 from .scrubbing import LogScrubber, Scrubber, endpoint_secrets
 from .settings import Mode, ResolvedEndpoint, Settings
 from .transport.breaker import CircuitBreaker
+from .transport.cassette import Cassette
 from .transport.client import ChatClient, ClientConfig, InteractionSink
 from .transport.errors import ReplayError
 from .transport.replay import Replayer
@@ -45,7 +45,9 @@ class Job:
         return f"{name}[{self.model}]" if self.model is not None else name
 
 
-class Engine:
+class SessionRuntime:
+    """The session's runtime: the event loop thread, live clients, and cases under way."""
+
     def __init__(self, settings: Settings, start_dir: Path) -> None:
         self.settings = settings
         self.start_dir = start_dir

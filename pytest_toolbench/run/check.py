@@ -12,10 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..casefile.schema import Expect, StreamExpect
 from ..matchers import MISSING, Matcher, MatchTimeout, Mismatch, time_limit
 from ..matchers.limits import DEFAULT_LIMIT_S
-from ..models.case import Expect, StreamExpect
-from ..models.records import Failure, Reply, ToolCall
+from ..records import Failure, Reply, ToolCall
 
 KeyPath = tuple[str | int, ...]
 LineOf = Callable[[KeyPath], int]

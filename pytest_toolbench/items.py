@@ -15,16 +15,16 @@ from typing import Any
 
 import pytest
 
-from .casefile import CaseFileErrors, LoadedCase, describe_errors, load_case_file
-from .engine import Engine, Job
+from .casefile.load import CaseFileErrors, LoadedCase, describe_errors, load_case_file
 from .lookahead import LOOKAHEAD_KEY
 from .marks import MarkRefused, case_marks
-from .models.records import CaseResult, RunResult
-from .reporting.failure import render_failure
-from .reporting.json_report import case_record
+from .records import CaseResult, RunResult
+from .report.failure import render_failure
+from .report.json_report import case_record
+from .session import Job, SessionRuntime
 from .settings import SETTINGS_KEY
 
-ENGINE_KEY = pytest.StashKey[Engine]()
+RUNTIME_KEY = pytest.StashKey[SessionRuntime]()
 
 
 class CaseFailed(Exception):
@@ -75,9 +75,9 @@ class CaseItem(pytest.Item):
         return Job(self.loaded, self.model, self.nodeid, str(_display(self.config, self.path)))
 
     def runtest(self) -> None:
-        engine = self.config.stash[ENGINE_KEY]
-        self._start_ahead(engine)
-        self.result = engine.result(self.job)
+        runtime = self.config.stash[RUNTIME_KEY]
+        self._start_ahead(runtime)
+        self.result = runtime.result(self.job)
         if not self.result.passed:
             raise CaseFailed(self.result)
 
@@ -94,7 +94,7 @@ class CaseItem(pytest.Item):
         result.runs.append(RunResult(1, error=f"internal error: {excinfo.exconly()}"))
         return result
 
-    def _start_ahead(self, engine: Engine) -> None:
+    def _start_ahead(self, runtime: SessionRuntime) -> None:
         """Live cases: start the next ones now so up to ``concurrency`` run at once."""
         settings = self.config.stash[SETTINGS_KEY]
         lookahead = self.config.stash.get(LOOKAHEAD_KEY, None)
@@ -102,7 +102,7 @@ class CaseItem(pytest.Item):
             return
         for item in lookahead.upcoming(self, settings.concurrency):
             if isinstance(item, CaseItem) and item.get_closest_marker("skip") is None:
-                engine.start(item.job)
+                runtime.start(item.job)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
                      style: Any = None) -> str:
@@ -115,12 +115,12 @@ class CaseItem(pytest.Item):
 
 
 def _start_session(config: pytest.Config) -> None:
-    """With the first case file: the engine that runs cases, and the hooks that report them."""
-    if ENGINE_KEY in config.stash:
+    """With the first case file: the runtime that runs cases, and the hooks that report them."""
+    if RUNTIME_KEY in config.stash:
         return
-    engine = Engine(config.stash[SETTINGS_KEY], Path(config.invocation_params.dir))
-    config.stash[ENGINE_KEY] = engine
-    config.add_cleanup(engine.close)
+    runtime = SessionRuntime(config.stash[SETTINGS_KEY], Path(config.invocation_params.dir))
+    config.stash[RUNTIME_KEY] = runtime
+    config.add_cleanup(runtime.close)
     config.pluginmanager.register(CaseReports(), "toolbench-case-reports")
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from .executor.interpolate import undefined_names
+from ..run.interpolate import undefined_names
 from .loader import (
     CaseFileError,
     Document,
@@ -24,7 +24,7 @@ from .loader import (
     format_key_path,
     load_documents,
 )
-from .models.case import Case
+from .schema import Case
 
 
 @dataclass(frozen=True)

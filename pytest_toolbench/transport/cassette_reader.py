@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
-from .loader import load_yaml
-from .models.records import Interaction, StreamEvent
+from ..casefile.loader import load_yaml
+from ..records import Interaction, StreamEvent
 
 MAX_JSON_DEPTH = 200
 """The deepest JSON body a cassette may hold. A request built from a case file (itself at

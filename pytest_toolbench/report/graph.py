@@ -14,8 +14,8 @@ from typing import Any
 from transitions.extensions.diagrams import HierarchicalGraphMachine
 from transitions.extensions.nesting import NestedState
 
-from ..executor.machine import TRANSITIONS, StageState
-from ..models.case import Case, Stage
+from ..casefile.schema import Case, Stage
+from ..run.machine import TRANSITIONS, StageState
 
 # Where a stage's run ends; FAILED also leads back to IDLE while retry attempts remain.
 FINAL_STATES = (StageState.PASSED, StageState.FAILED)

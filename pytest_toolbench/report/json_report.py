@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..atomic import write_atomic
-from ..models.records import CaseResult, Reply, StageAttempt, ToolRun, Turn
+from ..records import CaseResult, Reply, StageAttempt, ToolRun, Turn
 
 REPORT_VERSION = 1
 

@@ -15,8 +15,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..models.case import Case, Tool, resolve_callable
-from ..models.records import ToolCall, ToolRun
+from ..casefile.schema import Case, Tool, resolve_callable
+from ..records import ToolCall, ToolRun
 from .threads import in_daemon_thread
 
 

@@ -18,10 +18,10 @@ from typing import Any
 
 import yaml
 
-from .atomic import write_atomic
+from ..atomic import write_atomic
+from ..records import Interaction, StreamEvent
 from .cassette_reader import read_interactions
-from .models.records import Interaction, StreamEvent
-from .transport.errors import ReplayError
+from .errors import ReplayError
 
 try:
     from yaml import CSafeDumper as _Dumper

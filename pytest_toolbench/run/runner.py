@@ -11,10 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..casefile import LoadedCase
+from ..casefile.load import LoadedCase
+from ..casefile.schema import Stage
 from ..matchers.limits import DEFAULT_LIMIT_S as DEFAULT_MATCH_TIMEOUT_S
-from ..models.case import Stage
-from ..models.records import (
+from ..records import (
     CaseResult,
     Failure,
     Interaction,

@@ -6,9 +6,9 @@ import difflib
 import json
 from typing import Any
 
-from ..loader import format_key_path
+from ..casefile.loader import format_key_path
 from ..matchers import MISSING
-from ..models.records import (
+from ..records import (
     CaseResult,
     Failure,
     Reply,

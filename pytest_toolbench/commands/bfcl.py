@@ -51,8 +51,8 @@ try:  # libyaml's emitter is several times faster than PyYAML's; the output is t
 except ImportError:  # pragma: no cover - depends on how PyYAML was built
     from yaml import SafeDumper as _SafeDumper  # type: ignore[assignment]
 
+from ..casefile.schema import Case
 from .argtypes import positive_int
-from .models.case import Case
 
 __all__ = ["BfclError", "ImportSummary", "SkippedRecord", "import_bfcl", "json_schema", "main"]
 

@@ -22,8 +22,8 @@ from pydantic import (
     model_validator,
 )
 
-from ..loader import KeyedError
 from ..matchers import Matcher, compile_matcher, compile_tool_calls
+from .loader import KeyedError
 
 _MATCHER_SCHEMA = {"description": "A value, or a mapping of $ operators (SPEC section 4)."}
 

@@ -1,0 +1,1 @@
+"""Case files -> validated cases: YAML with lines, the schema, loading."""

@@ -1,0 +1,1 @@
+"""The toolbench command and what its subcommands do."""

@@ -1,0 +1,1 @@
+"""One case's run: stages, the agent loop, tools, the state machine, checks."""
