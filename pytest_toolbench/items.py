@@ -18,10 +18,11 @@ import pytest
 from .casefile.load import CaseFileErrors, LoadedCase, describe_errors, load_case_file
 from .lookahead import LOOKAHEAD_KEY
 from .marks import MarkRefused, case_marks
-from .records import CaseResult, RunResult
+from .records import CaseResult
 from .report.failure import render_failure
 from .report.json_report import case_record
-from .session import Job, SessionRuntime
+from .run.runner import CaseRun
+from .session import SessionRuntime
 from .settings import SETTINGS_KEY
 
 RUNTIME_KEY = pytest.StashKey[SessionRuntime]()
@@ -71,28 +72,25 @@ class CaseItem(pytest.Item):
             self.add_marker(mark)
 
     @functools.cached_property
-    def job(self) -> Job:
-        return Job(self.loaded, self.model, self.nodeid, str(_display(self.config, self.path)))
+    def case_run(self) -> CaseRun:
+        return CaseRun(self.loaded, self.model, self.nodeid,
+                       str(_display(self.config, self.path)))
 
     def runtest(self) -> None:
         runtime = self.config.stash[RUNTIME_KEY]
         self._start_ahead(runtime)
-        self.result = runtime.result(self.job)
+        self.result = runtime.result(self.case_run)
         if not self.result.passed:
             raise CaseFailed(self.result)
 
     def unrun_result(self) -> CaseResult:
         """The result of a case that did not run (skipped): no runs at all."""
-        job = self.job
-        return CaseResult(self.loaded.case.name, self.model, job.display_file,
-                          self.loaded.document.start_line)
+        return self.case_run.result()
 
     def broken_result(self, excinfo: pytest.ExceptionInfo[BaseException]) -> CaseResult:
         """The result of a run the plugin broke off (an exception that is not a verdict):
         failed, with the exception as its error."""
-        result = self.unrun_result()
-        result.runs.append(RunResult(1, error=f"internal error: {excinfo.exconly()}"))
-        return result
+        return self.case_run.not_run(f"internal error: {excinfo.exconly()}")
 
     def _start_ahead(self, runtime: SessionRuntime) -> None:
         """Live cases: start the next ones now so up to ``concurrency`` run at once."""
@@ -102,7 +100,7 @@ class CaseItem(pytest.Item):
             return
         for item in lookahead.upcoming(self, settings.concurrency):
             if isinstance(item, CaseItem) and item.get_closest_marker("skip") is None:
-                runtime.start(item.job)
+                runtime.start(item.case_run)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
                      style: Any = None) -> str:

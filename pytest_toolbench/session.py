@@ -13,13 +13,11 @@ import concurrent.futures
 import hashlib
 import threading
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .casefile.load import LoadedCase
-from .records import CaseResult, RunResult
-from .run.runner import CaseContext, run_case
+from .records import CaseResult
+from .run.runner import CaseRun, RunContext, run_case
 from .scrubbing import LogScrubber, Scrubber, endpoint_secrets
 from .settings import Mode, ResolvedEndpoint, Settings
 from .transport.breaker import CircuitBreaker
@@ -27,22 +25,6 @@ from .transport.cassette import Cassette
 from .transport.client import ChatClient, ClientConfig, InteractionSink
 from .transport.errors import ReplayError
 from .transport.replay import Replayer
-
-
-@dataclass(frozen=True)
-class Job:
-    """One item's work: a case against one model."""
-
-    loaded: LoadedCase
-    model: str | None
-    nodeid: str
-    display_file: str
-    """The case file as messages show it: relative to where pytest was started."""
-
-    @property
-    def label(self) -> str:
-        name = self.loaded.case.name
-        return f"{name}[{self.model}]" if self.model is not None else name
 
 
 class SessionRuntime:
@@ -62,16 +44,16 @@ class SessionRuntime:
 
     # -- running -------------------------------------------------------------------------
 
-    def start(self, job: Job) -> None:
-        """Start ``job`` now unless it already runs (used to run live cases ahead)."""
-        if job.nodeid not in self._started:
-            self._started[job.nodeid] = self._submit(self._execute(job))
+    def start(self, case_run: CaseRun) -> None:
+        """Start ``case_run`` now unless it already runs (used to run live cases ahead)."""
+        if case_run.nodeid not in self._started:
+            self._started[case_run.nodeid] = self._submit(self._execute(case_run))
 
-    def result(self, job: Job) -> CaseResult:
-        """Wait for ``job`` (starting it if nobody did) and return what it did."""
-        self.start(job)
-        result = self._started[job.nodeid].result()  # on Ctrl-C, close() cancels it
-        del self._started[job.nodeid]
+    def result(self, case_run: CaseRun) -> CaseResult:
+        """Wait for ``case_run`` (starting it if nobody did) and return what it did."""
+        self.start(case_run)
+        result = self._started[case_run.nodeid].result()  # on Ctrl-C, close() cancels it
+        del self._started[case_run.nodeid]
         return result
 
     def _submit(self, coroutine: Coroutine[Any, Any, CaseResult]
@@ -118,59 +100,53 @@ class SessionRuntime:
 
     # -- one case ------------------------------------------------------------------------
 
-    async def _execute(self, job: Job) -> CaseResult:
-        endpoint = self.settings.endpoint_for(job.loaded.case.endpoint)
-        path = self.cassette_path(job)
+    async def _execute(self, case_run: CaseRun) -> CaseResult:
+        endpoint = self.settings.endpoint_for(case_run.loaded.case.endpoint)
+        path = self.cassette_path(case_run)
         # From where pytest was started, not the rootdir (which the node id is relative to).
-        hint = _printable(f"pytest '{job.display_file}::{job.label}' --toolbench-record")
+        hint = _printable(
+            f"pytest '{case_run.display_file}::{case_run.label}' --toolbench-record")
         replaying = self.settings.mode is Mode.REPLAY or (
             self.settings.mode is Mode.MISSING and path.exists())
         if replaying and not path.exists():
-            return self._no_run(job, f"no cassette at {self._show(path)}; record it with: {hint}")
+            return case_run.not_run(
+                f"no cassette at {self._show(path)}; record it with: {hint}")
         try:
             cassette = (Cassette.load(path, hint, self._show(path)) if replaying else
                         Cassette(path, rerecord_hint=hint, shown=self._show(path)))
         except ReplayError as error:
-            return self._no_run(job, str(error))
+            return case_run.not_run(str(error))
         secrets = endpoint_secrets(endpoint.api_key(), endpoint.headers, endpoint.base_url)
         self._log_scrubber.add(secrets)
         scrubber = Scrubber(secrets)
         if replaying:
-            return await self._replay(job, endpoint, Replayer(
+            return await self._replay(case_run, endpoint, Replayer(
                 cassette, scrubber, self.settings.replay_speed), scrubber)
         recording = self.settings.mode in (Mode.RECORD, Mode.MISSING)
-        result = await run_case(self._context(
-            job, self._live_client(endpoint), scrubber, api_key=endpoint.api_key(),
+        result = await run_case(case_run, self._context(
+            case_run, self._live_client(endpoint), scrubber, api_key=endpoint.api_key(),
             sink=cassette.interactions.append if recording else None))
         if recording and not _endpoint_failed(result):
             cassette.save()  # an endpoint failure keeps the old cassette: it replays nothing
         return result
 
-    async def _replay(self, job: Job, endpoint: ResolvedEndpoint, replayer: Replayer,
+    async def _replay(self, case_run: CaseRun, endpoint: ResolvedEndpoint, replayer: Replayer,
                       scrubber: Scrubber) -> CaseResult:
-        """Run ``job`` on a client of its own whose every answer comes from its cassette."""
+        """Run ``case_run`` on a client of its own whose every answer comes from its cassette."""
         client = self._replay_client(endpoint, replayer)
         try:
-            return await run_case(self._context(job, client, scrubber,
+            return await run_case(case_run, self._context(case_run, client, scrubber,
                                                 verdict=replayer.unused))
         finally:
             await client.aclose()
 
-    def _context(self, job: Job, client: ChatClient, scrubber: Scrubber, *,
+    def _context(self, case_run: CaseRun, client: ChatClient, scrubber: Scrubber, *,
                  api_key: str | None = None, sink: InteractionSink | None = None,
-                 verdict: Callable[[], str | None] | None = None) -> CaseContext:
-        return CaseContext(job.loaded, job.model, client, api_key=api_key, sink=sink,
-                           runs=self._runs(job), match_timeout_s=self.settings.match_timeout_s,
-                           display_file=job.display_file, scrubber=scrubber, verdict=verdict)
-
-    def _runs(self, job: Job) -> int:
-        repeat = job.loaded.case.repeat
-        return self.settings.repeat or (repeat.runs if repeat else 1)
-
-    def _no_run(self, job: Job, reason: str) -> CaseResult:
-        loaded = job.loaded
-        return CaseResult(loaded.case.name, job.model, job.display_file,
-                          loaded.document.start_line, runs=[RunResult(1, error=reason)])
+                 verdict: Callable[[], str | None] | None = None) -> RunContext:
+        repeat = case_run.loaded.case.repeat
+        return RunContext(client, api_key=api_key, sink=sink, verdict=verdict,
+                          runs=self.settings.repeat or (repeat.runs if repeat else 1),
+                          match_timeout_s=self.settings.match_timeout_s, scrubber=scrubber)
 
     def _live_client(self, endpoint: ResolvedEndpoint) -> ChatClient:
         if endpoint not in self._clients:
@@ -196,12 +172,12 @@ class SessionRuntime:
     def _new_breaker(self) -> CircuitBreaker:
         return CircuitBreaker(self.settings.breaker_threshold, self.settings.breaker_cooldown_s)
 
-    def cassette_path(self, job: Job) -> Path:
+    def cassette_path(self, case_run: CaseRun) -> Path:
         """``<cassette dir>/<file stem>/<case>[<model>].yaml``, always inside that folder."""
-        file = job.loaded.file
+        file = case_run.loaded.file
         directory = self.settings.cassette_dir or (file.parent / "__cassettes__")
         stem = file.name.split(".case.")[0]
-        return directory / stem / f"{cassette_file_stem(job.label)}.yaml"
+        return directory / stem / f"{cassette_file_stem(case_run.label)}.yaml"
 
     def _show(self, path: Path) -> str:
         try:

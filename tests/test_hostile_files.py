@@ -305,23 +305,23 @@ stages: [{{name: s, user: hi}}]
 
 
 BREAK_THE_ENGINE = """\
-import pytest_toolbench.session as engine
+import pytest_toolbench.session as session
 
-original = engine.run_case
+original = session.run_case
 
 
-async def broken(ctx):
-    if ctx.loaded.case.name == "broken":
+async def broken(case_run, ctx):
+    if case_run.loaded.case.name == "broken":
         raise RuntimeError("the plugin broke")
-    return await original(ctx)
+    return await original(case_run, ctx)
 
 
 def pytest_configure(config):
-    engine.run_case = broken
+    session.run_case = broken
 
 
 def pytest_unconfigure(config):
-    engine.run_case = original
+    session.run_case = original
 """
 
 

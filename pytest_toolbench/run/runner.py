@@ -35,25 +35,53 @@ from .machine import StageMachine, StageState
 from .tools import run_tool_calls, tool_message
 
 
-@dataclass
-class CaseContext:
-    """What one item needs to run: the case, its model, and where to send requests."""
+@dataclass(frozen=True)
+class CaseRun:
+    """One case against one model: what an item asks the session to run, and the one place
+    that builds the case's result."""
 
     loaded: LoadedCase
     model: str | None
+    nodeid: str
+    display_file: str
+    """The case file as messages show it: relative to where pytest was started."""
+
+    @property
+    def label(self) -> str:
+        name = self.loaded.case.name
+        return f"{name}[{self.model}]" if self.model is not None else name
+
+    def result(self, runs: list[RunResult] | None = None, error: str | None = None
+               ) -> CaseResult:
+        """The case's result: no runs (skipped), its runs, or one run that could not start."""
+        case = self.loaded.case
+        return CaseResult(
+            case=case.name, model=self.model, file=self.display_file,
+            line=self.loaded.document.start_line, runs=runs or [],
+            min_pass_rate=case.repeat.min_pass_rate if case.repeat else 1.0, error=error)
+
+    def not_run(self, reason: str) -> CaseResult:
+        """The result of a run that could not start, or that the plugin broke off."""
+        return self.result([RunResult(1, error=reason)])
+
+
+@dataclass
+class RunContext:
+    """What the session plugs a case run into: where requests go, what becomes of the
+    exchanges, and how often and how long. Every dependency of the run is here."""
+
     client: ChatClient
     api_key: str | None = None
     sink: InteractionSink | None = None
+    """Recording: every exchange goes here (the cassette's list)."""
+    verdict: Callable[[], str | None] | None = None
+    """Asked once every run is over: a failure of the whole case that no pass rate can
+    outvote (replay: recorded answers the case left unused), or None."""
     runs: int = 1
-    display_file: str = ""
-    """The case file as messages show it; its own path when empty."""
     match_timeout_s: float = DEFAULT_MATCH_TIMEOUT_S
     """How long a stage's expectations may take to check."""
     scrubber: Scrubber = field(default_factory=Scrubber)
     """Masks the endpoint's credentials in every turn, tool run and exchange as it is made."""
-    verdict: Callable[[], str | None] | None = None
-    """Asked once every run is over: a failure of the whole case that no pass rate can
-    outvote (replay: recorded answers the case left unused), or None."""
 
 
 @dataclass
@@ -70,34 +98,28 @@ class Conversation:
         return Conversation(list(self.messages), list(self.pending), dict(self.variables))
 
 
-async def run_case(ctx: CaseContext) -> CaseResult:
-    case = ctx.loaded.case
-    runs = [await run_once(ctx, number) for number in range(1, ctx.runs + 1)]
-    return CaseResult(
-        case=case.name, model=ctx.model, file=ctx.display_file or str(ctx.loaded.file),
-        line=ctx.loaded.document.start_line, runs=runs,
-        min_pass_rate=case.repeat.min_pass_rate if case.repeat else 1.0,
-        error=ctx.verdict() if ctx.verdict is not None else None,
-    )
+async def run_case(case_run: CaseRun, ctx: RunContext) -> CaseResult:
+    runs = [await run_once(case_run, ctx, number) for number in range(1, ctx.runs + 1)]
+    return case_run.result(runs, error=ctx.verdict() if ctx.verdict is not None else None)
 
 
-async def run_once(ctx: CaseContext, number: int) -> RunResult:
-    case = ctx.loaded.case
+async def run_once(case_run: CaseRun, ctx: RunContext, number: int) -> RunResult:
+    case = case_run.loaded.case
     run = RunResult(number)
     conversation = Conversation()
     if case.system:
         conversation.messages.append({"role": "system", "content": case.system})
     with StageMachine() as machine:
         for index, stage in enumerate(case.stages):
-            stage_result = await run_stage(ctx, conversation, index, stage, machine)
+            stage_result = await run_stage(case_run, ctx, conversation, index, stage, machine)
             run.stages.append(stage_result)
             if not stage_result.passed:
                 break  # later stages build on this one's conversation: nothing to learn
     return run
 
 
-async def run_stage(ctx: CaseContext, conversation: Conversation, index: int,
-                    stage: Stage, machine: StageMachine) -> StageResult:
+async def run_stage(case_run: CaseRun, ctx: RunContext, conversation: Conversation,
+                    index: int, stage: Stage, machine: StageMachine) -> StageResult:
     result = StageResult(stage.name)
     attempts = stage.retry.attempts if stage.retry else 1
     before = conversation.snapshot()
@@ -106,7 +128,7 @@ async def run_stage(ctx: CaseContext, conversation: Conversation, index: int,
         if number > 1:
             machine.fire("retry")
             _restore(conversation, before)
-        attempt = await StageRunner(ctx, conversation, index, stage, machine).run(number)
+        attempt = await StageRunner(case_run, ctx, conversation, index, stage, machine).run(number)
         result.attempts.append(attempt)
         if attempt.passed or not attempt.turns:
             break  # an attempt that sent nothing failed on the case itself: retry can't help
@@ -122,9 +144,10 @@ def _restore(conversation: Conversation, before: Conversation) -> None:
 class StageRunner:
     """One attempt at one stage, driving the state machine from idle to passed or failed."""
 
-    def __init__(self, ctx: CaseContext, conversation: Conversation, index: int, stage: Stage,
-                 machine: StageMachine) -> None:
-        self.ctx, self.conversation, self.index = ctx, conversation, index
+    def __init__(self, case_run: CaseRun, ctx: RunContext, conversation: Conversation,
+                 index: int, stage: Stage, machine: StageMachine) -> None:
+        self.case_run, self.ctx = case_run, ctx
+        self.conversation, self.index = conversation, index
         self.stage = stage
         self.machine = machine
         self.base: tuple[str | int, ...] = ("stages", index, "expect")
@@ -213,7 +236,7 @@ class StageRunner:
     async def _answer(self, calls: list[ToolCall]) -> list[ToolRun]:
         """Run the tools, append their messages, and go on to sending."""
         runs: list[ToolRun] = self.ctx.scrubber.data(
-            await run_tool_calls(calls, self.ctx.loaded.case))
+            await run_tool_calls(calls, self.case_run.loaded.case))
         self.conversation.messages.extend(tool_message(run) for run in runs)
         self.conversation.pending = []
         self.machine.fire("send")
@@ -252,10 +275,10 @@ class StageRunner:
             self.ctx.sink(self.ctx.scrubber.interaction(interaction))
 
     def _body(self, streamed: bool) -> dict[str, Any]:
-        case, stage = self.ctx.loaded.case, self.stage
+        case, stage = self.case_run.loaded.case, self.stage
         body: dict[str, Any] = {}
-        if self.ctx.model is not None:
-            body["model"] = self.ctx.model
+        if self.case_run.model is not None:
+            body["model"] = self.case_run.model
         body["messages"] = list(self.conversation.messages)
         if case.tools:
             body["tools"] = [tool.to_request() for tool in case.tools]
@@ -313,7 +336,7 @@ class StageRunner:
         return Failure(message, full, self._line_of(full))
 
     def _line_of(self, path: tuple[str | int, ...]) -> int:
-        return self.ctx.loaded.document.line_of(path)
+        return self.case_run.loaded.document.line_of(path)
 
 
 def _comparable(outcome: Outcome) -> dict[str, Any]:
