@@ -38,5 +38,8 @@ def isolated_inner_runs(request: pytest.FixtureRequest, monkeypatch: pytest.Monk
         return
     request.getfixturevalue("pytester")  # first: pytester clears PYTEST_ADDOPTS when it starts
     monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:hypothesispytest -p no:benchmark")
-    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TOOLBENCH_BASE_URL"):
+    # CI and BUILD_NUMBER make pytest print whole failure messages in its short summary:
+    # inner runs read the same on a laptop and in CI.
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TOOLBENCH_BASE_URL", "CI",
+                 "BUILD_NUMBER"):
         monkeypatch.delenv(name, raising=False)
