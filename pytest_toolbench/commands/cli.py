@@ -276,6 +276,12 @@ DELEGATES = {
         "Start a real local model server for trying live mode without an API key; "
         "'toolbench serve-local --help' lists its options.",
     ),
+    "conform": Delegate(
+        "pytest_toolbench.commands.conform",
+        "run the tool-calling probes against a server; print its conformance matrix",
+        "Run the built-in tool-calling probes against an OpenAI-compatible server; "
+        "'toolbench conform --help' lists its options.",
+    ),
 }
 
 

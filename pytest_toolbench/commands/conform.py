@@ -1,0 +1,187 @@
+"""``toolbench conform``: a conformance matrix of a server's tool calling.
+
+The probes are ordinary case files shipped in ``pytest_toolbench/conform/probes``. They run
+through pytest in this process, the way ``pytest PROBES --toolbench-record`` would, against
+the server at ``--base-url``: recorded into a temporary folder rather than only run live, so
+that the checks the expectations cannot state (reasoning fields, the error body, the
+indices of a stream's calls) can read the raw replies. The JSON report and the cassettes
+then fill the matrix (``conform_matrix``). Nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import shutil
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..atomic import write_atomic
+from ..transport.cassette import Cassette
+from .argtypes import positive_float, positive_int
+from .conform_matrix import (
+    APIS,
+    PROBES,
+    Cell,
+    Row,
+    Verdict,
+    judge,
+    matrix_json,
+    render_markdown,
+    render_table,
+)
+
+__all__ = ["PROBES_DIR", "build_parser", "main", "probe_files"]
+
+PROBES_DIR = Path(__file__).resolve().parent.parent / "conform" / "probes"
+"""The shipped probe case files: read them, copy them, run them with pytest."""
+FORMATS = ("table", "markdown", "json")
+
+
+def probe_files() -> list[Path]:
+    """The probe case files, in the matrix's row order."""
+    return [PROBES_DIR / f"{name}.case.yaml" for name in PROBES]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="toolbench conform",
+        description="Run the built-in tool-calling probes against an OpenAI-compatible "
+        "server and print a matrix: one row per probe, one column per wire API (chat "
+        "completions for now), each cell pass, fail (protocol or model) or not supported, "
+        "with the reason. Exit 0 when every supported probe passes, 1 otherwise, 2 on a "
+        f"wrong command line. The probes are case files: {PROBES_DIR}",
+    )
+    parser.add_argument("--base-url", required=True, metavar="URL",
+                        help="the API's base URL, e.g. http://127.0.0.1:8080/v1")
+    parser.add_argument("--model", metavar="M", help="the model to ask (sent as 'model'; "
+                        "default: none sent, the server's own)")
+    parser.add_argument("--repeat", type=positive_int, default=1, metavar="N",
+                        help="run each probe N times; it passes when more than half pass "
+                        "(default 1)")
+    parser.add_argument("--report", type=Path, metavar="PATH",
+                        help="write the matrix as JSON to PATH")
+    parser.add_argument("--format", choices=FORMATS, default="table",
+                        help="how to print the matrix (default: table)")
+    parser.add_argument("--api-key-env", metavar="NAME",
+                        help="the environment variable holding the API key "
+                        "(default OPENAI_API_KEY; none set: no Authorization header)")
+    parser.add_argument("--timeout", type=positive_float, metavar="S",
+                        help="the longest wait for the next bytes of a reply, seconds "
+                        "(default 60)")
+    parser.add_argument("--verbose", "-v", action="store_true",
+                        help="show pytest's own output of the probe run (on stderr)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``toolbench conform``; return the exit code."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exit_:
+        return exit_.code if isinstance(exit_.code, int) else 2
+    with tempfile.TemporaryDirectory(prefix="toolbench-conform-") as scratch:
+        rows = run_probes(args, Path(scratch))
+    if rows is None:
+        return 2
+    document = matrix_json(rows, {"base_url": args.base_url, "model": args.model,
+                                  "repeat": args.repeat})
+    if args.report is not None and not _write_report(args.report, document):
+        return 2
+    sys.stdout.write(_render(args.format, rows, document))
+    return 0 if _all_supported_pass(rows) else 1
+
+
+def run_probes(args: argparse.Namespace, scratch: Path) -> list[Row] | None:
+    """Run every probe through pytest; one row per probe, or None when pytest could not."""
+    for file in probe_files():
+        shutil.copy(file, scratch / file.name)
+    # An empty ini of its own: the user's addopts, conftest.py files and ini settings stay
+    # out of the probe run, wherever the command is started.
+    (scratch / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    report = scratch / "report.json"
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output):
+        code = pytest.main(_pytest_args(args, scratch, report))
+    if args.verbose:
+        sys.stderr.write(output.getvalue())
+    if not report.is_file():
+        sys.stderr.write(output.getvalue())
+        print(f"toolbench conform: error: the probe run wrote no report (pytest exit code "
+              f"{int(code)}); its output is above", file=sys.stderr)
+        return None
+    return _rows(json.loads(report.read_text(encoding="utf-8")), scratch / "cassettes")
+
+
+def _pytest_args(args: argparse.Namespace, scratch: Path, report: Path) -> list[str]:
+    options = {
+        "--toolbench-base-url": args.base_url, "--toolbench-model": args.model,
+        "--toolbench-repeat": str(args.repeat), "--toolbench-api-key-env": args.api_key_env,
+        "--toolbench-timeout": None if args.timeout is None else str(args.timeout),
+    }
+    given = [part for key, value in options.items() if value is not None
+             for part in (key, value)]
+    # One request at a time: many local servers serve one, and cut a stream off for another.
+    # No circuit breaker: a probe the server answers with 5xx must not fail the next ones.
+    return ["-c", str(scratch / "pytest.ini"), "--rootdir", str(scratch), "-q",
+            "-p", "no:cacheprovider", "--assert=plain", "--toolbench-record",
+            "--toolbench-cassette-dir", str(scratch / "cassettes"),
+            "--toolbench-report", str(report), "--toolbench-concurrency", "1",
+            "--toolbench-breaker-threshold", "0",
+            *given, "--", *(str(scratch / file.name) for file in probe_files())]
+
+
+def _rows(report: Mapping[str, Any], cassettes: Path) -> list[Row]:
+    records = {record["case"]: record for record in report.get("cases", ())}
+    rows: list[Row] = []
+    for name, probe in PROBES.items():
+        cell = judge(probe, records.get(name), _interactions(cassettes / name))
+        rows.append((name, probe.title, {"chat": cell}))
+    return rows
+
+
+def _interactions(folder: Path) -> list[Any]:
+    """The probe's recorded exchanges (none when nothing was recorded, e.g. after a 5xx)."""
+    found: list[Any] = []
+    for path in sorted(folder.glob("*.yaml")) if folder.is_dir() else ():
+        found.extend(Cassette.load(path).interactions)
+    return found
+
+
+def _render(fmt: str, rows: Sequence[Row], document: Mapping[str, Any]) -> str:
+    if fmt == "json":
+        return json.dumps(document, indent=2) + "\n"
+    if fmt == "markdown":
+        return render_markdown(rows)
+    return render_table(rows) + _summary(rows)
+
+
+def _summary(rows: Sequence[Row]) -> str:
+    cells = [cells[api] for _name, _title, cells in rows for api in APIS]
+    counts = {verdict: sum(cell.verdict is verdict for cell in cells) for verdict in Verdict}
+    return (f"{counts[Verdict.PASS]} passed, {counts[Verdict.FAIL]} failed, "
+            f"{counts[Verdict.NOT_SUPPORTED]} not supported\n")
+
+
+def _all_supported_pass(rows: Sequence[Row]) -> bool:
+    cells: list[Cell] = [cell for _name, _title, cells in rows for cell in cells.values()]
+    return all(cell.verdict is not Verdict.FAIL for cell in cells)
+
+
+def _write_report(path: Path, document: Mapping[str, Any]) -> bool:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, json.dumps(document, indent=2) + "\n")
+    except OSError as exc:
+        print(f"toolbench conform: error: cannot write {path}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return False
+    return True
+

@@ -1,0 +1,372 @@
+"""The conformance matrix: what each probe's JSON-report record and raw replies mean.
+
+A probe is a case file in ``pytest_toolbench/conform/probes``; this module knows, for each,
+which failed expectations are the model's doing rather than the server's, and the few
+checks the JSON report cannot express (reasoning, error bodies, stream indices), which read
+the raw replies the probe's cassette holds.
+
+A cell is ``pass``, ``fail`` (with its cause: ``protocol`` or ``model``) or
+``not supported``. With several runs a probe passes when more than half of them pass.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..records import Interaction
+
+__all__ = [
+    "APIS",
+    "PROBES",
+    "Cause",
+    "Cell",
+    "Probe",
+    "Verdict",
+    "judge",
+    "matrix_json",
+    "render_markdown",
+    "render_table",
+]
+
+APIS = ("chat",)
+"""The wire APIs a column is shown for; Responses and Messages join when the product has them."""
+REASON_CHARS = 160
+"""A reason longer than this is cut in the tables (the JSON report keeps it whole)."""
+WILDCARD = "*"
+Pattern = tuple[int | str, ...]
+"""A key path inside ``stages``: stage index, then keys under ``expect``; ``*`` any one."""
+
+
+class Verdict(enum.Enum):
+    PASS = "pass"
+    FAIL = "fail"
+    NOT_SUPPORTED = "not supported"
+
+
+class Cause(enum.Enum):
+    PROTOCOL = "protocol"  # the server broke the API's rules
+    MODEL = "model"  # the server kept the rules; the model's answer fell short
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One probe against one API."""
+
+    verdict: Verdict
+    reason: str = ""
+    cause: Cause | None = None
+    passes: int = 0
+    runs: int = 0
+
+    def label(self) -> str:
+        """``pass``, ``fail (protocol)``, ``not supported``..."""
+        if self.verdict is Verdict.FAIL and self.cause is not None:
+            return f"fail ({self.cause.value})"
+        return self.verdict.value
+
+
+RawCheck = Callable[[Cell, Sequence[Interaction]], Cell]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """How to read one probe's outcome."""
+
+    name: str
+    """The case name, and the file stem in ``conform/probes``."""
+    title: str
+    model_paths: tuple[Pattern, ...] = ()
+    """Failures under these key paths are the model's (a value it chose), not the server's."""
+    raw_check: RawCheck | None = None
+    """A check on the raw replies, applied after the report's verdict."""
+    short_of_calls_unsupported: bool = False
+    """A model that made too few calls leaves the probe not supported rather than failed."""
+
+
+# ---------------------------------------------------------------------------- raw checks
+
+
+def _replies(interactions: Iterable[Interaction]) -> Iterable[dict[str, Any]]:
+    """Every JSON object a server sent: bodies, and the data payloads of streams."""
+    for interaction in interactions:
+        if isinstance(interaction.body, dict):
+            yield interaction.body
+        for event in interaction.events or ():
+            try:
+                payload = json.loads(event.data)
+            except ValueError:
+                continue
+            if isinstance(payload, dict):
+                yield payload
+
+
+def _messages(payload: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
+    for choice in payload.get("choices") or ():
+        if isinstance(choice, dict):
+            for key in ("message", "delta"):
+                if isinstance(choice.get(key), dict):
+                    yield choice[key]
+
+
+def _reasoning_and_content(interactions: Sequence[Interaction]) -> tuple[str, str]:
+    reasoning, content = [], []
+    for payload in _replies(interactions):
+        for message in _messages(payload):
+            for key in ("reasoning_content", "reasoning"):
+                if isinstance(message.get(key), str):
+                    reasoning.append(message[key])
+            if isinstance(message.get("content"), str):
+                content.append(message["content"])
+    return "".join(reasoning).strip(), "".join(content)
+
+
+def _check_reasoning(cell: Cell, interactions: Sequence[Interaction]) -> Cell:
+    """Not supported unless the server returned reasoning; then it must not be in content."""
+    if cell.verdict is not Verdict.PASS:
+        return cell  # no reply, or reasoning markup in the content: the failure says it
+    reasoning, content = _reasoning_and_content(interactions)
+    if not reasoning:
+        return Cell(Verdict.NOT_SUPPORTED, "the server returned no reasoning "
+                    "(reasoning_content or reasoning)", None, cell.passes, cell.runs)
+    if _leaks(reasoning, content):
+        return Cell(Verdict.FAIL, "the reasoning is repeated in the content",
+                    Cause.PROTOCOL, 0, cell.runs)
+    return cell
+
+
+def _leaks(reasoning: str, content: str) -> bool:
+    # A long enough tail of the reasoning found in the content: the same text, twice.
+    tail = " ".join(reasoning.split())[-40:]
+    return len(tail) >= 12 and tail in " ".join(content.split())
+
+
+def _check_error_body(cell: Cell, interactions: Sequence[Interaction]) -> Cell:
+    """The rejected request's body must be ``{"error": {"message": "...", ...}}``."""
+    if cell.verdict is not Verdict.PASS:
+        return cell
+    for interaction in interactions:
+        error = interaction.body.get("error") if isinstance(interaction.body, dict) else None
+        if not (isinstance(error, dict) and isinstance(error.get("message"), str)):
+            shown = json.dumps(interaction.body)[:80] if interaction.body is not None else ""
+            return Cell(Verdict.FAIL, f"HTTP {interaction.status}, but the body is not a JSON"
+                        f' error object {{"error": {{"message": ...}}}}: {shown}',
+                        Cause.PROTOCOL, 0, cell.runs)
+    return cell
+
+
+def _check_indices(cell: Cell, interactions: Sequence[Interaction]) -> Cell:
+    """Streamed calls with distinct ids must not share an index; ids must be distinct."""
+    for interaction in interactions:
+        problem = (_shared_index(interaction) if interaction.events is not None
+                   else _shared_id(interaction))
+        if problem:
+            return Cell(Verdict.FAIL, problem, Cause.PROTOCOL, 0, cell.runs)
+    return cell
+
+
+def _shared_index(interaction: Interaction) -> str:
+    ids_by_index: dict[Any, set[str]] = {}
+    for payload in _replies([interaction]):
+        for message in _messages(payload):
+            for call in message.get("tool_calls") or ():
+                if isinstance(call, dict) and isinstance(call.get("id"), str):
+                    ids_by_index.setdefault(call.get("index"), set()).add(call["id"])
+    merged = {index: ids for index, ids in ids_by_index.items() if len(ids) > 1}
+    return "".join(f"streamed calls {', '.join(sorted(ids))} share index {index}"
+                   for index, ids in list(merged.items())[:1])
+
+
+def _shared_id(interaction: Interaction) -> str:
+    ids = [call.get("id") for payload in _replies([interaction])
+           for message in _messages(payload)
+           for call in message.get("tool_calls") or () if isinstance(call, dict)]
+    repeated = [id_ for id_, count in Counter(ids).items() if count > 1 or id_ in (None, "")]
+    return f"the calls of one reply have no distinct ids: {ids}" if repeated else ""
+
+
+# ---------------------------------------------------------------------------- the probes
+
+_ARGUMENT_VALUES: Pattern = (0, "tool_calls", WILDCARD, "arguments")
+PROBES = {probe.name: probe for probe in (
+    Probe("plain_text", "plain text answer, no tools", model_paths=((0, "text"),)),
+    Probe("forced_call", "tool_choice {name}: the named tool is called",
+          model_paths=(_ARGUMENT_VALUES,)),
+    Probe("required", "tool_choice required: a tool is called"),
+    Probe("auto", "tool_choice auto: the model may call", model_paths=((0, "tool_calls"),)),
+    Probe("none", "tool_choice none: no tool call"),
+    Probe("parallel_calls", "parallel calls: distinct indices and ids",
+          model_paths=((0, "tool_calls"),), raw_check=_check_indices,
+          short_of_calls_unsupported=True),
+    Probe("arguments_schema", "arguments are JSON and match the schema",
+          model_paths=(_ARGUMENT_VALUES,)),
+    Probe("stream_agreement", "streamed and non-streamed replies agree"),
+    Probe("finish_reason", "finish_reason tool_calls on a tool call"),
+    Probe("stream_usage", "usage in a stream when include_usage"),
+    Probe("stream_done", "a stream ends with [DONE]"),
+    Probe("tool_round_trip", "a tool result is accepted and answered",
+          model_paths=((1, "text"),)),
+    Probe("error_shape", "invalid request: HTTP 400 with an error object",
+          raw_check=_check_error_body),
+    Probe("no_call_in_content", "a forced call is not left as text in content"),
+    Probe("reasoning_separate", "reasoning is kept out of content",
+          raw_check=_check_reasoning),
+)}
+
+
+# ---------------------------------------------------------------------------- verdicts
+
+
+@dataclass
+class _RunFailures:
+    """One failed run of a probe: its failures as (cause, message), or why it had no reply."""
+
+    failures: list[tuple[Cause, str]] = field(default_factory=list)
+
+
+def judge(probe: Probe, record: Mapping[str, Any] | None,
+          interactions: Sequence[Interaction]) -> Cell:
+    """The cell for ``probe`` from its JSON-report ``record`` and its raw replies."""
+    if record is None:
+        return Cell(Verdict.FAIL, "the probe did not run (see pytest's output with "
+                    "--verbose)", Cause.PROTOCOL)
+    runs = list(record.get("runs") or ())
+    passes = sum(1 for run in runs if run.get("passed"))
+    cell = _majority(probe, runs, passes)
+    return probe.raw_check(cell, interactions) if probe.raw_check else cell
+
+
+def _majority(probe: Probe, runs: list[Mapping[str, Any]], passes: int) -> Cell:
+    if runs and passes * 2 > len(runs):
+        return Cell(Verdict.PASS, _of(passes, len(runs)), None, passes, len(runs))
+    failed = [_run_failures(probe, run) for run in runs if not run.get("passed")]
+    cause, message = _first_failure(failed)
+    reason = message + (f" ({_of(passes, len(runs))} passed)" if len(runs) > 1 else "")
+    if cause is Cause.MODEL and probe.short_of_calls_unsupported:
+        return Cell(Verdict.NOT_SUPPORTED, f"model: {reason}; the model did not make the calls,"
+                    " so the protocol was not exercised", None, passes, len(runs))
+    if _refused(failed):
+        return Cell(Verdict.NOT_SUPPORTED, f"the server refused the request: {reason}", None,
+                    passes, len(runs))
+    return Cell(Verdict.FAIL, f"{cause.value}: {reason}", cause, passes, len(runs))
+
+
+def _of(passes: int, runs: int) -> str:
+    return f"{passes}/{runs} runs" if runs > 1 else ""
+
+
+def _first_failure(failed: list[_RunFailures]) -> tuple[Cause, str]:
+    """The first protocol failure if any run has one, else the first model failure."""
+    every = [failure for run in failed for failure in run.failures]
+    for wanted in (Cause.PROTOCOL, Cause.MODEL):
+        for cause, message in every:
+            if cause is wanted:
+                return cause, message
+    return Cause.PROTOCOL, "the probe failed without a reason in the report"
+
+
+_REFUSED = re.compile(r"^expected \d+, got (400|404|422|501)\b")
+
+
+def _refused(failed: list[_RunFailures]) -> bool:
+    """A 400/404/422/501 to a well-formed request: the server does not take the feature."""
+    return bool(failed) and all(
+        any(_REFUSED.match(message) for _cause, message in run.failures) for run in failed)
+
+
+def _run_failures(probe: Probe, run: Mapping[str, Any]) -> _RunFailures:
+    if run.get("error"):
+        return _RunFailures([(Cause.PROTOCOL, _one_line(run["error"]))])
+    found = _RunFailures()
+    for stage in run.get("stages") or ():
+        attempts = stage.get("attempts") or ()
+        for failure in attempts[-1].get("failures", ()) if attempts else ():
+            message = _one_line(str(failure.get("message", "")))
+            found.failures.append((_cause_of(probe, failure.get("key_path") or []), message))
+    return found
+
+
+def _cause_of(probe: Probe, key_path: Sequence[Any]) -> Cause:
+    # key paths read ["stages", N, "expect", key, ...]; only expectations can be the model's.
+    if len(key_path) < 4 or key_path[0] != "stages" or key_path[2] != "expect":
+        return Cause.PROTOCOL
+    where = (key_path[1], *key_path[3:])
+    return Cause.MODEL if any(_under(where, pattern) for pattern in probe.model_paths) \
+        else Cause.PROTOCOL
+
+
+def _under(where: Sequence[Any], pattern: Pattern) -> bool:
+    return len(where) >= len(pattern) and all(
+        want == WILDCARD or want == got for want, got in zip(pattern, where))
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+# ---------------------------------------------------------------------------- output
+
+
+Row = tuple[str, str, Mapping[str, Cell]]
+"""A probe's name, its title and its cell per API."""
+
+
+def matrix_json(rows: Sequence[Row], about: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``--report`` document: what was probed, and every cell."""
+    counts = Counter(cell.verdict.value for _name, _title, cells in rows
+                     for cell in cells.values())
+    return {
+        "version": 1, **about, "apis": list(APIS),
+        "summary": {verdict.value: counts[verdict.value] for verdict in Verdict},
+        "probes": [{"name": name, "title": title,
+                    "cells": {api: _cell_json(cell) for api, cell in cells.items()}}
+                   for name, title, cells in rows],
+    }
+
+
+def _cell_json(cell: Cell) -> dict[str, Any]:
+    return {"verdict": cell.verdict.value, "cause": cell.cause.value if cell.cause else None,
+            "reason": cell.reason, "passes": cell.passes, "runs": cell.runs}
+
+
+def _cell_text(cell: Cell) -> str:
+    reason = cell.reason
+    if cell.cause is not None:  # the label says it: fail (model)
+        reason = reason.removeprefix(f"{cell.cause.value}: ")
+    if len(reason) > REASON_CHARS:
+        reason = reason[:REASON_CHARS - 3] + "..."
+    return f"{cell.label()}: {reason}" if reason and cell.verdict is not Verdict.PASS \
+        else cell.label()
+
+
+def render_table(rows: Sequence[Row]) -> str:
+    """A plain-text table for the terminal: probe, then one column per API."""
+    header = ("probe", *APIS)
+    lines = [(name, *(_cell_text(cells[api]) for api in APIS)) for name, _title, cells in rows]
+    widths = [max(len(line[i]) for line in [header, *lines]) for i in range(len(APIS))]
+    return "\n".join("  ".join((line[0].ljust(widths[0]), *line[1:])).rstrip()
+                     for line in [header, *lines]) + "\n"
+
+
+def render_markdown(rows: Sequence[Row]) -> str:
+    """A Markdown table to paste into a README or an issue."""
+    lines = ["| probe | checks | " + " | ".join(APIS) + " |",
+             "|---|---|" + "---|" * len(APIS)]
+    for name, title, cells in rows:
+        texts = (_markdown_cell(cells[api]) for api in APIS)
+        lines.append(f"| `{name}` | {_escape(title)} | " + " | ".join(texts) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _markdown_cell(cell: Cell) -> str:
+    text = _escape(_cell_text(cell))
+    return f"**{text}**" if cell.verdict is Verdict.FAIL else text
+
+
+def _escape(text: str) -> str:
+    return text.replace("|", "\\|")

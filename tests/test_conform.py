@@ -1,0 +1,249 @@
+"""``toolbench conform`` against scripted loopback servers that each break one rule.
+
+The faithful server answers every probe as the chat-completions API says; each fault
+changes one thing, and the probe for that rule must catch it as a protocol failure. The
+command runs in this process, as a user runs it, and its matrix is read from ``--report``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.chat_server import (
+    ChatServer,
+    RecordedRequest,
+    Reply,
+    chunks_for,
+    completion,
+    json_reply,
+    sse_reply,
+    text_reply,
+)
+
+from pytest_toolbench.commands.cli import main as toolbench
+from pytest_toolbench.commands.conform import probe_files
+from pytest_toolbench.commands.conform_matrix import PROBES
+
+Fault = Callable[[dict[str, Any], dict[str, Any]], Reply | None]
+"""Given the request body and the faithful reply's parts, a faulty reply (None: faithful)."""
+
+
+def _faithful_parts(body: dict[str, Any]) -> dict[str, Any]:
+    """What a correct server with a cooperative model answers: text, or the calls asked for."""
+    messages = body["messages"]
+    choice = body.get("tool_choice", "auto")
+    if not body.get("tools") or choice == "none" or messages[-1]["role"] == "tool":
+        return {"text": "It is 21 C and sunny." if messages[-1]["role"] == "tool" else "Hello."}
+    cities = ["Paris", "London"] if "London" in messages[-1]["content"] else ["Paris"]
+    return {"tool_calls": [("get_weather", {"city": city}) for city in cities]}
+
+
+def _faithful(body: dict[str, Any], parts: dict[str, Any]) -> Reply:
+    if not isinstance(body.get("temperature", 0), (int, float)):
+        error = {"message": "temperature must be a number", "type": "invalid_request_error"}
+        return json_reply({"error": error}, status=400)
+    if body.get("stream"):
+        usage = body.get("stream_options", {}).get("include_usage")
+        return sse_reply(chunks_for(**parts, usage={"prompt_tokens": 5, "completion_tokens": 2,
+                                                    "total_tokens": 7} if usage else None))
+    return json_reply(completion(**parts))
+
+
+def serve(server: ChatServer, fault: Fault | None = None) -> None:
+    def handle(request: RecordedRequest) -> Reply:
+        body = request.json()
+        parts = _faithful_parts(body)
+        return (fault(body, parts) if fault else None) or _faithful(body, parts)
+    server.set_handler(handle)
+
+
+def conform(server: ChatServer, tmp_path: Path, *extra: str) -> tuple[int, dict[str, Any]]:
+    report = tmp_path / "matrix.json"
+    code = toolbench(["conform", "--base-url", server.base_url, "--report", str(report),
+                      "--timeout", "5", *extra])
+    return code, json.loads(report.read_text(encoding="utf-8"))
+
+
+def cells(matrix: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {probe["name"]: probe["cells"]["chat"] for probe in matrix["probes"]}
+
+
+# ---------------------------------------------------------------------------- the faults
+
+
+def finish_stop(body: dict[str, Any], parts: dict[str, Any]) -> Reply | None:
+    if "tool_calls" in parts and not body.get("stream"):
+        return json_reply(completion(**parts, finish_reason="stop"))
+    return None
+
+
+def required_ignored(body: dict[str, Any], parts: dict[str, Any]) -> Reply | None:
+    if body.get("tool_choice") == "required":
+        return json_reply(completion("I would rather chat."))
+    return None
+
+
+def merged_index(body: dict[str, Any], parts: dict[str, Any]) -> Reply | None:
+    if not body.get("stream") or len(parts.get("tool_calls", ())) < 2:
+        return None
+    chunks = chunks_for(**parts)
+    for chunk in chunks:
+        for choice in chunk["choices"]:
+            for call in choice["delta"].get("tool_calls", ()):
+                call["index"] = 0
+    return sse_reply(chunks)
+
+
+def no_done(body: dict[str, Any], parts: dict[str, Any]) -> Reply | None:
+    return sse_reply(chunks_for(**parts), done=False) if body.get("stream") else None
+
+
+def stream_differs(body: dict[str, Any], parts: dict[str, Any]) -> Reply | None:
+    if body.get("stream") and "tool_calls" in parts:
+        return sse_reply(chunks_for(tool_calls=[("get_weather", {"city": "Lyon"})]))
+    return None
+
+
+def usage_missing(body: dict[str, Any], parts: dict[str, Any]) -> Reply | None:
+    return sse_reply(chunks_for(**parts, usage=None)) if body.get("stream") else None
+
+
+def html_error(body: dict[str, Any], parts: dict[str, Any]) -> Reply | None:
+    if isinstance(body.get("temperature", 0), str):
+        return text_reply("<html><body>Bad request</body></html>", content_type="text/html")
+    return None
+
+
+def call_in_content(body: dict[str, Any], parts: dict[str, Any]) -> Reply | None:
+    if isinstance(body.get("tool_choice"), dict):
+        text = json.dumps({"name": "get_weather", "arguments": {"city": "Paris"}})
+        return json_reply(completion(text))
+    return None
+
+
+@pytest.mark.parametrize(("fault", "probe", "reason"), [
+    (finish_stop, "finish_reason", "expected 'tool_calls', got 'stop'"),
+    (required_ignored, "required", "length of []"),
+    (merged_index, "parallel_calls", "share index 0"),
+    (no_done, "stream_done", "without data: [DONE]"),
+    (stream_differs, "stream_agreement", "differ in tool_calls"),
+    (usage_missing, "stream_usage", "no usage object arrived"),
+    (html_error, "error_shape", "expected 400, got 200"),
+    (call_in_content, "no_call_in_content", "get_weather"),
+])
+def test_each_broken_rule_is_caught_by_its_probe(
+        chat_server: ChatServer, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        fault: Fault, probe: str, reason: str) -> None:
+    serve(chat_server, fault)
+    code, matrix = conform(chat_server, tmp_path)
+    cell = cells(matrix)[probe]
+    assert code == 1
+    assert (cell["verdict"], cell["cause"]) == ("fail", "protocol"), cell
+    assert reason in cell["reason"]
+    assert f"{probe} " in capsys.readouterr().out
+
+
+def test_a_faithful_server_passes_every_probe(
+        chat_server: ChatServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    serve(chat_server)
+    code, matrix = conform(chat_server, tmp_path, "--model", "m1")
+    verdicts = {name: cell["verdict"] for name, cell in cells(matrix).items()}
+    assert verdicts == {**{name: "pass" for name in PROBES},
+                        "reasoning_separate": "not supported"}
+    assert code == 0
+    assert matrix["summary"] == {"pass": 14, "fail": 0, "not supported": 1}
+    assert all(request.json()["model"] == "m1" for request in chat_server.requests)
+    out = capsys.readouterr().out
+    assert "14 passed, 0 failed, 1 not supported" in out
+
+
+def test_a_model_that_does_not_call_is_named_as_the_cause(
+        chat_server: ChatServer, tmp_path: Path) -> None:
+    """auto without a call, one call where two were asked: the model's, not the server's."""
+    def one_call_or_none(body: dict[str, Any], parts: dict[str, Any]) -> Reply | None:
+        if body.get("tool_choice") == "auto":
+            talk = "Paris is nice." if "London" not in str(body) else None
+            calls = None if talk else [("get_weather", {"city": "Paris"})]
+            return (sse_reply(chunks_for(talk, calls)) if body.get("stream")
+                    else json_reply(completion(talk, calls)))
+        return None
+    serve(chat_server, one_call_or_none)
+    code, matrix = conform(chat_server, tmp_path)
+    auto, parallel = cells(matrix)["auto"], cells(matrix)["parallel_calls"]
+    assert (auto["verdict"], auto["cause"]) == ("fail", "model")
+    assert auto["reason"].startswith("model: ")
+    assert parallel["verdict"] == "not supported"
+    assert "model: " in parallel["reason"] and "expected 2, got 1" in parallel["reason"]
+    assert code == 1
+
+
+def test_reasoning_kept_apart_passes_and_repeated_in_content_fails(
+        chat_server: ChatServer, tmp_path: Path) -> None:
+    thought = "Seventeen has no divisor but one and itself, so it is prime."
+
+    def reasoning(content: str) -> Fault:
+        def reply(body: dict[str, Any], parts: dict[str, Any]) -> Reply | None:
+            if "prime" not in str(body["messages"]):
+                return None
+            answer = completion(content)
+            answer["choices"][0]["message"]["reasoning_content"] = thought
+            return json_reply(answer)
+        return reply
+    serve(chat_server, reasoning("Yes."))
+    _code, matrix = conform(chat_server, tmp_path)
+    assert cells(matrix)["reasoning_separate"]["verdict"] == "pass"
+    serve(chat_server, reasoning(f"{thought} Yes."))
+    _code, matrix = conform(chat_server, tmp_path)
+    assert cells(matrix)["reasoning_separate"]["cause"] == "protocol"
+
+
+def test_repeat_takes_the_majority_and_markdown_prints_a_table(
+        chat_server: ChatServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One of three runs gets finish reason "stop" on its call: 2/3 runs pass."""
+    seen = {"finish": 0}
+
+    def flaky(body: dict[str, Any], parts: dict[str, Any]) -> Reply | None:
+        if "tool_calls" not in parts or body.get("stream"):
+            return None
+        # Each run of a tool-call probe sends one such request, and a probe's runs are
+        # consecutive: the first of every three fails its finish reason.
+        seen["finish"] += 1
+        return finish_stop(body, parts) if seen["finish"] % 3 == 1 else None
+    serve(chat_server, flaky)
+    code, matrix = conform(chat_server, tmp_path, "--repeat", "3", "--format", "markdown")
+    finish = cells(matrix)["finish_reason"]
+    assert finish["runs"] == 3 and finish["verdict"] == "pass"
+    out = capsys.readouterr().out
+    assert out.startswith("| probe | checks | chat |\n|---|---|---|\n")
+    assert "| `finish_reason` | finish_reason tool_calls on a tool call | pass |" in out
+    assert code == 0
+
+
+def test_the_probes_are_case_files_pytest_collects_and_the_matrix_knows(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    files = probe_files()
+    assert all(file.is_file() for file in files)
+    assert sorted(path.name for path in files[0].parent.glob("*.case.yaml")) == \
+        sorted(file.name for file in files)
+    assert toolbench(["validate", *map(str, files)]) == 0
+    assert f"{len(files)} files, {len(files)} cases: ok" in capsys.readouterr().out
+
+
+def test_a_probe_answered_with_5xx_does_not_fail_the_others(
+        chat_server: ChatServer, tmp_path: Path) -> None:
+    """Three 500s in a row would open the endpoint's circuit in a test run; not here."""
+    def required_500(body: dict[str, Any], parts: dict[str, Any]) -> Reply | None:
+        if body.get("tool_choice") == "required":
+            return json_reply({"error": {"message": "", "type": "internal_server_error"}}, 500)
+        return None
+    serve(chat_server, required_500)
+    code, matrix = conform(chat_server, tmp_path, "--repeat", "3")
+    verdicts = {name: cell["verdict"] for name, cell in cells(matrix).items()}
+    assert verdicts["required"] == "fail"
+    assert "got 500" in cells(matrix)["required"]["reason"]
+    assert [name for name, verdict in verdicts.items() if verdict == "fail"] == ["required"]
+    assert code == 1
