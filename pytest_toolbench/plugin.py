@@ -70,9 +70,12 @@ class SessionReports:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
+        self.keywords: dict[str, list[str]] = {}
         self.records: list[dict[str, Any]] = []
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if hasattr(report, "toolbench"):  # its keywords name its marks, for the HTML report
+            self.keywords[report.nodeid] = list(report.keywords)
         record = getattr(report, "toolbench", None)
         if record is not None:
             self.records.append(record)
@@ -87,6 +90,7 @@ class SessionReports:
         terminalreporter.write(render_summary(self.records, writer.fullwidth, writer.hasmarkup))
 
     def pytest_sessionfinish(self) -> None:
+        self._write_html()
         path = self.config.stash[SETTINGS_KEY].report
         if path is None or hasattr(self.config, "workerinput"):
             return  # xdist workers send their records to the controller, which writes once
@@ -95,3 +99,11 @@ class SessionReports:
         outcomes = [record["outcome"] for record in self.records]
         counts = {outcome: outcomes.count(outcome) for outcome in sorted(set(outcomes))}
         write_report(path, self.records, {"cases": len(self.records), **counts})
+
+    def _write_html(self) -> None:
+        path = self.config.stash[SETTINGS_KEY].html
+        if path is None or hasattr(self.config, "workerinput"):
+            return  # as for the JSON report, the xdist controller writes the one file
+        from .report.html import write_session_html
+
+        write_session_html(path, self.records, self.keywords, self.config.getini("markers"))

@@ -91,6 +91,8 @@ OPTIONS: tuple[tuple[str, str, str, str], ...] = (
     ("match-timeout", "match_timeout", "S",
      "the longest a stage's expectations may take to check, seconds (default 10)"),
     ("report", "report", "PATH", "write a JSON report of every case, stage and attempt"),
+    ("html", "html", "PATH",
+     "write one self-contained HTML report: overview, filters, every conversation"),
     ("cassette-dir", "cassette_dir", "DIR",
      "where cassettes live (default: __cassettes__ beside each case file)"),
     ("breaker-threshold", "breaker_threshold", "N",
@@ -116,6 +118,7 @@ class Settings:
     match_timeout_s: float = DEFAULT_MATCH_TIMEOUT_S
     """A catastrophic regex or a huge $schema check fails the stage past this."""
     report: Path | None = None
+    html: Path | None = None
     files: tuple[str, ...] = DEFAULT_FILES
     cassette_dir: Path | None = None
     breaker_threshold: int = DEFAULT_THRESHOLD
@@ -162,6 +165,7 @@ class Settings:
             replay_speed=_or(_number(given("replay_speed"), float, minimum=0), 0.0),
             match_timeout_s=_or(_seconds(given("match_timeout")), DEFAULT_MATCH_TIMEOUT_S),
             report=_path(config, either("report")),
+            html=_path(config, either("html")),
             files=_globs(cli("files")) or tuple(config.getini("toolbench_files") or DEFAULT_FILES),
             cassette_dir=_path(config, either("cassette_dir")),
             breaker_threshold=_or(_number(given("breaker_threshold"), int, minimum=0),

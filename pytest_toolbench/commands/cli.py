@@ -276,6 +276,18 @@ DELEGATES = {
         "Start a real local model server for trying live mode without an API key; "
         "'toolbench serve-local --help' lists its options.",
     ),
+    "html": Delegate(
+        "pytest_toolbench.commands.html",
+        "render a JSON report as one self-contained HTML page",
+        "Render a JSON report (pytest --toolbench-report) as the HTML page "
+        "--toolbench-html writes; 'toolbench html --help' lists its options.",
+    ),
+    "diff": Delegate(
+        "pytest_toolbench.commands.diff",
+        "compare two JSON reports; exit 1 when a verdict regressed",
+        "Compare two JSON reports case by case: verdicts, tool calls, arguments, answers, "
+        "timings; 'toolbench diff --help' lists its options.",
+    ),
     "conform": Delegate(
         "pytest_toolbench.commands.conform",
         "run the tool-calling probes against a server; print its conformance matrix",

@@ -1,0 +1,70 @@
+"""The HTML report's small inline SVG plots: a spread of timings, a stream's timeline.
+
+Numbers only go into the SVG (coordinates, and labels formatted from floats); names shown
+beside a timeline are escaped like every other text of the page.
+"""
+
+from __future__ import annotations
+
+import html
+import statistics
+from collections.abc import Sequence
+
+WIDTH = 220
+HEIGHT = 30
+
+
+def dot_plot(values: Sequence[float]) -> str:
+    """Each value as a dot on a line from 0 to the largest, the median as a tick."""
+    if not values:
+        return '<span class="none">none</span>'
+    top = max(values) or 1.0
+    dots = "".join(f'<circle cx="{_x(v, top):.1f}" cy="{10 + (i * 7) % 12}" r="2.5" '
+                   'fill="#2e90fa" fill-opacity="0.6"/>' for i, v in enumerate(values))
+    median = statistics.median(values)
+    label = (f"n={len(values)} median {_ms(median)} "
+             f"p90 {_ms(_quantile(values, 0.9))} max {_ms(max(values))}")
+    return (f'<svg width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" '
+            f'role="img"><title>{html.escape(label)}</title>'
+            f'<line x1="4" y1="26" x2="{WIDTH - 4}" y2="26" stroke="#d0d5dd"/>{dots}'
+            f'<line x1="{_x(median, top):.1f}" y1="4" x2="{_x(median, top):.1f}" y2="28" '
+            f'stroke="#1d2939"/></svg><div class="muted">{html.escape(label)}</div>')
+
+
+def stream_timeline(ttft_ms: float | None, latency_ms: float | None,
+                    calls: Sequence[str]) -> str:
+    """From the request to the last byte, with the first token marked.
+
+    The report carries when the first content or tool-call delta came and when the reply
+    ended; when each call's arguments completed is not recorded, so calls are shown as
+    complete at the end of the stream, which is when the reassembled reply holds them.
+    """
+    if latency_ms is None:
+        return ""
+    top = latency_ms or 1.0
+    marks = [f'<rect x="4" y="8" width="{WIDTH - 8}" height="8" fill="#d1e9ff"/>']
+    if ttft_ms is not None:
+        marks.append(f'<line x1="{_x(ttft_ms, top):.1f}" y1="4" x2="{_x(ttft_ms, top):.1f}" '
+                     f'y2="20" stroke="#067647" stroke-width="2"/>')
+    first = f"first token {_ms(ttft_ms)}" if ttft_ms is not None else "no first token"
+    ended = f"end {_ms(latency_ms)}"
+    if calls:
+        ended += f" (calls complete: {', '.join(calls)})"
+    return (f'<svg width="{WIDTH + 260}" height="30" viewBox="0 0 {WIDTH + 260} 30" '
+            f'role="img"><title>{html.escape(first)}</title>{"".join(marks)}'
+            f'<text x="4" y="29">0 ms · {html.escape(first)} · {html.escape(ended)}</text>'
+            "</svg>")
+
+
+def _x(value: float, top: float) -> float:
+    """Position on the axis, inside a 4-pixel margin."""
+    return 4 + (WIDTH - 8) * max(0.0, min(value / top, 1.0))
+
+
+def _quantile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _ms(value: float) -> str:
+    return f"{value / 1000:.2f} s" if value >= 1000 else f"{value:.1f} ms"

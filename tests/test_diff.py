@@ -1,0 +1,138 @@
+"""``toolbench diff OLD NEW``: two JSON reports of real runs, compared case by case."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.chat_server import ChatServer, completion, json_reply
+
+from pytest_toolbench.commands.cli import main
+
+CASES = """name: weather
+model: m1
+endpoint: {{base_url: '{url}'}}
+tools:
+  - name: get_weather
+    result: {{temp_c: 21}}
+  - name: get_time
+    result: {{hour: 3}}
+stages:
+  - name: ask
+    user: Weather in Paris?
+    expect:
+      tool_calls: {{$includes: [{{name: get_weather}}]}}
+---
+name: chat
+model: m1
+endpoint: {{base_url: '{url}'}}
+stages:
+  - name: hello
+    user: hi
+"""
+
+
+def record(pytester: pytest.Pytester, server: ChatServer, name: str,
+           calls: list[tuple[str, dict[str, Any]]], text: str) -> Path:
+    """One live run whose weather stage gets ``calls`` (or text) and whose chat gets ``text``."""
+    def answer(request: Any) -> Any:
+        if "tools" in request.json() and calls:
+            return json_reply(completion(tool_calls=calls))
+        return json_reply(completion(text=text))
+    server.set_handler(answer)
+    pytester.makefile(".case.yaml", suite=CASES.format(url=server.base_url))
+    pytester.runpytest("--toolbench-live", f"--toolbench-report={name}")
+    return pytester.path / name
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str | Path) -> tuple[int, str]:
+    code = main(["diff", *map(str, argv)])
+    return code, capsys.readouterr().out
+
+
+@pytest.fixture
+def reports(pytester: pytest.Pytester, chat_server: ChatServer) -> tuple[Path, Path, Path]:
+    """Last night: Paris, a greeting. Tonight: Lyon plus a new call, then no call at all."""
+    old = record(pytester, chat_server, "old.json", [("get_weather", {"city": "Paris"})],
+                 "Hello! How can I help you today?")
+    new = record(pytester, chat_server, "new.json",
+                 [("get_weather", {"city": "Lyon"}), ("get_time", {})],
+                 "Hello! How may I help you today?")
+    gone = record(pytester, chat_server, "gone.json", [], "Hello! How can I help you today?")
+    return old, new, gone
+
+
+def test_diff_shows_changed_arguments_new_calls_and_answers(
+    reports: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    old, new, _ = reports
+    code, out = run(capsys, old, new)
+    assert code == 0  # nothing that passed fails now
+    assert out.splitlines() == [
+        f"toolbench diff {old} -> {new}: 2 cases compared, 2 changed, 0 verdicts regressed",
+        "suite.case.yaml::weather[m1]",
+        '   arguments   ask: get_weather city: "Paris" -> "Lyon"',
+        "   call added  ask: get_time({})",
+        "suite.case.yaml::chat[m1]",
+        "   answer      hello: Hello! How [-can-] {+may+} I help you today?",
+    ]
+
+
+def test_diff_exits_1_on_a_regressed_verdict_and_names_the_missing_call(
+    reports: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    old, _, gone = reports
+    code, out = run(capsys, old, gone)
+    assert code == 1
+    assert " ! verdict       passed -> failed" in out.splitlines()
+    assert '   call removed  ask: get_weather({"city": "Paris"})' in out.splitlines()
+    assert out.splitlines()[0].endswith("1 changed, 1 verdict regressed")
+
+
+def test_diff_as_markdown_and_json(
+    reports: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    old, _, gone = reports
+    code, out = run(capsys, old, gone, "--format", "markdown")
+    assert code == 1
+    lines = out.splitlines()
+    assert lines[0] == f"### toolbench diff: `{old}` -> `{gone}`"
+    assert "| case | change | detail |" in lines
+    assert "| `suite.case.yaml::weather[m1]` | **regressed** verdict | passed -> failed |" in lines
+    code, out = run(capsys, old, gone, "--format", "json")
+    document = json.loads(out)
+    assert code == 1 and document["regressed"] == 1 and document["cases_compared"] == 2
+    assert {"nodeid": "suite.case.yaml::weather[m1]", "kind": "verdict",
+            "detail": "passed -> failed", "regression": True} in document["changes"]
+
+
+def test_diff_of_a_report_with_itself_is_empty(
+    reports: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    old, _, _ = reports
+    assert run(capsys, old, old) == (
+        0, f"toolbench diff {old} -> {old}: 2 cases compared, 0 changed, 0 verdicts regressed\n")
+
+
+def test_diff_reports_timings_past_the_threshold_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def report(name: str, latency: float) -> Path:
+        case = {"nodeid": "a.case.yaml::a", "outcome": "passed", "latency_ms": latency,
+                "ttft_ms": None, "total_tokens": 10, "runs": []}
+        path = tmp_path / name
+        path.write_text(json.dumps({"version": 1, "cases": [case]}), encoding="utf-8")
+        return path
+    old, slower = report("old.json", 1000.0), report("new.json", 1500.0)
+    assert "   latency_ms  1000 -> 1500 (+50%)" in run(capsys, old, slower)[1]
+    assert "latency_ms" not in run(capsys, old, slower, "--threshold", "60")[1]
+
+
+def test_diff_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["diff", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 2
+    assert capsys.readouterr().err == (
+        f"toolbench diff: error: cannot read {tmp_path / 'a.json'}: No such file or directory\n")
+    assert main(["diff", "a", "b", "--threshold", "nan"]) == 2
+    assert "--threshold: expected a finite number >= 0, got 'nan'" in capsys.readouterr().err
