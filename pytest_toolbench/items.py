@@ -20,7 +20,7 @@ from .lookahead import LOOKAHEAD_KEY
 from .marks import MarkRefused, case_marks
 from .records import CaseResult
 from .report.failure import render_failure
-from .report.json_report import case_record
+from .report.json_report import CaseRecord
 from .run.runner import CaseRun
 from .session import SessionRuntime
 from .settings import SETTINGS_KEY
@@ -136,16 +136,16 @@ class CaseReports:
             # still be in the reports, failed, or a gate that reads them could pass.
             item.result = item.broken_result(call.excinfo)
         if call.when == "call" and item.result is not None:
-            record = case_record(item.result, item.nodeid, _outcome(report))
-            for key in ("latency_ms", "ttft_ms", "total_tokens", "tool_calls", "turns"):
-                if record[key] is not None:
-                    report.user_properties.append((key, record[key]))
-                    item.user_properties.append((key, record[key]))  # junitxml reads teardown's
+            record = CaseRecord.of(item.result, item.nodeid, _outcome(report))
+            for figure in record.figures():
+                report.user_properties.append(figure)
+                item.user_properties.append(figure)  # junitxml reads teardown's
         elif call.when == "setup" and report.skipped:  # a skipped case never runs: report it
-            record = case_record(item.unrun_result(), item.nodeid, _outcome(report))
+            record = CaseRecord.of(item.unrun_result(), item.nodeid, _outcome(report))
         else:
             return report
-        report.toolbench = record  # type: ignore[attr-defined]  # travels with xdist reports
+        # Plain data on the report: it travels to the xdist controller, which rebuilds it.
+        report.toolbench = record.to_json()  # type: ignore[attr-defined]
         return report
 
 

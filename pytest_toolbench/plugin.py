@@ -18,6 +18,7 @@ from .settings import DEFAULT_FILES, OPTIONS, SETTINGS_KEY, Settings
 
 if TYPE_CHECKING:
     from .items import CaseFile
+    from .report.json_report import CaseRecord
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -71,14 +72,16 @@ class SessionReports:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.keywords: dict[str, list[str]] = {}
-        self.records: list[dict[str, Any]] = []
+        self.records: list[CaseRecord] = []
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if hasattr(report, "toolbench"):  # its keywords name its marks, for the HTML report
             self.keywords[report.nodeid] = list(report.keywords)
-        record = getattr(report, "toolbench", None)
-        if record is not None:
-            self.records.append(record)
+        data = getattr(report, "toolbench", None)  # plain data: it may come from a worker
+        if data is not None:
+            from .report.json_report import CaseRecord
+
+            self.records.append(CaseRecord.from_json(data))
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.records or self.config.get_verbosity() < 0:
@@ -96,7 +99,7 @@ class SessionReports:
             return  # xdist workers send their records to the controller, which writes once
         from .report.json_report import write_report
 
-        outcomes = [record["outcome"] for record in self.records]
+        outcomes = [record.outcome for record in self.records]
         counts = {outcome: outcomes.count(outcome) for outcome in sorted(set(outcomes))}
         write_report(path, self.records, {"cases": len(self.records), **counts})
 

@@ -334,3 +334,28 @@ def test_unknown_figures_are_dashes_and_nulls_not_zeros(
     xml = junit.read_text(encoding="utf-8")
     no_usage = xml[xml.index('name="no_usage"'):xml.index('name="timed_out"')]
     assert '<property name="ttft_ms"' in no_usage and "total_tokens" not in no_usage
+
+
+def test_a_case_record_survives_the_trip_to_the_xdist_controller(
+    pytester: pytest.Pytester, chat_server: ChatServer
+) -> None:
+    """Every record of a real run, made plain data and read back, is the same typed record."""
+    from pytest_toolbench.report.json_report import CaseRecord
+
+    chat_server.set_handler(lambda request: json_reply(completion("hi")))
+    pytester.makefile(".case.yaml", suite=f"""\
+        name: greet
+        endpoint: {{base_url: '{chat_server.base_url}'}}
+        stages:
+          - {{name: ask, user: hi, expect: {{text: {{$regex: "^hi$"}}}}}}
+          - {{name: again, user: hi, stream: both, expect: {{text: nope}}}}
+        """)
+    report = pytester.path / "report.json"
+    pytester.runpytest("--toolbench-live", f"--toolbench-report={report}")
+
+    (data,) = load(report)["cases"]
+    record = CaseRecord.from_json(data)
+
+    assert record.outcome == "failed" and record.runs[0].stages[1].passed is False
+    assert record.to_json() == data
+    assert CaseRecord.from_json(record.to_json()) == record

@@ -1,93 +1,216 @@
-"""Case results as plain JSON data: for the ``--toolbench-report`` file and for xdist.
+"""Case records: what the session reports of each case, typed, built in one place.
 
-Workers attach ``case_record(result)`` to their test reports; the controller sees the same
-records whether the run was distributed or not, so summary and report are complete under -n.
-The report's shape is documented in docs/report.md.
+``CaseRecord.of(result, nodeid, outcome)`` is the one place a case's result becomes its
+record; the summary table, the junit properties and the ``--toolbench-report`` file all
+read these typed fields. Records cross pytest-xdist as plain JSON data (``to_json`` in the
+worker, ``from_json`` in the controller), so the summary and the report are complete
+under ``-n``. The report's shape is documented in docs/report.md; field order here is the
+order of the keys there.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
+from pydantic import TypeAdapter
+
 from ..atomic import write_atomic
-from ..records import CaseResult, Reply, StageAttempt, ToolRun, Turn
+from ..records import CaseResult, Failure, Reply, RunResult, StageAttempt, ToolRun, Turn
 
 REPORT_VERSION = 1
 
 
-def case_record(result: CaseResult, nodeid: str, outcome: str) -> dict[str, Any]:
-    """One item as JSON data: figures for the summary, and every run, stage and attempt."""
-    return {
-        "nodeid": nodeid,
-        "case": result.case,
-        "model": result.model,
-        "file": result.file,
-        "line": result.line,
-        "outcome": outcome,
-        "passes": result.passes,
-        "runs_total": len(result.runs),
-        "min_pass_rate": result.min_pass_rate,
-        "error": result.error,
-        "stages": max((len(run.stages) for run in result.runs), default=0),
-        "turns": result.turns,
-        "tool_calls": result.tool_calls,
-        "total_tokens": result.total_tokens,
-        "latency_ms": _round(result.latency_ms),
-        "ttft_ms": _round(result.ttft_ms),
-        "runs": [
-            {"number": run.number, "passed": run.passed, "error": run.error,
-             "stages": [{"name": stage.name, "passed": stage.passed,
-                         "attempts": [_attempt(a) for a in stage.attempts]}
-                        for stage in run.stages]}
-            for run in result.runs
-        ],
-    }
+@dataclass(frozen=True)
+class ToolCallRecord:
+    id: str | None
+    name: str
+    arguments: str
+    """The arguments as the model sent them (JSON text, or whatever it sent)."""
+    arguments_error: str | None
 
 
-def _attempt(attempt: StageAttempt) -> dict[str, Any]:
-    return {
-        "number": attempt.number,
-        "passed": attempt.passed,
-        "trail": attempt.trail,
-        "failures": [_jsonable(asdict(failure)) for failure in attempt.failures],
-        "answered_first": [_tool_run(run) for run in attempt.answered_first],
-        "turns": [_turn(turn) for turn in attempt.turns],
-    }
+@dataclass(frozen=True)
+class StreamRecord:
+    done: bool
+    chunks: int
+    usage: bool
 
 
-def _turn(turn: Turn) -> dict[str, Any]:
-    return {
-        "streamed": turn.streamed,
-        "stop_reason": turn.stop_reason,
-        "error": turn.error,
-        "retries": turn.retries,
-        "elapsed_ms": round(turn.elapsed_ms, 1),
-        "reply": None if turn.reply is None else _reply(turn.reply),
-        "tool_runs": [_tool_run(run) for run in turn.tool_runs],
-    }
+@dataclass(frozen=True)
+class ReplyRecord:
+    status: int
+    finish_reason: str | None
+    text: str
+    tool_calls: list[ToolCallRecord]
+    usage: dict[str, Any] | None
+    """The usage object as the server sent it."""
+    error: str | None
+    latency_ms: float
+    ttft_ms: float | None
+    stream: StreamRecord | None
+    problems: list[str]
+
+    @classmethod
+    def of(cls, reply: Reply) -> ReplyRecord:
+        stream = reply.stream
+        return cls(
+            reply.status, reply.finish_reason, reply.text,
+            [ToolCallRecord(c.id, c.name, c.arguments_raw, c.arguments_error)
+             for c in reply.tool_calls],
+            reply.usage, reply.error, round(reply.latency_ms, 1), _round(reply.ttft_ms),
+            None if stream is None else StreamRecord(stream.done, stream.chunks, stream.usage),
+            list(reply.problems))
 
 
-def _tool_run(run: ToolRun) -> dict[str, Any]:
-    return {**asdict(run), "duration_ms": round(run.duration_ms, 1)}
+@dataclass(frozen=True)
+class ToolRunRecord:
+    call_id: str | None
+    name: str
+    arguments: str
+    content: str
+    error: str | None
+    duration_ms: float
+
+    @classmethod
+    def of(cls, run: ToolRun) -> ToolRunRecord:
+        return cls(run.call_id, run.name, run.arguments, run.content, run.error,
+                   round(run.duration_ms, 1))
 
 
-def _reply(reply: Reply) -> dict[str, Any]:
-    return {
-        "status": reply.status,
-        "finish_reason": reply.finish_reason,
-        "text": reply.text,
-        "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments_raw,
-                        "arguments_error": c.arguments_error} for c in reply.tool_calls],
-        "usage": reply.usage,
-        "error": reply.error,
-        "latency_ms": round(reply.latency_ms, 1),
-        "ttft_ms": _round(reply.ttft_ms),
-        "stream": None if reply.stream is None else asdict(reply.stream),
-        "problems": reply.problems,
-    }
+@dataclass(frozen=True)
+class TurnRecord:
+    streamed: bool
+    stop_reason: str | None
+    error: str | None
+    retries: list[str]
+    elapsed_ms: float
+    reply: ReplyRecord | None
+    tool_runs: list[ToolRunRecord]
+
+    @classmethod
+    def of(cls, turn: Turn) -> TurnRecord:
+        return cls(turn.streamed, turn.stop_reason, turn.error, list(turn.retries),
+                   round(turn.elapsed_ms, 1),
+                   None if turn.reply is None else ReplyRecord.of(turn.reply),
+                   [ToolRunRecord.of(run) for run in turn.tool_runs])
+
+
+@dataclass(frozen=True)
+class FailureRecord:
+    message: str
+    key_path: list[str | int]
+    line: int | None
+    expected: Any
+    """JSON data; what JSON cannot hold is shown as its repr."""
+    actual: Any
+
+    @classmethod
+    def of(cls, failure: Failure) -> FailureRecord:
+        return cls(failure.message, list(failure.key_path), failure.line,
+                   _jsonable(failure.expected), _jsonable(failure.actual))
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    number: int
+    passed: bool
+    trail: list[str]
+    failures: list[FailureRecord]
+    answered_first: list[ToolRunRecord]
+    turns: list[TurnRecord]
+
+    @classmethod
+    def of(cls, attempt: StageAttempt) -> AttemptRecord:
+        return cls(attempt.number, attempt.passed, list(attempt.trail),
+                   [FailureRecord.of(failure) for failure in attempt.failures],
+                   [ToolRunRecord.of(run) for run in attempt.answered_first],
+                   [TurnRecord.of(turn) for turn in attempt.turns])
+
+
+@dataclass(frozen=True)
+class StageRecord:
+    name: str
+    passed: bool
+    attempts: list[AttemptRecord]
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    number: int
+    passed: bool
+    error: str | None
+    stages: list[StageRecord]
+
+    @classmethod
+    def of(cls, run: RunResult) -> RunRecord:
+        return cls(run.number, run.passed, run.error,
+                   [StageRecord(stage.name, stage.passed,
+                                [AttemptRecord.of(a) for a in stage.attempts])
+                    for stage in run.stages])
+
+
+@dataclass(frozen=True)
+class CaseRecord:
+    """One item: figures for the summary and junit, and every run, stage and attempt."""
+
+    nodeid: str
+    case: str
+    model: str | None
+    file: str
+    line: int
+    outcome: str
+    """pytest's outcome: passed, failed, skipped, xfailed or xpassed."""
+    passes: int
+    runs_total: int
+    min_pass_rate: float
+    error: str | None
+    stages: int
+    turns: int
+    tool_calls: int
+    total_tokens: int | None
+    """None (null, shown ``-``) when no reply reported usage: never a made-up 0."""
+    latency_ms: float | None
+    ttft_ms: float | None
+    runs: list[RunRecord]
+
+    @classmethod
+    def of(cls, result: CaseResult, nodeid: str, outcome: str) -> CaseRecord:
+        return cls(
+            nodeid=nodeid, case=result.case, model=result.model, file=result.file,
+            line=result.line, outcome=outcome, passes=result.passes,
+            runs_total=len(result.runs), min_pass_rate=result.min_pass_rate,
+            error=result.error,
+            stages=max((len(run.stages) for run in result.runs), default=0),
+            turns=result.turns, tool_calls=result.tool_calls,
+            total_tokens=result.total_tokens, latency_ms=_round(result.latency_ms),
+            ttft_ms=_round(result.ttft_ms), runs=[RunRecord.of(run) for run in result.runs])
+
+    def figures(self) -> list[tuple[str, int | float]]:
+        """The figures junitxml carries as properties: the known ones only."""
+        known = {"latency_ms": self.latency_ms, "ttft_ms": self.ttft_ms,
+                 "total_tokens": self.total_tokens, "tool_calls": self.tool_calls,
+                 "turns": self.turns}
+        return [(name, value) for name, value in known.items() if value is not None]
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON data: what crosses pytest-xdist and what the report file holds."""
+        data: dict[str, Any] = _adapter(CaseRecord).dump_python(self, mode="json")
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CaseRecord:
+        record: CaseRecord = _adapter(CaseRecord).validate_python(data)
+        return record
+
+
+@cache
+def _adapter(kind: type[CaseRecord]) -> TypeAdapter[CaseRecord]:
+    """Built once (it compiles a validator), on the first record that needs it."""
+    return TypeAdapter(kind)
 
 
 def _round(ms: float | None) -> float | None:
@@ -100,7 +223,8 @@ def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, default=repr))
 
 
-def write_report(path: Path, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+def write_report(path: Path, records: list[CaseRecord], summary: dict[str, int]) -> None:
     """Write the report atomically: an interrupted run leaves the previous one whole."""
-    document = {"version": REPORT_VERSION, "summary": summary, "cases": records}
+    document = {"version": REPORT_VERSION, "summary": summary,
+                "cases": [record.to_json() for record in records]}
     write_atomic(path, json.dumps(document, indent=2, ensure_ascii=False))

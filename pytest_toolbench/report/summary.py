@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import io
 from collections import defaultdict
-from typing import Any
 
 from rich import box
 from rich.console import Console
 from rich.table import Table
+
+from .json_report import CaseRecord
 
 # The outcome comes right after the names, so a narrow terminal never hides it.
 COLUMNS = ("case", "model", "outcome", "stages", "turns", "calls", "tokens", "latency", "ttft")
@@ -16,19 +17,19 @@ OUTCOME_STYLE = {"passed": "green", "failed": "red", "xfailed": "yellow", "xpass
                  "skipped": "dim"}
 
 
-def render_summary(records: list[dict[str, Any]], width: int, color: bool) -> str:
+def render_summary(records: list[CaseRecord], width: int, color: bool) -> str:
     """The table of cases, then pass rates per model when more than one model ran."""
     buffer = io.StringIO()
     console = Console(file=buffer, width=max(width, 60), force_terminal=color,
                       color_system="standard" if color else None, highlight=False)
-    models = sorted({record["model"] or "-" for record in records})
+    models = sorted({record.model or "-" for record in records})
     console.print(_case_table(records, models))
     if len(models) > 1:
         console.print(_model_table(records))
     return buffer.getvalue()
 
 
-def _case_table(records: list[dict[str, Any]], models: list[str]) -> Table:
+def _case_table(records: list[CaseRecord], models: list[str]) -> Table:
     """With one model, it is named in the title and the column is left out to save width."""
     named = len(models) == 1 and models[0] != "-"
     title = f"toolbench (model: {models[0]})" if named else "toolbench"
@@ -43,29 +44,29 @@ def _case_table(records: list[dict[str, Any]], models: list[str]) -> Table:
                          min_width={"case": 12, "model": 8}.get(column))
     for record in records:
         cells = {
-            "case": record["case"], "model": record["model"] or "-", "outcome": _outcome(record),
-            "stages": str(record["stages"]), "turns": str(record["turns"]),
-            "calls": str(record["tool_calls"]), "tokens": _count(record["total_tokens"]),
-            "latency": _ms(record["latency_ms"]), "ttft": _ms(record["ttft_ms"]),
+            "case": record.case, "model": record.model or "-", "outcome": _outcome(record),
+            "stages": str(record.stages), "turns": str(record.turns),
+            "calls": str(record.tool_calls), "tokens": _count(record.total_tokens),
+            "latency": _ms(record.latency_ms), "ttft": _ms(record.ttft_ms),
         }
         table.add_row(*(cells[column] for column in columns))
     return table
 
 
-def _outcome(record: dict[str, Any]) -> str:
-    outcome = record["outcome"]
-    if record["runs_total"] > 1:
-        outcome += f" {record['passes']}/{record['runs_total']}"
-    style = OUTCOME_STYLE.get(record["outcome"], "")
+def _outcome(record: CaseRecord) -> str:
+    outcome = record.outcome
+    if record.runs_total > 1:
+        outcome += f" {record.passes}/{record.runs_total}"
+    style = OUTCOME_STYLE.get(record.outcome, "")
     return f"[{style}]{outcome}[/]" if style else outcome
 
 
-def _model_table(records: list[dict[str, Any]]) -> Table:
+def _model_table(records: list[CaseRecord]) -> Table:
     passes: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for record in records:
-        tally = passes[record["model"] or "-"]
-        tally[0] += record["passes"]
-        tally[1] += record["runs_total"]
+        tally = passes[record.model or "-"]
+        tally[0] += record.passes
+        tally[1] += record.runs_total
     table = Table(title="pass rate per model", title_justify="left", box=box.SIMPLE_HEAD,
                   pad_edge=False, padding=(0, 0))
     table.add_column("model")
