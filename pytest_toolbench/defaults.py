@@ -10,3 +10,12 @@ from typing import Final
 
 MATCH_TIMEOUT_S: Final = 10.0
 """How long the checks of one stage may run (``--toolbench-match-timeout``)."""
+
+API_PATHS: Final = {"chat": "chat/completions", "responses": "responses", "messages": "messages"}
+"""The wire APIs a case can speak, and where each one's requests go below the base URL."""
+
+API_NAMES: Final = tuple(API_PATHS)
+
+DEFAULT_KEY_ENVS: Final = {"chat": "OPENAI_API_KEY", "responses": "OPENAI_API_KEY",
+                           "messages": "ANTHROPIC_API_KEY"}
+"""Where each API's key is read from when no setting names the variable."""

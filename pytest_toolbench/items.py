@@ -21,9 +21,10 @@ from .marks import MarkRefused, case_marks
 from .records import CaseResult
 from .report.failure import render_failure
 from .report.json_report import CaseRecord
-from .run.runner import CaseRun
+from .run.runner import CaseRun, case_label
 from .session import SessionRuntime
 from .settings import SETTINGS_KEY
+from .wire import wire_api
 
 RUNTIME_KEY = pytest.StashKey[SessionRuntime]()
 
@@ -37,7 +38,7 @@ class CaseFailed(Exception):
 
 
 class CaseFile(pytest.File):
-    """A ``*.case.yaml`` file: one item per case and model."""
+    """A ``*.case.yaml`` file: one item per case, model and wire API."""
 
     def collect(self) -> Iterator[CaseItem]:
         _start_session(self.config)
@@ -47,26 +48,43 @@ class CaseFile(pytest.File):
             shown = _display(self.config, self.path)  # the file as the user would name it
             errors = CaseFileErrors([replace(error, file=shown) for error in errors.errors])
             raise self.CollectError(describe_errors(errors)) from None
-        forced_models = self.config.stash[SETTINGS_KEY].models
+        settings = self.config.stash[SETTINGS_KEY]
         for case in loaded:
-            for model in forced_models or case.case.models:
-                name = f"{case.case.name}[{model}]" if model is not None else case.case.name
-                try:
-                    item = CaseItem.from_parent(self, name=name, loaded=case, model=model,
-                                                nodeid=_item_nodeid(self, name))
-                except MarkRefused as refusal:
-                    shown = _display(self.config, self.path)
-                    raise self.CollectError(f"{shown}:{refusal.line}: {refusal}") from None
-                yield item
+            apis = settings.apis_for(case.case.endpoint)
+            self._check_apis(case, apis)
+            for model in settings.models or case.case.models:
+                for api in apis:
+                    yield self._item(case, model, api)
+
+    def _item(self, case: LoadedCase, model: str | None, api: str) -> CaseItem:
+        name = case_label(case.case.name, model, api)
+        try:
+            return CaseItem.from_parent(self, name=name, loaded=case, model=model, api=api,
+                                        nodeid=_item_nodeid(self, name))
+        except MarkRefused as refusal:
+            shown = _display(self.config, self.path)
+            raise self.CollectError(f"{shown}:{refusal.line}: {refusal}") from None
+
+    def _check_apis(self, case: LoadedCase, apis: tuple[str, ...]) -> None:
+        """What the case asks that one of its APIs cannot express: a collection error at
+        its line."""
+        shown = _display(self.config, self.path)
+        problems = [f"{shown}:{case.document.line_of(problem.path)}: case {case.case.name!r}:"
+                    f" {problem.message}"
+                    for api in apis for problem in wire_api(api).unsupported(case.case)]
+        if problems:
+            raise self.CollectError("\n".join(problems))
 
 
 class CaseItem(pytest.Item):
-    """One case against one model."""
+    """One case against one model over one wire API."""
 
-    def __init__(self, *, loaded: LoadedCase, model: str | None, **kwargs: Any) -> None:
+    def __init__(self, *, loaded: LoadedCase, model: str | None, api: str = "chat",
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.loaded = loaded
         self.model = model
+        self.api = api
         self.result: CaseResult | None = None
         for mark in case_marks(self.config, loaded):
             self.add_marker(mark)
@@ -74,7 +92,7 @@ class CaseItem(pytest.Item):
     @functools.cached_property
     def case_run(self) -> CaseRun:
         return CaseRun(self.loaded, self.model, self.nodeid,
-                       str(_display(self.config, self.path)))
+                       str(_display(self.config, self.path)), self.api)
 
     def runtest(self) -> None:
         runtime = self.config.stash[RUNTIME_KEY]

@@ -37,9 +37,12 @@ class StreamStats:
     """Facts about a streamed reply that the ``expect.stream`` checks read."""
 
     done: bool = False
-    """The stream ended with ``data: [DONE]``."""
+    """The stream ended as its API says it must (chat: ``data: [DONE]``; Responses: a
+    ``response.completed``, ``failed`` or ``incomplete`` event; Messages: ``message_stop``)."""
     chunks: int = 0
-    """Number of ``data:`` events, ``[DONE]`` excluded."""
+    """Number of events, chat's ``[DONE]`` excluded."""
+    end: str = "data: [DONE]"
+    """What ends this API's stream properly, as messages name it."""
     usage: bool = False
     """A usage object arrived."""
 
@@ -74,12 +77,22 @@ class Interaction:
 
 @dataclass
 class Reply:
-    """A chat-completions response reduced to what expectations check."""
+    """A response of any wire API reduced to what expectations check."""
 
     status: int = 200
     text: str = ""
+    """The answer's text, reasoning apart (a leading ``<think>`` block included)."""
     tool_calls: list[ToolCall] = field(default_factory=list)
     finish_reason: str | None = None
+    """Why the reply ended, in chat completions' words (``stop``, ``tool_calls``, ``length``,
+    ``content_filter``) whatever the API; a word none of them maps stays as sent."""
+    api_finish_reason: str | None = None
+    """Why the reply ended in the API's own words: chat's ``finish_reason``, the Responses
+    API's ``status`` (or ``incomplete_details.reason``), the Messages API's ``stop_reason``."""
+    reasoning: str | None = None
+    """The model's reasoning, when the server sent any: chat's ``reasoning_content`` or
+    ``reasoning``, Responses reasoning items, Messages ``thinking`` blocks, or a ``<think>``
+    block at the start of the text."""
     usage: dict[str, Any] | None = None
     error: str | None = None
     """The error message of a non-2xx response, or of an in-band stream error."""
@@ -212,6 +225,8 @@ class CaseResult:
     file: str
     line: int
     runs: list[RunResult] = field(default_factory=list)
+    api: str = "chat"
+    """The wire API the case spoke."""
     min_pass_rate: float = 1.0
     error: str | None = None
     """A failure of the whole case, whatever its runs did (replay left recorded answers

@@ -22,7 +22,7 @@ from .scrubbing import LogScrubber, Scrubber, endpoint_secrets
 from .settings import Mode, ResolvedEndpoint, Settings
 from .transport.breaker import CircuitBreaker
 from .transport.cassette import Cassette
-from .transport.client import ChatClient, ClientConfig, InteractionSink
+from .transport.client import ApiClient, ClientConfig, InteractionSink
 from .transport.errors import ReplayError
 from .transport.replay import Replayer
 
@@ -36,7 +36,7 @@ class SessionRuntime:
         """Where pytest was started: messages show paths relative to it, as the user typed."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._clients: dict[ResolvedEndpoint, ChatClient] = {}
+        self._clients: dict[ResolvedEndpoint, ApiClient] = {}
         """The live clients, one per endpoint: its connection pool and breaker are shared."""
         self._breakers: dict[str, CircuitBreaker] = {}
         self._started: dict[str, concurrent.futures.Future[CaseResult]] = {}
@@ -101,7 +101,7 @@ class SessionRuntime:
     # -- one case ------------------------------------------------------------------------
 
     async def _execute(self, case_run: CaseRun) -> CaseResult:
-        endpoint = self.settings.endpoint_for(case_run.loaded.case.endpoint)
+        endpoint = self.settings.endpoint_for(case_run.loaded.case.endpoint, case_run.api)
         path = self.cassette_path(case_run)
         # From where pytest was started, not the rootdir (which the node id is relative to).
         hint = _printable(
@@ -112,8 +112,9 @@ class SessionRuntime:
             return case_run.not_run(
                 f"no cassette at {self._show(path)}; record it with: {hint}")
         try:
-            cassette = (Cassette.load(path, hint, self._show(path)) if replaying else
-                        Cassette(path, rerecord_hint=hint, shown=self._show(path)))
+            cassette = (Cassette.load(path, hint, self._show(path), case_run.api) if replaying
+                        else Cassette(path, rerecord_hint=hint, shown=self._show(path),
+                                      api=case_run.api))
         except ReplayError as error:
             return case_run.not_run(str(error))
         secrets = endpoint_secrets(endpoint.api_key(), endpoint.headers, endpoint.base_url)
@@ -140,7 +141,7 @@ class SessionRuntime:
         finally:
             await client.aclose()
 
-    def _context(self, case_run: CaseRun, client: ChatClient, scrubber: Scrubber, *,
+    def _context(self, case_run: CaseRun, client: ApiClient, scrubber: Scrubber, *,
                  api_key: str | None = None, sink: InteractionSink | None = None,
                  verdict: Callable[[], str | None] | None = None) -> RunContext:
         repeat = case_run.loaded.case.repeat
@@ -148,17 +149,17 @@ class SessionRuntime:
                           runs=self.settings.repeat or (repeat.runs if repeat else 1),
                           match_timeout_s=self.settings.match_timeout_s, scrubber=scrubber)
 
-    def _live_client(self, endpoint: ResolvedEndpoint) -> ChatClient:
+    def _live_client(self, endpoint: ResolvedEndpoint) -> ApiClient:
         if endpoint not in self._clients:
-            self._clients[endpoint] = ChatClient(_client_config(endpoint),
+            self._clients[endpoint] = ApiClient(_client_config(endpoint),
                                                  breaker=self._breaker(endpoint.base_url))
         return self._clients[endpoint]
 
-    def _replay_client(self, endpoint: ResolvedEndpoint, replayer: Replayer) -> ChatClient:
+    def _replay_client(self, endpoint: ResolvedEndpoint, replayer: Replayer) -> ApiClient:
         """A client for one replayed case: cheap (no connection pool, no TLS context, no
         proxies from the environment), and its breaker its own, since replay never reaches
         the endpoint whose circuit live cases share."""
-        return ChatClient(
+        return ApiClient(
             _client_config(endpoint), transport=replayer.transport(),
             breaker=self._new_breaker(),
             sleep=asyncio.sleep if self.settings.replay_speed else _no_sleep, jitter=False)

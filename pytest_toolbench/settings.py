@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from .defaults import API_NAMES, DEFAULT_KEY_ENVS
 from .defaults import MATCH_TIMEOUT_S as DEFAULT_MATCH_TIMEOUT_S
 from .transport.breaker import DEFAULT_COOLDOWN_S, DEFAULT_THRESHOLD
 from .transport.limits import DEFAULT_MAX_REPLY_BYTES, DEFAULT_MAX_STREAM_EVENTS, ReplyLimits
@@ -72,7 +73,8 @@ OPTIONS: tuple[tuple[str, str, str, str], ...] = (
     ("mode", "mode", "MODE", "where answers come from: replay (default), record, missing, live"),
     ("base-url", "base_url", "URL", "base URL of the OpenAI-compatible API (.../v1)"),
     ("api-key-env", "api_key_env", "NAME",
-     "the environment variable holding the API key (default OPENAI_API_KEY)"),
+     ("the environment variable holding the API key (default OPENAI_API_KEY;"
+      " ANTHROPIC_API_KEY for the messages API)")),
     ("timeout", "timeout", "S",
      "the longest wait for a connection or for the next bytes of a reply, seconds (default 60)"),
     ("deadline", "deadline", "S",
@@ -84,6 +86,9 @@ OPTIONS: tuple[tuple[str, str, str, str], ...] = (
     ("max-stream-events", "max_stream_events", "N",
      f"the most SSE events one streamed reply may send (default {DEFAULT_MAX_STREAM_EVENTS})"),
     ("model", "model", "A[,B...]", "run every case against these models"),
+    ("api", "api", "NAME[,NAME...]",
+     ("run every case over these wire APIs, one item each: chat (chat completions, the"
+      " default), responses (OpenAI Responses), messages (Anthropic Messages)")),
     ("repeat", "repeat", "N", "run every case N times (the case's min_pass_rate applies)"),
     ("concurrency", "concurrency", "N", "live/record cases run at most N at a time (default 8)"),
     ("replay-speed", "replay_speed", "X",
@@ -112,6 +117,10 @@ class Settings:
     ini_api_key_env: str | None = None
     ini_timeout_s: float | None = None
     models: tuple[str, ...] = ()
+    apis: tuple[str, ...] = ()
+    """``--toolbench-api``: every case runs over each of these, whatever it says."""
+    ini_apis: tuple[str, ...] = ()
+    """ini ``toolbench_api``: the APIs of a case whose endpoint names none."""
     repeat: int | None = None
     concurrency: int = 8
     replay_speed: float = 0.0
@@ -160,6 +169,8 @@ class Settings:
             ini_api_key_env=ini("api_key_env"),
             ini_timeout_s=_seconds(ini_key("timeout")),
             models=tuple(m.strip() for m in (either("model") or "").split(",") if m.strip()),
+            apis=_apis(flag("api")),
+            ini_apis=_apis(ini_key("api")),
             repeat=_number(given("repeat"), int, minimum=1),
             concurrency=_or(_number(given("concurrency"), int, minimum=1), 8),
             replay_speed=_or(_number(given("replay_speed"), float, minimum=0), 0.0),
@@ -179,13 +190,22 @@ class Settings:
                                   DEFAULT_MAX_STREAM_EVENTS),
         )
 
-    def endpoint_for(self, case: Endpoint) -> ResolvedEndpoint:
-        """Apply CLI > case > ini > env > default to one case's endpoint."""
+    def apis_for(self, case: Endpoint) -> tuple[str, ...]:
+        """The wire APIs a case runs over: CLI > the case's ``endpoint.api`` > ini > chat."""
+        if self.apis:
+            return self.apis
+        if case.api is not None:
+            return (case.api,)
+        return self.ini_apis or ("chat",)
+
+    def endpoint_for(self, case: Endpoint, api: str = "chat") -> ResolvedEndpoint:
+        """Apply CLI > case > ini > env > default to one case's endpoint, for ``api`` (whose
+        key is read from ``ANTHROPIC_API_KEY`` by default for ``messages``)."""
         timeout_s = _first(self.timeout_s, case.timeout_s, self.ini_timeout_s) or DEFAULT_TIMEOUT_S
         return ResolvedEndpoint(
             base_url=self.base_url_for(case.base_url),
             api_key_env=_first(self.api_key_env, case.api_key_env, self.ini_api_key_env)
-            or "OPENAI_API_KEY",
+            or DEFAULT_KEY_ENVS[api],
             headers=tuple(sorted(case.headers.items())),
             timeout_s=timeout_s,
             retries=DEFAULT_RETRIES if case.retries is None else case.retries,
@@ -199,6 +219,20 @@ class Settings:
         base_url = _first(self.base_url, case_base_url, self.ini_base_url,
                           env.get("TOOLBENCH_BASE_URL"), env.get("OPENAI_BASE_URL"))
         return (base_url or DEFAULT_BASE_URL).rstrip("/")
+
+
+def _apis(given: Given) -> tuple[str, ...]:
+    """``chat,responses``: the named wire APIs, each once, in the order given."""
+    value, name = given
+    apis: list[str] = []
+    for api in (part.strip() for part in (value or "").split(",")):
+        if not api or api in apis:
+            continue
+        if api not in API_NAMES:
+            raise pytest.UsageError(
+                f"{name}: unknown API {api!r}; choose from {', '.join(API_NAMES)}")
+        apis.append(api)
+    return tuple(apis)
 
 
 def _globs(value: str | None) -> tuple[str, ...]:

@@ -11,7 +11,7 @@ from support.chat_server import ChatServer, RecordedRequest, sse_reply
 from support.chat_server import Reply as ServerReply
 
 from pytest_toolbench.records import Reply, StreamStats
-from pytest_toolbench.transport.reassemble import StreamAssembler, parse_completion
+from pytest_toolbench.wire.chat_reader import StreamAssembler, parse_completion
 from pytest_toolbench.transport.sse import SSEDecoder, SSEEvent
 
 Chunk = dict[str, Any] | str | SSEEvent
@@ -231,7 +231,8 @@ def test_legacy_function_call_only() -> None:
         chunk(finish="function_call"),
     )
     assert summary(reply) == [(None, "f", {"a": 1})]
-    assert reply.finish_reason == "function_call"
+    assert reply.finish_reason == "tool_calls"  # normalised
+    assert reply.api_finish_reason == "function_call"  # as the server said
 
 
 def test_legacy_function_call_ignored_beside_tool_calls() -> None:

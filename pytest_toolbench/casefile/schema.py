@@ -66,6 +66,9 @@ class Endpoint(StrictModel):
     """Connect and read timeout in seconds (the total deadline defaults to ten times it)."""
     retries: int | None = Field(default=None, ge=0)
     """Retries of transient failures (connect errors, 429, 5xx)."""
+    api: Literal["chat", "responses", "messages"] | None = None
+    """The wire API the case speaks: ``chat`` (chat completions, the default), ``responses``
+    (OpenAI's Responses API) or ``messages`` (Anthropic's Messages API)."""
 
 
 class Tool(StrictModel):
@@ -82,6 +85,8 @@ class Tool(StrictModel):
     error: str | None = None
     """The tool fails with this message."""
     timeout_s: float = Field(default=30, gt=0)
+    strict: bool | None = None
+    """Ask the server to hold the arguments to ``parameters`` exactly (structured outputs)."""
 
     @field_validator("python")
     @classmethod
@@ -100,13 +105,6 @@ class Tool(StrictModel):
     @property
     def has_implementation(self) -> bool:
         return bool({"result", "python", "error"} & self.model_fields_set)
-
-    def to_request(self) -> dict[str, Any]:
-        """The tool as an entry of the request's ``tools`` list."""
-        function: dict[str, Any] = {"name": self.name, "parameters": self.parameters}
-        if self.description:
-            function["description"] = self.description
-        return {"type": "function", "function": function}
 
 
 _IMPORT_HINT = (
@@ -143,7 +141,22 @@ def resolve_callable(path: str) -> Any:
 
 
 class ToolChoiceFunction(StrictModel):
+    """``tool_choice: {name: X}``: the model must call tool X."""
+
     name: str
+
+
+class AllowedToolsChoice(StrictModel):
+    mode: Literal["auto", "required"] = "auto"
+    """``auto``: the model may call one of ``tools``; ``required``: it must."""
+    tools: list[str] = Field(min_length=1)
+    """Names of the case's tools the model may call in this stage."""
+
+
+class AllowedTools(StrictModel):
+    """``tool_choice: {allowed_tools: {mode, tools}}``: only these tools, this stage."""
+
+    allowed_tools: AllowedToolsChoice
 
 
 class Retry(StrictModel):
@@ -160,7 +173,7 @@ class StreamExpect(StrictModel):
     """Stream checks (SPEC section 6)."""
 
     done: bool = True
-    """The stream ended with ``data: [DONE]``."""
+    """The stream ended properly: ``data: [DONE]``, or the API's terminal event."""
     chunks: MatcherField = None
     """Matcher on the number of data events."""
     ttft_ms: MatcherField = None
@@ -177,7 +190,12 @@ class Expect(StrictModel):
     error: MatcherField = None
     """Matcher on the error message of a non-2xx response."""
     finish_reason: MatcherField = None
+    """Matcher on why the reply ended, in chat completions' words whatever the API."""
+    api_finish_reason: MatcherField = None
+    """Matcher on why the reply ended in the API's own words (``end_turn``, ``completed``)."""
     text: MatcherField = None
+    reasoning: MatcherField = None
+    """Matcher on the model's reasoning; ``{$absent: true}`` when none may come."""
     tool_calls: ToolCallsField = None
     usage: MatcherField = None
     latency_ms: MatcherField = None
@@ -192,7 +210,8 @@ class Stage(StrictModel):
     """Shorthand for one user message."""
     messages: list[dict[str, JsonValue]] = []
     """Messages appended in order, after ``user``."""
-    tool_choice: Literal["auto", "none", "required"] | ToolChoiceFunction | None = None
+    tool_choice: (Literal["auto", "none", "required"] | ToolChoiceFunction | AllowedTools
+                  | None) = None
     stream: bool | Literal["both"] = False
     run_tools: bool = False
     max_turns: int = Field(default=5, ge=1)
@@ -252,6 +271,20 @@ class Case(StrictModel):
     def _unique_tool_names(cls, tools: list[Tool]) -> list[Tool]:
         _reject_duplicates("tool", [tool.name for tool in tools])
         return tools
+
+    @model_validator(mode="after")
+    def _allowed_tools_exist(self) -> Case:
+        names = {tool.name for tool in self.tools}
+        for index, stage in enumerate(self.stages):
+            if not isinstance(stage.tool_choice, AllowedTools):
+                continue
+            for position, name in enumerate(stage.tool_choice.allowed_tools.tools):
+                if name not in names:
+                    raise KeyedError(
+                        f"allowed tool {name!r} is not one of the case's tools"
+                        f" ({', '.join(sorted(names)) or 'none'})",
+                        ("stages", index, "tool_choice", "allowed_tools", "tools", position))
+        return self
 
     @property
     def models(self) -> list[str | None]:

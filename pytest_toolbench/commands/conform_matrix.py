@@ -131,6 +131,10 @@ def _check_reasoning(cell: Cell, interactions: Sequence[Interaction]) -> Cell:
     if cell.verdict is not Verdict.PASS:
         return cell  # no reply, or reasoning markup in the content: the failure says it
     reasoning, content = _reasoning_and_content(interactions)
+    if "<think>" in content or "</think>" in content:
+        # The reply's text has it taken out as reasoning; the server still sent it as content.
+        return Cell(Verdict.FAIL, "reasoning markup (<think>) sent in the content",
+                    Cause.PROTOCOL, 0, cell.runs)
     if not reasoning:
         return Cell(Verdict.NOT_SUPPORTED, "the server returned no reasoning "
                     "(reasoning_content or reasoning)", None, cell.passes, cell.runs)

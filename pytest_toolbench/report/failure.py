@@ -187,9 +187,13 @@ def _plain(value: Any) -> Any:
 
 def _turn_text(number: int, turn: Turn) -> list[str]:
     mode = "stream" if turn.streamed else "request"
-    messages = turn.request.get("messages") or [{}]
-    last = messages[-1]
-    summary = (f"{plural(len(messages), 'message')}, last {last.get('role', '?')}:"
+    # Chat and Messages send ``messages``; the Responses API sends ``input`` items.
+    messages = turn.request.get("messages") or turn.request.get("input") or [{}]
+    if not isinstance(messages, list):
+        messages = [{"role": "user", "content": messages}]  # Responses: input as one string
+    last = messages[-1] if isinstance(messages[-1], dict) else {}
+    kind = last.get("role") or last.get("type") or "?"
+    summary = (f"{plural(len(messages), 'message')}, last {kind}:"
                f" {_cut(_content(last))}")
     lines = [f"  > {mode} {number}: {summary}"]
     lines.extend(f"    retry: {_cut(line, keep_end=40)}" for line in turn.retries)
@@ -216,9 +220,14 @@ def _reply_text(reply: Reply) -> list[str]:
         figures.append(f"ttft {reply.ttft_ms:.0f} ms")
     if reply.usage and reply.usage.get("total_tokens") is not None:
         figures.append(f"{reply.usage['total_tokens']} tokens")
-    lines = [f"  < {reply.status} finish_reason={reply.finish_reason} ({', '.join(figures)})"]
+    reason = f"finish_reason={reply.finish_reason}"
+    if reply.api_finish_reason not in (None, reply.finish_reason):
+        reason += f" ({reply.api_finish_reason})"
+    lines = [f"  < {reply.status} {reason} ({', '.join(figures)})"]
     if reply.error:
         lines.append(f"    error: {_cut(reply.error)}")
+    if reply.reasoning:
+        lines.append(f"    reasoning: {_cut(reply.reasoning)}")
     if reply.text:
         lines.append(f"    text: {_cut(reply.text)}")
     for call in reply.tool_calls:
@@ -228,11 +237,15 @@ def _reply_text(reply: Reply) -> list[str]:
 
 
 def _content(message: dict[str, Any]) -> str:
+    """What a sent message says, in one line, whichever API's shape it has."""
     content = message.get("content")
     if isinstance(content, str):
         return content
     if message.get("tool_calls"):
         return "tool calls " + ", ".join(c["function"]["name"] for c in message["tool_calls"])
+    for key in ("output", "arguments"):  # Responses: function_call_output, function_call
+        if isinstance(message.get(key), str):
+            return str(message[key])
     return json.dumps(content)
 
 

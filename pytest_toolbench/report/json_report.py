@@ -10,6 +10,7 @@ order of the keys there.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from functools import cache
@@ -53,6 +54,9 @@ class ReplyRecord:
     ttft_ms: float | None
     stream: StreamRecord | None
     problems: list[str]
+    api_finish_reason: str | None = None
+    """Why the reply ended in its API's own words (``finish_reason`` is normalised)."""
+    reasoning: str | None = None
 
     @classmethod
     def of(cls, reply: Reply) -> ReplyRecord:
@@ -63,7 +67,7 @@ class ReplyRecord:
              for c in reply.tool_calls],
             reply.usage, reply.error, round(reply.latency_ms, 1), _round(reply.ttft_ms),
             None if stream is None else StreamRecord(stream.done, stream.chunks, stream.usage),
-            list(reply.problems))
+            list(reply.problems), reply.api_finish_reason, reply.reasoning)
 
 
 @dataclass(frozen=True)
@@ -176,6 +180,8 @@ class CaseRecord:
     latency_ms: float | None
     ttft_ms: float | None
     runs: list[RunRecord]
+    api: str = "chat"
+    """The wire API the case spoke: chat, responses or messages."""
 
     @classmethod
     def of(cls, result: CaseResult, nodeid: str, outcome: str) -> CaseRecord:
@@ -187,7 +193,8 @@ class CaseRecord:
             stages=max((len(run.stages) for run in result.runs), default=0),
             turns=result.turns, tool_calls=result.tool_calls,
             total_tokens=result.total_tokens, latency_ms=_round(result.latency_ms),
-            ttft_ms=_round(result.ttft_ms), runs=[RunRecord.of(run) for run in result.runs])
+            ttft_ms=_round(result.ttft_ms), runs=[RunRecord.of(run) for run in result.runs],
+            api=result.api)
 
     def figures(self) -> list[tuple[str, int | float]]:
         """The figures junitxml carries as properties: the known ones only."""
@@ -219,8 +226,15 @@ def _round(ms: float | None) -> float | None:
 
 
 def _jsonable(value: Any) -> Any:
-    """Round-trip through JSON, with anything JSON cannot hold shown as its repr."""
-    return json.loads(json.dumps(value, default=repr))
+    """Round-trip through JSON: records (a tool call an expectation saw) as their fields,
+    anything else JSON cannot hold as its repr."""
+    return json.loads(json.dumps(value, default=_plain))
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return repr(value)
 
 
 def write_report(path: Path, records: list[CaseRecord], summary: dict[str, int]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 from collections import defaultdict
+from collections.abc import Callable
 
 from rich import box
 from rich.console import Console
@@ -12,39 +13,46 @@ from rich.table import Table
 from .json_report import CaseRecord
 
 # The outcome comes right after the names, so a narrow terminal never hides it.
-COLUMNS = ("case", "model", "outcome", "stages", "turns", "calls", "tokens", "latency", "ttft")
+COLUMNS = ("case", "model", "api", "outcome", "stages", "turns", "calls", "tokens", "latency", "ttft")
 OUTCOME_STYLE = {"passed": "green", "failed": "red", "xfailed": "yellow", "xpassed": "yellow",
                  "skipped": "dim"}
 
 
 def render_summary(records: list[CaseRecord], width: int, color: bool) -> str:
-    """The table of cases, then pass rates per model when more than one model ran."""
+    """The table of cases, then pass rates per model and per API when more than one ran."""
     buffer = io.StringIO()
     console = Console(file=buffer, width=max(width, 60), force_terminal=color,
                       color_system="standard" if color else None, highlight=False)
     models = sorted({record.model or "-" for record in records})
-    console.print(_case_table(records, models))
+    apis = sorted({record.api for record in records})
+    console.print(_case_table(records, models, apis))
     if len(models) > 1:
-        console.print(_model_table(records))
+        console.print(_rate_table(records, "model", lambda record: record.model or "-"))
+    if len(apis) > 1:
+        console.print(_rate_table(records, "API", lambda record: record.api))
     return buffer.getvalue()
 
 
-def _case_table(records: list[CaseRecord], models: list[str]) -> Table:
-    """With one model, it is named in the title and the column is left out to save width."""
-    named = len(models) == 1 and models[0] != "-"
-    title = f"toolbench (model: {models[0]})" if named else "toolbench"
-    columns = [c for c in COLUMNS if c != "model" or len(models) > 1]
+def _case_table(records: list[CaseRecord], models: list[str], apis: list[str]) -> Table:
+    """With one model or one API, it is named in the title and its column left out to save
+    width (chat, the default API, is not named)."""
+    named = [f"model: {models[0]}"] if len(models) == 1 and models[0] != "-" else []
+    named += [f"API: {apis[0]}"] if apis != ["chat"] and len(apis) == 1 else []
+    title = f"toolbench ({', '.join(named)})" if named else "toolbench"
+    columns = [c for c in COLUMNS
+               if (c != "model" or len(models) > 1) and (c != "api" or len(apis) > 1)]
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD,
                   pad_edge=False, padding=(0, 0))
     # Figures never wrap; names fold, down to a readable width, when the terminal is narrow.
     for column in columns:
-        numeric = column not in ("case", "model", "outcome")
+        numeric = column not in ("case", "model", "api", "outcome")
         table.add_column(column, justify="right" if numeric else "left",
                          no_wrap=numeric or column == "outcome", overflow="fold",
                          min_width={"case": 12, "model": 8}.get(column))
     for record in records:
         cells = {
-            "case": record.case, "model": record.model or "-", "outcome": _outcome(record),
+            "case": record.case, "model": record.model or "-", "api": record.api,
+            "outcome": _outcome(record),
             "stages": str(record.stages), "turns": str(record.turns),
             "calls": str(record.tool_calls), "tokens": _count(record.total_tokens),
             "latency": _ms(record.latency_ms), "ttft": _ms(record.ttft_ms),
@@ -61,19 +69,21 @@ def _outcome(record: CaseRecord) -> str:
     return f"[{style}]{outcome}[/]" if style else outcome
 
 
-def _model_table(records: list[CaseRecord]) -> Table:
+def _rate_table(records: list[CaseRecord], what: str, key: Callable[[CaseRecord], str]
+                ) -> Table:
+    """Runs passed and the pass rate of each ``key`` (model or API)."""
     passes: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for record in records:
-        tally = passes[record.model or "-"]
+        tally = passes[key(record)]
         tally[0] += record.passes
         tally[1] += record.runs_total
-    table = Table(title="pass rate per model", title_justify="left", box=box.SIMPLE_HEAD,
+    table = Table(title=f"pass rate per {what}", title_justify="left", box=box.SIMPLE_HEAD,
                   pad_edge=False, padding=(0, 0))
-    table.add_column("model")
+    table.add_column(what.lower())
     table.add_column("runs passed", justify="right")
     table.add_column("pass rate", justify="right")
-    for model, (passed, total) in sorted(passes.items()):
-        table.add_row(model, f"{passed}/{total}", f"{passed / total:.0%}" if total else "-")
+    for name, (passed, total) in sorted(passes.items()):
+        table.add_row(name, f"{passed}/{total}", f"{passed / total:.0%}" if total else "-")
     return table
 
 

@@ -80,14 +80,11 @@ def _check(expect: Expect, outcome: Outcome, base: KeyPath, line_of: LineOf,
         failures.extend(_check_stream(stream, outcome.reply, (*base, "stream"), line_of))
     for reply in outcome.replies:
         failures.extend(_protocol_failures(reply, base, line_of))
-        if reply is not outcome.reply and stream.done and _cut_short(reply):
-            failures.append(_plain("an earlier stream of the stage ended without data: [DONE]",
-                                   (*base, "stream", "done"), line_of))
+        cut = reply.stream is not None and not reply.stream.done
+        if reply is not outcome.reply and stream.done and reply.stream is not None and cut:
+            failures.append(_plain(f"an earlier stream of the stage ended without"
+                                   f" {reply.stream.end}", (*base, "stream", "done"), line_of))
     return failures
-
-
-def _cut_short(reply: Reply) -> bool:
-    return reply.stream is not None and not reply.stream.done
 
 
 def _actuals(expect: Expect, outcome: Outcome) -> list[tuple[str, Any]]:
@@ -97,7 +94,9 @@ def _actuals(expect: Expect, outcome: Outcome) -> list[tuple[str, Any]]:
         "status": reply.status,
         "error": reply.error if reply.error is not None else MISSING,
         "finish_reason": reply.finish_reason,
+        "api_finish_reason": reply.api_finish_reason,
         "text": reply.text,
+        "reasoning": reply.reasoning if reply.reasoning is not None else MISSING,
         "tool_calls": outcome.tool_calls,
         "usage": reply.usage if reply.usage is not None else MISSING,
         "latency_ms": outcome.latency_ms,
@@ -111,7 +110,7 @@ def _check_stream(spec: StreamExpect, reply: Reply, path: KeyPath,
     stats = reply.stream
     failures = []
     if spec.done and not stats.done:
-        failures.append(_plain("stream ended without data: [DONE]", (*path, "done"), line_of))
+        failures.append(_plain(f"stream ended without {stats.end}", (*path, "done"), line_of))
     if spec.usage is not None and spec.usage != stats.usage:
         said = "no usage object arrived" if spec.usage else "a usage object arrived"
         failures.append(_plain(said, (*path, "usage"), line_of))

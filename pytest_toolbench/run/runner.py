@@ -27,8 +27,9 @@ from ..records import (
     Turn,
 )
 from ..scrubbing import Scrubber
-from ..transport.client import ChatClient, InteractionSink
+from ..transport.client import ApiClient, InteractionSink
 from ..transport.errors import TransportError
+from ..wire import RequestParts, WireApi, wire_api
 from .check import Outcome, check
 from .interpolate import InterpolationError, capture, interpolate, resolve_expect
 from .machine import StageMachine, StageState
@@ -45,18 +46,26 @@ class CaseRun:
     nodeid: str
     display_file: str
     """The case file as messages show it: relative to where pytest was started."""
+    api: str = "chat"
+    """The wire API the run speaks (``chat``, ``responses``, ``messages``)."""
 
     @property
     def label(self) -> str:
-        name = self.loaded.case.name
-        return f"{name}[{self.model}]" if self.model is not None else name
+        """``name``, ``name[model]``, ``name[model-api]`` or ``name[api]``: the item's name,
+        and its cassette's. Chat, the default API, adds nothing, so ids and cassettes of
+        chat cases stay as they were before a case could speak another API."""
+        return case_label(self.loaded.case.name, self.model, self.api)
+
+    @property
+    def wire(self) -> WireApi:
+        return wire_api(self.api)
 
     def result(self, runs: list[RunResult] | None = None, error: str | None = None
                ) -> CaseResult:
         """The case's result: no runs (skipped), its runs, or one run that could not start."""
         case = self.loaded.case
         return CaseResult(
-            case=case.name, model=self.model, file=self.display_file,
+            case=case.name, model=self.model, api=self.api, file=self.display_file,
             line=self.loaded.document.start_line, runs=runs or [],
             min_pass_rate=case.repeat.min_pass_rate if case.repeat else 1.0, error=error)
 
@@ -70,7 +79,7 @@ class RunContext:
     """What the session plugs a case run into: where requests go, what becomes of the
     exchanges, and how often and how long. Every dependency of the run is here."""
 
-    client: ChatClient
+    client: ApiClient
     api_key: str | None = None
     sink: InteractionSink | None = None
     """Recording: every exchange goes here (the cassette's list)."""
@@ -96,6 +105,12 @@ class Conversation:
         """A copy to go back to. Messages are never changed once appended (every change
         appends a new one), so copying the lists is enough."""
         return Conversation(list(self.messages), list(self.pending), dict(self.variables))
+
+
+def case_label(name: str, model: str | None, api: str) -> str:
+    """The name of a case's item for one model and API (see ``CaseRun.label``)."""
+    params = [part for part in (model, None if api == "chat" else api) if part is not None]
+    return f"{name}[{'-'.join(params)}]" if params else name
 
 
 async def run_case(case_run: CaseRun, ctx: RunContext) -> CaseResult:
@@ -250,7 +265,8 @@ class StageRunner:
         started = time.perf_counter()
         try:
             pending = await self.ctx.client.open(
-                body, stream=streamed, api_key=self.ctx.api_key, sink=self._keep)
+                body, wire=self.case_run.wire, stream=streamed, api_key=self.ctx.api_key,
+                sink=self._keep)
             turn.retries = pending.retries
             self.machine.fire("headers")
             turn.reply = await pending.read()
@@ -275,23 +291,14 @@ class StageRunner:
             self.ctx.sink(self.ctx.scrubber.interaction(interaction))
 
     def _body(self, streamed: bool) -> dict[str, Any]:
+        """The request, in the words of the API the case speaks."""
         case, stage = self.case_run.loaded.case, self.stage
-        body: dict[str, Any] = {}
-        if self.case_run.model is not None:
-            body["model"] = self.case_run.model
-        body["messages"] = list(self.conversation.messages)
-        if case.tools:
-            body["tools"] = [tool.to_request() for tool in case.tools]
-        if stage.tool_choice is not None:
-            body["tool_choice"] = (stage.tool_choice if isinstance(stage.tool_choice, str) else
-                                   {"type": "function",
-                                    "function": {"name": stage.tool_choice.name}})
-        body.update(case.params)
-        body.update(interpolate(stage.params, self.conversation.variables, ("params",)))
-        if streamed:
-            body["stream"] = True
-            body.setdefault("stream_options", {"include_usage": True})
-        return body
+        params = {**case.params,
+                  **interpolate(stage.params, self.conversation.variables, ("params",))}
+        return self.case_run.wire.request(RequestParts(
+            model=self.case_run.model, messages=list(self.conversation.messages),
+            tools=list(case.tools), tool_choice=stage.tool_choice, params=params,
+            stream=streamed))
 
     def _check(self, attempt: StageAttempt, outcome: Outcome, streamed: bool,
                label: bool) -> bool:
@@ -301,6 +308,7 @@ class StageRunner:
                              self.ctx.match_timeout_s)
         except InterpolationError as error:
             failures = [self._failure(error.message, error.path)]
+        failures.extend(self._parallel_calls(outcome))
         if label:
             variant = "streamed" if streamed else "not streamed"
             for failure in failures:
@@ -309,6 +317,22 @@ class StageRunner:
         if failures:
             self.machine.fire("mismatch")
         return not failures
+
+    def _parallel_calls(self, outcome: Outcome) -> list[Failure]:
+        """``parallel_tool_calls: false`` asked the server for one call a reply at most."""
+        case, stage = self.case_run.loaded.case, self.stage
+        path: tuple[str | int, ...]
+        if "parallel_tool_calls" in stage.params:
+            asked, path = stage.params["parallel_tool_calls"], ("stages", self.index, "params")
+        else:
+            asked, path = case.params.get("parallel_tool_calls"), ("params",)
+        if asked is not False:
+            return []
+        return [Failure(f"parallel_tool_calls is false, yet one reply made {len(reply.tool_calls)}"
+                        f" tool calls: {', '.join(call.name for call in reply.tool_calls)}",
+                        (*path, "parallel_tool_calls"),
+                        self._line_of((*path, "parallel_tool_calls")))
+                for reply in outcome.replies if len(reply.tool_calls) > 1]
 
     def _compare(self, attempt: StageAttempt, outcomes: list[Outcome]) -> None:
         """``stream: both``: the streamed and the plain reply must say the same."""
@@ -343,6 +367,7 @@ def _comparable(outcome: Outcome) -> dict[str, Any]:
     reply: Reply = outcome.reply
     return {
         "text": reply.text,
+        "reasoning": reply.reasoning,
         "finish_reason": reply.finish_reason,
         "tool_calls": [{"name": c.name, "arguments": c.arguments} for c in outcome.tool_calls],
     }

@@ -1,4 +1,4 @@
-"""Cassettes: one YAML file per case and model, recorded live and replayed offline.
+"""Cassettes: one YAML file per case, model and API, recorded live and replayed offline.
 
 This module is the file format: what a cassette holds, reading it as untrusted input
 (``cassette_reader.py``), writing it atomically. Answering requests from one is
@@ -19,8 +19,9 @@ from typing import Any
 import yaml
 
 from ..atomic import write_atomic
+from ..defaults import API_PATHS
 from ..records import Interaction, StreamEvent
-from .cassette_reader import read_interactions
+from .cassette_reader import read_cassette
 from .errors import ReplayError
 
 try:
@@ -58,27 +59,43 @@ class Cassette:
     """The command that records this cassette, for messages."""
     shown: str = ""
     """The path as messages show it (relative to where pytest was started)."""
+    api: str = "chat"
+    """The wire API it holds the exchanges of (``chat``, ``responses``, ``messages``)."""
 
     def __post_init__(self) -> None:
         self.shown = self.shown or str(self.path)
 
+    @property
+    def api_path(self) -> str:
+        """Where the API's requests go, below the base URL."""
+        return API_PATHS[self.api]
+
     @classmethod
-    def load(cls, path: Path, rerecord_hint: str = "", shown: str = "") -> Cassette:
-        """Read the cassette at ``path``; raise ReplayError saying why it cannot be replayed."""
+    def load(cls, path: Path, rerecord_hint: str = "", shown: str = "",
+             api: str = "chat") -> Cassette:
+        """Read the cassette at ``path``, which must hold the exchanges of ``api``; raise
+        ReplayError saying why it cannot be replayed."""
         try:
-            interactions = read_interactions(path.read_text(encoding="utf-8"), FORMAT_VERSION)
+            recorded_api, interactions = read_cassette(path.read_text(encoding="utf-8"),
+                                                       FORMAT_VERSION)
         except OSError as exc:
             raise ReplayError(f"cassette unreadable: {shown or path}: {exc.strerror or exc};"
                               f" re-record it with: {rerecord_hint}") from None
         except ValueError as exc:  # CassetteUnreadable, or bytes that are not UTF-8
             raise ReplayError(f"cassette unreadable: {shown or path}: {exc}; re-record it with: "
                               f"{rerecord_hint}") from None
-        return cls(path, interactions, rerecord_hint=rerecord_hint, shown=shown)
+        if recorded_api != api:
+            raise ReplayError(
+                f"{shown or path} holds the {recorded_api} API's exchanges, and this case"
+                f" speaks the {api} API: a cassette replays only the API it was recorded"
+                f" with; record this one with: {rerecord_hint}")
+        return cls(path, interactions, rerecord_hint=rerecord_hint, shown=shown, api=api)
 
     def save(self) -> None:
         """Write the cassette atomically (its interactions were scrubbed as recorded)."""
         document = {
             "version": FORMAT_VERSION,
+            "api": self.api,
             "interactions": [_plain(interaction) for interaction in self.interactions],
         }
         text = yaml.dump(document, Dumper=_CassetteDumper,

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from ..casefile.loader import load_yaml
+from ..defaults import API_PATHS
 from ..records import Interaction, StreamEvent
 
 MAX_JSON_DEPTH = 200
@@ -27,8 +28,10 @@ class CassetteUnreadable(ValueError):
     """A cassette that cannot be replayed; the message says what is wrong and where."""
 
 
-def read_interactions(text: str, version: int) -> list[Interaction]:
-    """The interactions of a cassette's ``text``, which must be of format ``version``."""
+def read_cassette(text: str, version: int) -> tuple[str, list[Interaction]]:
+    """The API and the interactions of a cassette's ``text``, which must be of format
+    ``version``. A cassette without ``api`` holds chat completions (recorded before a case
+    could speak another API)."""
     try:
         data = load_yaml(text)
     except yaml.MarkedYAMLError as exc:
@@ -42,8 +45,12 @@ def read_interactions(text: str, version: int) -> list[Interaction]:
     found = document.get("version", int, None)
     if found != version:
         raise CassetteUnreadable(f"format {found}, this version reads {version}")
+    api = document.get("api", str, "chat")
+    if api not in API_PATHS:
+        raise CassetteUnreadable(f"api: {api!r} is not one of {', '.join(API_PATHS)}")
     items = document.get("interactions", list)
-    return [_interaction(item, f"interactions[{index}]") for index, item in enumerate(items)]
+    return api, [_interaction(item, f"interactions[{index}]")
+                 for index, item in enumerate(items)]
 
 
 def _interaction(item: Any, where: str) -> Interaction:

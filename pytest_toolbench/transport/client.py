@@ -1,4 +1,7 @@
-"""The chat-completions client: one shared ``httpx.AsyncClient`` per endpoint.
+"""The HTTP client of every wire API: one shared ``httpx.AsyncClient`` per endpoint.
+
+It sends the body a ``WireApi`` built to that API's path and has the same ``WireApi`` read
+the reply; it knows HTTP (retries, timeouts, limits, encodings), not what the bodies mean.
 
 A request goes out in two steps so the executor can follow it: ``open`` sends and returns
 once the status line and headers are in (retrying transient failures), then
@@ -20,6 +23,7 @@ from typing import Any
 import httpx
 
 from ..records import Interaction, Reply, StreamEvent
+from ..wire import WireApi
 from .breaker import CircuitBreaker
 from .errors import (
     ConnectFailed,
@@ -32,7 +36,6 @@ from .errors import (
     TransportError,
 )
 from .limits import ACCEPT_ENCODING, BoundedDecoder, DecodingFailed, ReplyLimits
-from .reassemble import StreamAssembler, parse_completion
 from .sse import DEFAULT_MAX_EVENT_CHARS, SSEDecoder, SSETooLarge
 
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
@@ -60,6 +63,8 @@ class PendingReply:
 
     response: httpx.Response
     body: dict[str, Any]
+    wire: WireApi
+    """The API whose reply this is: it reads the body or the stream."""
     stream: bool
     started: float
     sink: InteractionSink | None
@@ -102,7 +107,7 @@ class PendingReply:
     async def _read_body(self) -> Reply:
         raw = b"".join([chunk async for chunk in self._decoded("body")])
         content_type = self.response.headers.get("content-type", "")
-        reply = parse_completion(self.response.status_code, raw, content_type)
+        reply = self.wire.read_body(self.response.status_code, raw, content_type)
         if self.stream and 200 <= reply.status < 300:
             reply.problems.append(f"asked for a stream, got {content_type or 'no content type'}")
         reply.interaction = Interaction(
@@ -116,7 +121,7 @@ class PendingReply:
     async def _read_stream(self) -> Reply:
         decoder = SSEDecoder(max_event_chars=min(self.config.limits.max_bytes,
                                                  DEFAULT_MAX_EVENT_CHARS))
-        assembler, events = StreamAssembler(), []
+        assembler, events = self.wire.stream_reader(), []
         try:
             async for chunk in self._decoded("stream"):
                 offset = _ms_since(self.started)
@@ -172,8 +177,8 @@ class PendingReply:
                 f" from {_where(self.response.request.url)}")
 
 
-class ChatClient:
-    """Sends chat-completions requests to one endpoint over one shared connection pool."""
+class ApiClient:
+    """Sends requests of any wire API to one endpoint over one shared connection pool."""
 
     def __init__(
         self,
@@ -209,17 +214,19 @@ class ChatClient:
         self,
         body: dict[str, Any],
         *,
+        wire: WireApi,
         stream: bool,
         api_key: str | None = None,
         sink: InteractionSink | None = None,
     ) -> PendingReply:
-        """Send ``body``; return once the headers are in. Retries connect errors, 429, 5xx."""
+        """Send ``body`` to ``wire``'s path; return once the headers are in. Retries connect
+        errors, 429 and 5xx."""
         self.breaker.check()
         retries: list[str] = []
         for attempt in range(self.config.retries + 1):
             last = attempt == self.config.retries
             try:
-                pending = await self._send_once(body, stream, api_key, sink)
+                pending = await self._send_once(body, wire, stream, api_key, sink)
             except (ConnectFailed, ConnectionLost) as error:
                 if last:
                     self.breaker.record_failure(str(error))
@@ -245,22 +252,21 @@ class ChatClient:
             retries.append(await self._back_off(attempt, reason, pending.response))
         raise AssertionError("unreachable: the last attempt returns or raises")
 
-    async def _send_once(
-        self, body: dict[str, Any], stream: bool, api_key: str | None, sink: InteractionSink | None
-    ) -> PendingReply:
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    async def _send_once(self, body: dict[str, Any], wire: WireApi, stream: bool,
+                         api_key: str | None, sink: InteractionSink | None) -> PendingReply:
+        headers = wire.headers(api_key)
         if stream:
             headers["Accept"] = "text/event-stream"
         request = self._client.build_request(
             "POST",
-            "chat/completions",
+            wire.path,
             # Strict JSON: a NaN that got this far is a bug, not something to send.
             content=json.dumps(body, allow_nan=False).encode(),
             headers={"Content-Type": "application/json", **headers},
         )
         started = time.perf_counter()
         response = await self._send_within_deadline(request)
-        return PendingReply(response, body, stream, started, sink, self.config)
+        return PendingReply(response, body, wire, stream, started, sink, self.config)
 
     async def _send_within_deadline(self, request: httpx.Request) -> httpx.Response:
         """Send; return once the headers are in. The timeout bounds each wait (connect,

@@ -42,9 +42,11 @@ class Replayer:
 
     async def handle(self, request: httpx.Request) -> httpx.Response:
         """The recorded answer to ``request``, re-sent as the server sent it."""
-        if request.method != "POST" or not request.url.path.endswith("/chat/completions"):
-            raise self._refuse(f"replay answers POST .../chat/completions only, not"
-                               f" {request.method} {request.url.path}")
+        path = f"/{self.cassette.api_path}"
+        if request.method != "POST" or not request.url.path.endswith(path):
+            raise self._refuse(f"{self.cassette.shown} holds the {self.cassette.api} API's"
+                               f" requests (POST ...{path}), not {request.method}"
+                               f" {request.url.path}")
         try:
             body = json.loads(request.content)
         except ValueError:

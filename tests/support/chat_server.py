@@ -9,9 +9,10 @@ control that ``http.server`` hides. It is for tests only and uses the standard l
         server.enqueue(json_reply(completion("hi")), sse_reply(chunks_for("hello")))
         httpx.post(f"{server.base_url}/chat/completions", json={...})
 
-Each ``POST /v1/chat/completions`` takes its reply from the handler if one is set, else the
-next queued reply, else the default (a 500 "no scripted reply" when none is set). Any other
-path gets a 404. Every request is recorded in ``server.requests``.
+Each ``POST`` to a wire API's route (``/v1/chat/completions``, ``/v1/responses``,
+``/v1/messages``) takes its reply from the handler if one is set, else the next queued
+reply, else the default (a 500 "no scripted reply" when none is set). Any other path gets
+a 404. Every request is recorded in ``server.requests``.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ __all__ = [
     "completion",
     "huge_reply",
     "json_reply",
+    "named_event",
     "reset_reply",
     "sse_reply",
     "stall_reply",
@@ -55,6 +57,8 @@ __all__ = [
 ]
 
 CHAT_PATH = "/v1/chat/completions"
+API_PATHS = (CHAT_PATH, "/v1/responses", "/v1/messages")
+"""The routes served: each wire API's own. Tests read ``request.path`` for which one."""
 # An idle keep-alive connection is dropped after this long, so no handler waits forever
 # even if close() is never called.
 IDLE_TIMEOUT_S = 30.0
@@ -319,6 +323,12 @@ def _sse_bytes(event: str | bytes | Mapping[str, Any]) -> bytes:
     return b"data: " + payload.encode() + b"\n\n"
 
 
+def named_event(name: str, data: Mapping[str, Any]) -> bytes:
+    """One SSE event with an ``event:`` line, as the Responses and Messages APIs send them
+    (for ``sse_reply(..., done=False)``: those streams end with an event, not ``[DONE]``)."""
+    return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+
+
 def _resplit(parts: list[bytes | SSEPause], size: int) -> list[bytes | SSEPause]:
     """Join the bytes between pauses and cut them into ``size``-byte pieces."""
     out: list[bytes | SSEPause] = []
@@ -544,8 +554,9 @@ class ChatServer:
                 return
 
     def _reply_for(self, request: RecordedRequest) -> Reply:
-        if request.method != "POST" or request.path.split("?")[0] != CHAT_PATH:
-            message = f"no route for {request.method} {request.path}; only POST {CHAT_PATH}"
+        if request.method != "POST" or request.path.split("?")[0] not in API_PATHS:
+            message = (f"no route for {request.method} {request.path}; only POST"
+                       f" {', '.join(API_PATHS)}")
             return json_reply(_error_body(message, "not_found"), status=404)
         with self._lock:
             handler, default = self._handler, self._default

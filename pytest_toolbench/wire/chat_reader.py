@@ -1,5 +1,8 @@
 """Chat-completions responses -> :class:`Reply`: streamed deltas reassembled, or one body.
 
+Reasoning comes in ``reasoning_content`` or ``reasoning`` (message or delta), or as a
+``<think>`` block that opens the content; either way it is kept apart from the text.
+
 Servers differ in how they stream tool calls; :class:`StreamAssembler` reads them all and
 records protocol slips in ``Reply.problems`` instead of raising, so that a stage fails with
 a clear reason only where the spec (section 6) or an expectation asks.
@@ -41,8 +44,8 @@ from collections.abc import Callable
 from json.scanner import make_scanner
 from typing import Any, cast
 
-from pytest_toolbench.records import Reply, StreamStats, ToolCall
-from pytest_toolbench.transport.sse import SSEEvent
+from ..records import Reply, StreamStats, ToolCall
+from .base import Event, split_think
 
 __all__ = ["StreamAssembler", "parse_completion"]
 
@@ -319,6 +322,7 @@ class StreamAssembler:
 
     def __init__(self) -> None:
         self._text: list[str] = []
+        self._reasoning: list[str] = []
         self._tool_calls = _ToolCalls()
         self._legacy: _CallBuilder | None = None  # a ``function_call`` delta stream
         self._finish_reason: str | None = None
@@ -329,7 +333,7 @@ class StreamAssembler:
         self._done = False
         self._ttft_ms: float | None = None
 
-    def add(self, event: SSEEvent, offset_ms: float) -> None:
+    def add(self, event: Event, offset_ms: float) -> None:
         """Read one event; ``offset_ms`` is the time since the request was sent."""
         data = event.data
         if not data.startswith("{") and data.strip() == "[DONE]":
@@ -354,16 +358,17 @@ class StreamAssembler:
             self._problems.append(
                 "stream ended inside an event (no blank line after its last data line)"
             )
-        return Reply(
-            text="".join(self._text),
+        reply = Reply(
             tool_calls=_calls_of(self._tool_calls, self._legacy, self._problems),
-            finish_reason=self._finish_reason,
             usage=self._usage,
             error=self._error,
             ttft_ms=self._ttft_ms,
             stream=StreamStats(done=self._done, chunks=self._chunks, usage=self._usage is not None),
             problems=self._problems,
         )
+        _set_text(reply, "".join(self._text), "".join(self._reasoning) or None)
+        _set_finish_reason(reply, self._finish_reason)
+        return reply
 
     def _read_chunk(self, chunk: Any, offset_ms: float) -> None:
         if not isinstance(chunk, dict):
@@ -395,6 +400,9 @@ class StreamAssembler:
         if content:
             self._text.append(content)
             carried = True
+        reasoning = _reasoning_of(delta)
+        if reasoning:
+            self._reasoning.append(reasoning)
         if self._tool_calls.add_member(delta.get("tool_calls"), self._problems, self._chunks):
             carried = True
         function_call = delta.get("function_call")
@@ -418,6 +426,32 @@ class StreamAssembler:
     def _set_error(self, message: str) -> None:
         if self._error is None:  # the first error is the cause; later ones are fallout
             self._error = message
+
+
+def _reasoning_of(message: dict[str, Any]) -> str:
+    """A message's or delta's reasoning: ``reasoning_content`` (DeepSeek, vLLM, llama.cpp)
+    or ``reasoning`` (OpenRouter, Ollama, newer vLLM), whichever holds text."""
+    for key in ("reasoning_content", "reasoning"):
+        value = message.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return ""
+
+
+def _set_text(reply: Reply, text: str, reasoning: str | None) -> None:
+    """The reply's text and reasoning; a ``<think>`` block that opens the text is reasoning
+    (kept apart even when the server also sent reasoning of its own, which then wins)."""
+    reply.text, thought = split_think(text)
+    reply.reasoning = reasoning if reasoning is not None else thought
+
+
+_NORMALISED = {"function_call": "tool_calls"}
+"""Chat finish reasons that mean one of the normalised ones (the legacy function call)."""
+
+
+def _set_finish_reason(reply: Reply, reason: str | None) -> None:
+    reply.api_finish_reason = reason
+    reply.finish_reason = _NORMALISED.get(reason, reason) if reason is not None else None
 
 
 def _calls_of(
@@ -479,9 +513,9 @@ def _completion_reply(status: int, payload: Any) -> Reply:
     if choice is None or not isinstance(message, dict):
         reply.problems.append(f"response is not a chat completion: {_snippet(_dumps(payload))}")
         return reply
-    reply.text = _message_text(message.get("content"))
+    _set_text(reply, _message_text(message.get("content")), _reasoning_of(message) or None)
     reply.tool_calls = _message_calls(message, reply.problems)
-    reply.finish_reason = _finish_reason(choice)
+    _set_finish_reason(reply, _finish_reason(choice))
     usage = payload.get("usage")
     reply.usage = usage if isinstance(usage, dict) else None
     return reply

@@ -1,0 +1,181 @@
+"""What every wire API adapter provides, and the helpers they share.
+
+An adapter is stateless: one instance per API serves every case run. Its reading side never
+raises on what a server sent; protocol slips go into ``Reply.problems``, each message
+starting with the name of the check it broke (``responses stream: ...``), and the stage
+fails on them with that reason (SPEC section 6).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..records import Reply
+
+if TYPE_CHECKING:
+    from ..casefile.schema import AllowedTools, Case, Tool, ToolChoiceFunction
+
+KeyPath = tuple[str | int, ...]
+
+FINISH_REASONS = ("stop", "tool_calls", "length", "content_filter")
+"""The normalised finish reasons: chat completions' own words, which every API maps onto."""
+
+
+class Event(Protocol):
+    """One server-sent event, as the SSE decoder or a cassette gives it."""
+
+    @property
+    def data(self) -> str: ...
+
+    @property
+    def event(self) -> str: ...
+
+
+class StreamReader(Protocol):
+    """Reads one streamed reply event by event; ``finish`` gives the reassembled Reply."""
+
+    def add(self, event: Event, offset_ms: float) -> None:
+        """Read one event; ``offset_ms``: when it arrived, after the request was sent."""
+
+    def finish(self, *, truncated: bool = False) -> Reply:
+        """The reply; ``truncated``: the stream ended inside an event."""
+
+
+@dataclass(frozen=True)
+class RequestParts:
+    """What one request of a stage is made of, before any API shapes it."""
+
+    model: str | None
+    messages: list[dict[str, Any]]
+    """The conversation so far, as chat-completions messages."""
+    tools: list[Tool] = field(default_factory=list)
+    tool_choice: str | ToolChoiceFunction | AllowedTools | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    """The case's and the stage's params merged: the API's own keys, sent as they are
+    (apart from the few each adapter translates, named in docs/case-format.md)."""
+    stream: bool = False
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    """Something a case asks for that an API cannot express: a collection error."""
+
+    message: str
+    path: KeyPath
+
+
+class WireApi(ABC):
+    """One wire API: the request it builds, the replies it reads, what it cannot say."""
+
+    name: str
+    """As cases and flags name it: ``chat``, ``responses``, ``messages``."""
+    path: str
+    """Where requests go, below the base URL (``chat/completions``)."""
+    key_env: str
+    """The environment variable the API key is read from when no setting names one."""
+    title: str
+    """The API's name as people say it, for messages."""
+
+    def headers(self, api_key: str | None) -> dict[str, str]:
+        """Headers of every request: the credentials, and what the API requires."""
+        return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+    @abstractmethod
+    def request(self, parts: RequestParts) -> dict[str, Any]:
+        """The JSON body of one request."""
+
+    @abstractmethod
+    def read_body(self, status: int, body: bytes | str, content_type: str) -> Reply:
+        """A whole (not streamed) response of any status -> Reply."""
+
+    @abstractmethod
+    def stream_reader(self) -> StreamReader:
+        """A reader for one streamed response."""
+
+    def unsupported(self, case: Case) -> list[Unsupported]:
+        """What ``case`` asks that this API cannot express (none by default)."""
+        return []
+
+
+# --- shared by the adapters ---------------------------------------------------------------
+
+TOKEN_LIMIT_KEYS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+"""The names the three APIs give the reply's token limit; a case may use any of them and
+each API gets its own."""
+
+
+def take_token_limit(params: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    """``params`` without its token limit, and the limit (None when there is none)."""
+    rest = {key: value for key, value in params.items() if key not in TOKEN_LIMIT_KEYS}
+    limit = next((params[key] for key in TOKEN_LIMIT_KEYS if key in params), None)
+    return rest, limit
+
+
+def message_text(content: Any) -> str:
+    """Message content as text: a string, or a list of parts with ``text``."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            part["text"] for part in content
+            if isinstance(part, dict) and isinstance(part.get("text"), str))
+    return ""
+
+
+def with_token_totals(usage: Any, input_key: str, output_key: str) -> dict[str, Any] | None:
+    """An API's usage object with the chat-completions names added where missing
+    (``prompt_tokens``, ``completion_tokens``, ``total_tokens``), so one ``usage``
+    expectation reads the same over every API; the API's own keys stay."""
+    if not isinstance(usage, dict):
+        return None
+    merged = dict(usage)
+    given_in, given_out = usage.get(input_key), usage.get(output_key)
+    if isinstance(given_in, int):
+        merged.setdefault("prompt_tokens", given_in)
+    if isinstance(given_out, int):
+        merged.setdefault("completion_tokens", given_out)
+    if isinstance(given_in, int) and isinstance(given_out, int):
+        merged.setdefault("total_tokens", given_in + given_out)
+    return merged
+
+
+_THINK = re.compile(r"\A\s*<think>(.*?)(?:</think>\s*|\Z)", re.DOTALL)
+
+
+def split_think(text: str) -> tuple[str, str | None]:
+    """Text that opens with a ``<think>`` block -> (the text after it, the block's content).
+
+    Models trained to think in tags put it there when the server does not take it apart; a
+    block never closed is all reasoning (the stream was cut, or the limit hit, mid-thought).
+    """
+    if "<think>" not in text:
+        return text, None
+    match = _THINK.match(text)
+    if match is None:
+        return text, None
+    return text[match.end():], match.group(1).strip()
+
+
+def arguments_json(raw: str) -> tuple[Any, str | None]:
+    """Tool-call arguments text -> (the parsed value, None) or (None, why it is not JSON)."""
+    try:
+        return json.loads(raw.strip()), None
+    except (ValueError, RecursionError) as exc:
+        return None, str(exc)
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON of data a server sent (an object where a string belongs)."""
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        return repr(value)
+
+
+def snippet(text: str, limit: int = 80) -> str:
+    """``text`` cut to fit a one-line message."""
+    return repr(text if len(text) <= limit else text[:limit] + "...")
