@@ -32,7 +32,7 @@ from typing import Any
 
 from _common import print_table
 
-from pytest_toolbench.transport.reassemble import StreamAssembler
+from pytest_toolbench.wire.chat_reader import StreamAssembler
 from pytest_toolbench.transport.sse import SSEDecoder
 
 TARGET_MB_S = 20.0
