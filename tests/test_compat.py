@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from pytest_toolbench.records import Reply
-from pytest_toolbench.transport.reassemble import StreamAssembler, parse_completion
+from pytest_toolbench.wire.chat_reader import StreamAssembler, parse_completion
 from pytest_toolbench.transport.sse import SSEDecoder
 
 COMPAT_ENV = "TOOLBENCH_COMPAT_DIR"

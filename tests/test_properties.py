@@ -41,7 +41,7 @@ from pytest_toolbench.matchers import (
     compile_tool_calls,
 )
 from pytest_toolbench.records import Reply, ToolCall
-from pytest_toolbench.transport.reassemble import StreamAssembler, parse_completion
+from pytest_toolbench.wire.chat_reader import StreamAssembler, parse_completion
 from pytest_toolbench.transport.sse import SSEDecoder, SSEEvent
 
 # Reporting a failing example makes hypothesis import libcst, which warns as it imports
