@@ -1,0 +1,241 @@
+"""Choosing the wire API, and what every API shares: items per API, cassettes that know
+their API, reasoning, both finish reasons, strict and allowed tools, parallel_tool_calls.
+
+Each adapter's own translation and stream checks are in tests/test_wire_<api>.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from support.chat_server import ChatServer, chunks_for, completion, json_reply, sse_reply
+
+TEXT_CASE = """
+name: hello
+stages:
+  - name: ask
+    user: Say hi
+    expect: {text: {$contains: hi}}
+"""
+
+
+def write_case(pytester: pytest.Pytester, body: str, base_url: str = "",
+               name: str = "wire") -> Path:
+    endpoint = f"endpoint: {{base_url: '{base_url}'}}\n" if base_url else ""
+    return pytester.makefile(".case.yaml", **{name: endpoint + body})
+
+
+def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest("-p", "no:cacheprovider", *args)
+
+
+# -- choosing the API -------------------------------------------------------------------
+
+
+def test_api_flag_makes_one_item_per_api_with_readable_ids(pytester: pytest.Pytester) -> None:
+    write_case(pytester, "model: [m1, m2]\n" + TEXT_CASE)
+    result = run(pytester, "--collect-only", "-q", "--toolbench-api=chat,responses,messages")
+    result.stdout.fnmatch_lines([
+        "wire.case.yaml::hello[m1]",
+        "wire.case.yaml::hello[m1-responses]",
+        "wire.case.yaml::hello[m1-messages]",
+        "wire.case.yaml::hello[m2]",
+        "wire.case.yaml::hello[m2-responses]",
+        "wire.case.yaml::hello[m2-messages]",
+        "6 tests collected*",
+    ])
+
+
+def test_case_api_beats_ini_and_the_flag_beats_both(pytester: pytest.Pytester) -> None:
+    write_case(pytester, TEXT_CASE, name="plain")
+    write_case(pytester, "endpoint: {api: messages}\n"
+               + TEXT_CASE.replace("name: hello", "name: anthropic"), name="own")
+    pytester.makeini("[pytest]\ntoolbench_api = responses\n")
+    result = run(pytester, "--collect-only", "-q")
+    result.stdout.fnmatch_lines(["own.case.yaml::anthropic[[]messages[]]",
+                                 "plain.case.yaml::hello[[]responses[]]"])
+    result = run(pytester, "--collect-only", "-q", "--toolbench-api=chat")
+    result.stdout.fnmatch_lines(["own.case.yaml::anthropic", "plain.case.yaml::hello"])
+
+
+def test_unknown_api_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    write_case(pytester, TEXT_CASE)
+    result = run(pytester, "--toolbench-api=chat,graphql")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        "*--toolbench-api: unknown API 'graphql'; choose from chat, responses, messages*"])
+
+
+def test_unknown_api_in_a_case_is_a_collection_error_at_its_line(
+        pytester: pytest.Pytester) -> None:
+    write_case(pytester, "endpoint:\n  api: soap\n" + TEXT_CASE)
+    result = run(pytester)
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*wire.case.yaml:2*api*chat*responses*messages*"])
+
+
+# -- cassettes ----------------------------------------------------------------------------
+
+
+def test_a_cassette_records_its_api_and_refuses_another(pytester: pytest.Pytester,
+                                                         chat_server: ChatServer) -> None:
+    chat_server.enqueue(json_reply(completion("hi there")))
+    write_case(pytester, TEXT_CASE, chat_server.base_url)
+    run(pytester, "--toolbench-record").assert_outcomes(passed=1)
+    cassette = pytester.path / "__cassettes__" / "wire" / "hello.yaml"
+    assert "\napi: chat\n" in cassette.read_text()
+    assert "path: /chat/completions" in cassette.read_text()
+
+    # The same file now claims to hold the Responses API's exchanges: replaying it over
+    # chat must say so rather than answer chat requests with it.
+    cassette.write_text(cassette.read_text().replace("\napi: chat\n", "\napi: responses\n"))
+    result = run(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*__cassettes__/wire/hello.yaml holds the responses API's exchanges, and this case"
+        " speaks the chat API*record this one with*"])
+
+
+def test_a_cassette_without_api_is_chat(pytester: pytest.Pytester,
+                                        chat_server: ChatServer) -> None:
+    """Cassettes recorded before a case could speak another API replay as chat."""
+    chat_server.enqueue(json_reply(completion("hi there")))
+    write_case(pytester, TEXT_CASE, chat_server.base_url)
+    run(pytester, "--toolbench-record").assert_outcomes(passed=1)
+    cassette = pytester.path / "__cassettes__" / "wire" / "hello.yaml"
+    cassette.write_text(cassette.read_text().replace("\napi: chat\n", "\n"))
+    run(pytester).assert_outcomes(passed=1)
+
+
+# -- what every API shares ---------------------------------------------------------------
+
+REASONING_CASE = """
+name: think
+stages:
+  - name: ask
+    user: Is 17 prime?
+    stream: {stream}
+    expect:
+      text: "yes"
+      reasoning: {{$contains: divisors}}
+"""
+
+
+@pytest.mark.parametrize("where", ["reasoning_content", "reasoning", "think"])
+def test_reasoning_is_kept_apart_from_the_text(pytester: pytest.Pytester,
+                                               chat_server: ChatServer, where: str) -> None:
+    body = completion("yes")
+    message = body["choices"][0]["message"]
+    if where == "think":
+        message["content"] = "<think>no divisors but 1 and 17</think>\n\nyes"
+    else:
+        message[where] = "no divisors but 1 and 17"
+    chat_server.enqueue(json_reply(body))
+    write_case(pytester, REASONING_CASE.format(stream="false"), chat_server.base_url)
+    run(pytester, "--toolbench-live").assert_outcomes(passed=1)
+
+
+def test_streamed_reasoning_deltas_and_both_variants_compared(
+        pytester: pytest.Pytester, chat_server: ChatServer) -> None:
+    chunks = chunks_for("yes")
+    chunks.insert(1, {**chunks[1], "choices": [
+        {"index": 0, "delta": {"reasoning_content": "no divisors"}, "finish_reason": None}]})
+    plain = completion("yes")
+    plain["choices"][0]["message"]["reasoning_content"] = "other divisors"
+    chat_server.enqueue(sse_reply(chunks), json_reply(plain))
+    write_case(pytester, REASONING_CASE.format(stream="both"), chat_server.base_url)
+    result = run(pytester, "--toolbench-live")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*streamed and non-streamed replies differ in reasoning*"])
+
+
+def test_absent_reasoning_and_the_transcript_shows_it(pytester: pytest.Pytester,
+                                                      chat_server: ChatServer) -> None:
+    body = completion("yes")
+    body["choices"][0]["message"]["reasoning"] = "17 has no divisors"
+    chat_server.enqueue(json_reply(body))
+    write_case(pytester, """
+name: quiet
+stages:
+  - name: ask
+    user: Is 17 prime?
+    expect: {reasoning: {$absent: true}}
+""", chat_server.base_url)
+    result = run(pytester, "--toolbench-live")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*reasoning: 17 has no divisors*"])
+
+
+def test_finish_reason_is_normalised_and_the_apis_own_is_kept(
+        pytester: pytest.Pytester, chat_server: ChatServer) -> None:
+    body = completion(tool_calls=[("f", {})], finish_reason="function_call")
+    chat_server.enqueue(json_reply(body))
+    write_case(pytester, """
+name: legacy
+tools: [{name: f}]
+stages:
+  - name: ask
+    user: call f
+    expect: {finish_reason: tool_calls, api_finish_reason: function_call}
+""", chat_server.base_url)
+    run(pytester, "--toolbench-live").assert_outcomes(passed=1)
+
+
+def test_strict_tools_and_allowed_tools_reach_the_request(pytester: pytest.Pytester,
+                                                          chat_server: ChatServer) -> None:
+    chat_server.enqueue(json_reply(completion(tool_calls=[("f", {})])))
+    write_case(pytester, """
+name: strict
+tools:
+  - {name: f, strict: true, parameters: {type: object, properties: {}}}
+  - {name: g}
+stages:
+  - name: ask
+    user: call f
+    tool_choice: {allowed_tools: {mode: required, tools: [f]}}
+""", chat_server.base_url)
+    run(pytester, "--toolbench-live").assert_outcomes(passed=1)
+    sent = chat_server.requests[0].json()
+    assert sent["tools"][0]["function"]["strict"] is True
+    assert "strict" not in sent["tools"][1]["function"]
+    assert sent["tool_choice"] == {"type": "allowed_tools", "allowed_tools": {
+        "mode": "required", "tools": [{"type": "function", "function": {"name": "f"}}]}}
+
+
+def test_allowed_tools_must_name_the_cases_tools(pytester: pytest.Pytester) -> None:
+    write_case(pytester, """
+name: strict
+tools: [{name: f}]
+stages:
+  - name: ask
+    user: call f
+    tool_choice:
+      allowed_tools:
+        tools: [f, nope]
+""")
+    result = run(pytester)
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*wire.case.yaml:8: *allowed tool 'nope' is not one of the"
+                                 " case's tools (f)*"])
+
+
+@pytest.mark.parametrize(("where", "line"), [("case", 2), ("stage", 7)])
+def test_parallel_tool_calls_false_fails_two_calls(pytester: pytest.Pytester,
+                                                   chat_server: ChatServer, where: str,
+                                                   line: int) -> None:
+    chat_server.enqueue(json_reply(completion(tool_calls=[("f", {}), ("g", {})])))
+    case_params = "params: {parallel_tool_calls: false}\n" if where == "case" else ""
+    stage_params = "    params: {parallel_tool_calls: false}\n" if where == "stage" else ""
+    write_case(pytester, case_params + """name: one_at_a_time
+tools: [{name: f}, {name: g}]
+stages:
+  - name: ask
+    user: call both
+""" + stage_params, chat_server.base_url)
+    result = run(pytester, "--toolbench-live")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"*wire.case.yaml:{line}: *parallel_tool_calls is false,"
+                                 " yet one reply made 2 tool calls: f, g*"])
+    assert chat_server.requests[0].json()["parallel_tool_calls"] is False
