@@ -8,6 +8,8 @@ command runs in this process, as a user runs it, and its matrix is read from ``-
 from __future__ import annotations
 
 import json
+import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -247,3 +249,18 @@ def test_a_probe_answered_with_5xx_does_not_fail_the_others(
     assert "got 500" in cells(matrix)["required"]["reason"]
     assert [name for name, verdict in verdicts.items() if verdict == "fail"] == ["required"]
     assert code == 1
+
+
+def test_an_unreachable_server_is_said_at_once(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """No probe is sent to a port nobody listens on: one line, exit 2, no fifteen waits."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again before conform connects: refused
+    started = time.perf_counter()
+    code = toolbench(["conform", "--base-url", f"http://127.0.0.1:{port}/v1"])
+    assert code == 2
+    assert time.perf_counter() - started < 5
+    err = capsys.readouterr().err
+    assert f"toolbench conform: error: cannot connect to 127.0.0.1:{port} (" in err
+    assert "is the server running?" in err

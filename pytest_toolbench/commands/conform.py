@@ -15,8 +15,10 @@ import contextlib
 import io
 import json
 import shutil
+import socket
 import sys
 import tempfile
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -87,6 +89,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exit_:
         return exit_.code if isinstance(exit_.code, int) else 2
+    unreachable = _unreachable(args.base_url, min(args.timeout or REACH_TIMEOUT_S,
+                                                  REACH_TIMEOUT_S))
+    if unreachable:
+        print(f"toolbench conform: error: {unreachable}; is the server running?",
+              file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory(prefix="toolbench-conform-") as scratch:
         rows = run_probes(args, Path(scratch))
     if rows is None:
@@ -97,6 +105,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     sys.stdout.write(_render(args.format, rows, document))
     return 0 if _all_supported_pass(rows) else 1
+
+
+REACH_TIMEOUT_S = 5.0
+"""How long the server may take to accept a connection before no probe is sent."""
+
+
+def _unreachable(base_url: str, timeout_s: float) -> str:
+    """Why no connection to ``base_url``'s host can be opened, or "" when one can.
+
+    Every probe would otherwise wait out its own connect failures and retries (about 15 s
+    for the suite) to say the same thing fifteen times.
+    """
+    url = urllib.parse.urlsplit(base_url)
+    if url.scheme not in ("http", "https") or not url.hostname:
+        return f"--base-url {base_url!r} is not an http(s) URL"
+    try:
+        port = url.port or (443 if url.scheme == "https" else 80)
+    except ValueError as exc:
+        return f"--base-url {base_url!r}: {exc}"
+    try:
+        socket.create_connection((url.hostname, port), timeout=timeout_s).close()
+    except OSError as exc:
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        return f"cannot connect to {url.hostname}:{port} ({reason})"
+    return ""
 
 
 def run_probes(args: argparse.Namespace, scratch: Path) -> list[Row] | None:
