@@ -1,0 +1,317 @@
+"""Anthropic's Messages API (``POST messages``): the case's conversation as content blocks.
+
+Headers: ``x-api-key`` when there is a key (no ``Authorization``), and always
+``anthropic-version: 2023-06-01``.
+
+The request, from the chat-shaped conversation:
+
+- every ``system`` (or ``developer``) message -> the top-level ``system`` string, joined with
+  blank lines;
+- ``user`` -> a user turn: its text, or its parts (``text`` kept; ``image_url`` as an
+  ``image`` block, a ``data:`` URL as base64);
+- ``assistant`` -> a ``text`` block if it has text, then one ``tool_use`` block per
+  call with ``input`` the parsed arguments. Arguments that are not a JSON object (the model
+  sent broken JSON, and the tool run answered with an error) go as ``{}``: the API takes
+  nothing else, and the tool result that follows says what went wrong. An assistant
+  message with neither text nor calls is left out (the API refuses empty turns);
+- ``tool`` -> a ``tool_result`` block (``tool_use_id``, ``content`` as a string) in a user
+  turn. Consecutive turns of one role merge, since the API wants them to alternate: tool
+  results and the user message after them make one user turn, results first;
+- tools -> ``{"name", "description", "input_schema"}``, ``"strict": true`` when the tool
+  sets ``strict``;
+- ``tool_choice``: ``auto`` -> ``{"type": "auto"}``, ``required`` -> ``{"type": "any"}``,
+  ``none`` -> ``{"type": "none"}``, ``{name: X}`` -> ``{"type": "tool", "name": X}``;
+  ``allowed_tools`` cannot be said (a collection error, see ``unsupported``);
+- ``params.parallel_tool_calls: false`` -> ``disable_parallel_tool_use: true`` in the
+  tool choice (``{"type": "auto"}`` when the stage gives none; nothing with ``none``, which
+  makes no calls, or without tools); ``true`` is the API's default and is not sent;
+- ``max_tokens`` is required: the case's token limit (``max_tokens``,
+  ``max_completion_tokens`` or ``max_output_tokens``), else ``DEFAULT_MAX_TOKENS``;
+- ``stream: true`` when streamed; every other param as it is.
+
+Reading (``messages_reader.py``): text blocks are the text, ``tool_use`` blocks the calls,
+``thinking`` blocks the reasoning (a ``redacted_thinking`` block adds
+``[redacted thinking]``); ``stop_reason`` is ``api_finish_reason``, normalised as
+``end_turn``/``stop_sequence`` -> ``stop``, ``tool_use`` -> ``tool_calls``, ``max_tokens``
+and ``model_context_window_exceeded`` -> ``length``, ``refusal`` -> ``content_filter``,
+others (``pause_turn``) as sent. Usage is the API's, plus the chat names (``prompt_tokens``
+counts the cached prompt tokens too); a stream's merges ``message_start``'s with
+``message_delta``'s (the later numbers win). An error body's or ``error`` event's
+``error.message`` is ``Reply.error``.
+
+The checks, each a problem that starts with its name:
+
+- ``messages body: JSON`` / ``message shape``: a 2xx body that is not JSON, or no message;
+- ``messages stream: JSON`` / ``event type``: an event that is not a JSON object with a
+  ``type``, or whose ``event:`` line names another type than its data;
+- ``messages stream: message_start first``: an event before ``message_start``, or a second;
+- ``messages stream: terminal event``: no ``message_stop`` (nor ``error``) at the end, or
+  events after it; ``event framing``: the stream ended inside an event;
+- ``messages stream: block shape``: a ``content_block_start`` without index or block type;
+- ``messages stream: delta for a block never started`` / ``stop for a block never
+  started``: an index no ``content_block_start`` opened;
+- ``messages stream: block started twice`` (other than llama-server's repeat of an open
+  block), ``block stopped twice``, ``block never stopped`` (before ``message_stop``),
+  ``delta after its block stopped``;
+- ``messages stream: delta type does not fit the block`` (``input_json_delta`` into a
+  text block...); ``delta shape``: a delta without its string field;
+- ``messages stream: stop_reason``: ``message_stop`` without any ``stop_reason``;
+- ``tool_use ids`` (body and stream): a call without an id, or with another call's id;
+- ``tool_use input``: an input that is not an object, or a streamed block that opened
+  with an input and streamed ``partial_json`` too;
+- ``stop_reason fits the blocks``: ``tool_use`` without a call, or a call with
+  ``end_turn``/``stop_sequence``.
+
+Streamed arguments that do not join into JSON (an empty ``partial_json`` overall is ``{}``)
+are the call's ``arguments_error``, which fails a streamed stage as in every API.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from ..records import Reply
+from .base import (
+    RequestParts,
+    StreamReader,
+    Unsupported,
+    WireApi,
+    message_text,
+    take_token_limit,
+)
+from .messages_reader import MessageStream, read_message
+
+if TYPE_CHECKING:
+    from ..casefile.schema import AllowedTools, Case, Tool, ToolChoiceFunction
+
+__all__ = ["ANTHROPIC_VERSION", "DEFAULT_MAX_TOKENS", "MESSAGES", "MessagesApi"]
+
+ANTHROPIC_VERSION = "2023-06-01"
+"""The ``anthropic-version`` header every request carries."""
+
+DEFAULT_MAX_TOKENS = 1024
+"""``max_tokens`` when the case sets no token limit: the API requires one."""
+
+_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+_PART_TYPES = frozenset({"text", "image_url"})
+_TITLE = "the messages API (Anthropic Messages)"
+
+
+class MessagesApi(WireApi):
+    name = "messages"
+    path = "messages"
+    key_env = "ANTHROPIC_API_KEY"
+    title = "Messages API"
+
+    def headers(self, api_key: str | None) -> dict[str, str]:
+        headers = {"anthropic-version": ANTHROPIC_VERSION}
+        if api_key:
+            headers["x-api-key"] = api_key
+        return headers
+
+    def request(self, parts: RequestParts) -> dict[str, Any]:
+        params, limit = take_token_limit(parts.params)
+        single = params.pop("parallel_tool_calls", None) is False
+        system, messages = _conversation(parts.messages)
+        body: dict[str, Any] = {}
+        if parts.model is not None:
+            body["model"] = parts.model
+        if system:
+            body["system"] = system
+        body["messages"] = messages
+        if parts.tools:
+            body["tools"] = [_tool(tool) for tool in parts.tools]
+        choice = _tool_choice(parts.tool_choice, single and bool(parts.tools))
+        if choice is not None:
+            body["tool_choice"] = choice
+        body["max_tokens"] = DEFAULT_MAX_TOKENS if limit is None else limit
+        body.update(params)
+        if parts.stream:
+            body["stream"] = True
+        return body
+
+    def read_body(self, status: int, body: bytes | str, content_type: str) -> Reply:
+        return read_message(status, body, content_type)
+
+    def stream_reader(self) -> StreamReader:
+        return MessageStream()
+
+    def unsupported(self, case: Case) -> list[Unsupported]:
+        found: list[Unsupported] = []
+        for index, stage in enumerate(case.stages):
+            if hasattr(stage.tool_choice, "allowed_tools"):
+                found.append(Unsupported(
+                    f"{_TITLE} has no allowed_tools tool_choice; give auto, required, none or"
+                    " {name: TOOL}, or run this case over chat or responses (--toolbench-api)",
+                    ("stages", index, "tool_choice")))
+            for position, message in enumerate(stage.messages):
+                found.extend(_message_unsupported(message, ("stages", index, "messages",
+                                                            position)))
+        return found
+
+
+def _message_unsupported(message: dict[str, Any], path: tuple[str | int, ...]
+                         ) -> list[Unsupported]:
+    """What one message of a stage asks that the API has no words for."""
+    role = message.get("role")
+    if role not in _ROLES:
+        return [Unsupported(f"{_TITLE} has no {role!r} role; use system, user, assistant or"
+                            " tool", (*path, "role"))]
+    if role == "tool" and not message.get("tool_call_id"):
+        return [Unsupported(f"{_TITLE} pairs each tool result with its call by id; give this"
+                            " tool message a tool_call_id", path)]
+    content = message.get("content")
+    if role != "user" or not isinstance(content, list):
+        return []
+    return [Unsupported(f"{_TITLE} takes text and image_url parts here, not"
+                        f" {_part_type(part)!r}", (*path, "content", index))
+            for index, part in enumerate(content)
+            if _part_type(part) not in _PART_TYPES]
+
+
+def _part_type(part: Any) -> Any:
+    return part.get("type") if isinstance(part, dict) else type(part).__name__
+
+
+# --- the conversation ---------------------------------------------------------------------
+
+
+def _conversation(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    """Chat messages -> (the system text, the alternating user and assistant turns)."""
+    system: list[str] = []
+    turns: list[tuple[str, list[dict[str, Any]]]] = []
+    for message in messages:
+        role = message.get("role")
+        if role in ("system", "developer"):
+            system.append(message_text(message.get("content")))
+        elif role == "assistant":
+            _add(turns, "assistant", _assistant_blocks(message))
+        elif role == "tool":
+            _add(turns, "user", [_tool_result(message)])
+        else:  # user, and what collection refused (never crash on it)
+            _add(turns, "user", _user_blocks(message.get("content")))
+    return "\n\n".join(text for text in system if text), [_turn(*turn) for turn in turns]
+
+
+def _add(turns: list[tuple[str, list[dict[str, Any]]]], role: str,
+         blocks: list[dict[str, Any]]) -> None:
+    """Append blocks as a turn of ``role``; a turn after one of the same role merges."""
+    if not blocks:
+        return
+    if turns and turns[-1][0] == role:
+        turns[-1][1].extend(blocks)
+    else:
+        turns.append((role, list(blocks)))
+
+
+def _turn(role: str, blocks: list[dict[str, Any]]) -> dict[str, Any]:
+    """One turn as sent: tool results first (the API's rule), a lone text as a string."""
+    if role == "user":
+        blocks = sorted(blocks, key=lambda block: block["type"] != "tool_result")
+        if len(blocks) > 1:  # an empty text beside other blocks is refused; alone it is sent
+            blocks = [b for b in blocks if b["type"] != "text" or b["text"]] or blocks[:1]
+        if len(blocks) == 1 and blocks[0]["type"] == "text":
+            return {"role": role, "content": blocks[0]["text"]}
+    return {"role": role, "content": blocks}
+
+
+def _user_blocks(content: Any) -> list[dict[str, Any]]:
+    if not isinstance(content, list):
+        return [{"type": "text", "text": content if isinstance(content, str) else ""}]
+    blocks = []
+    for part in content:
+        kind = _part_type(part)
+        if kind == "text" and isinstance(part.get("text"), str):
+            blocks.append({"type": "text", "text": part["text"]})
+        elif kind == "image_url":
+            blocks.append(_image(part.get("image_url")))
+    return blocks
+
+
+def _image(image_url: Any) -> dict[str, Any]:
+    """A chat ``image_url`` part as an ``image`` block: a data URL inline, others by URL."""
+    url = image_url.get("url") if isinstance(image_url, dict) else image_url
+    url = url if isinstance(url, str) else ""
+    header, comma, data = url.partition(",")
+    if url.startswith("data:") and comma and header.endswith(";base64"):
+        media_type = header.removeprefix("data:").removesuffix(";base64")
+        return {"type": "image",
+                "source": {"type": "base64", "media_type": media_type, "data": data}}
+    return {"type": "image", "source": {"type": "url", "url": url}}
+
+
+def _assistant_blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    text = message_text(message.get("content"))
+    if text:
+        blocks.append({"type": "text", "text": text})
+    calls = message.get("tool_calls")
+    for call in calls if isinstance(calls, list) else []:
+        if isinstance(call, dict):
+            blocks.append(_tool_use(call))
+    return blocks
+
+
+def _tool_use(call: dict[str, Any]) -> dict[str, Any]:
+    function = call.get("function")
+    function = function if isinstance(function, dict) else {}
+    return {"type": "tool_use", "id": str(call.get("id") or ""),
+            "name": str(function.get("name") or ""),
+            "input": _input(function.get("arguments"))}
+
+
+def _input(arguments: Any) -> dict[str, Any]:
+    """Call arguments as the ``input`` object; anything but a JSON object is ``{}``."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except (ValueError, RecursionError):
+            return {}
+    return arguments if isinstance(arguments, dict) else {}
+
+
+def _tool_result(message: dict[str, Any]) -> dict[str, Any]:
+    content = message.get("content")
+    if isinstance(content, list):
+        content = message_text(content)
+    elif not isinstance(content, str):
+        content = "" if content is None else json.dumps(content, ensure_ascii=False)
+    return {"type": "tool_result", "tool_use_id": str(message.get("tool_call_id") or ""),
+            "content": content}
+
+
+# --- tools ----------------------------------------------------------------------------------
+
+
+def _tool(tool: Tool) -> dict[str, Any]:
+    body: dict[str, Any] = {"name": tool.name}
+    if tool.description:
+        body["description"] = tool.description
+    body["input_schema"] = tool.parameters
+    if tool.strict:
+        body["strict"] = True
+    return body
+
+
+_CHOICES = {"auto": "auto", "required": "any", "none": "none"}
+
+
+def _tool_choice(choice: str | ToolChoiceFunction | AllowedTools | None,
+                 single: bool) -> dict[str, Any] | None:
+    """The stage's tool choice in the API's words; ``single``: at most one call a reply."""
+    if choice is None:
+        return {"type": "auto", "disable_parallel_tool_use": True} if single else None
+    # The schema's classes are not imported: this package leans on ``records`` alone.
+    if isinstance(choice, str):
+        said: dict[str, Any] = {"type": _CHOICES.get(choice, choice)}
+    elif hasattr(choice, "allowed_tools"):  # refused at collection; the nearest if it comes
+        said = {"type": "any" if choice.allowed_tools.mode == "required" else "auto"}
+    else:
+        said = {"type": "tool", "name": choice.name}
+    if single and said["type"] != "none":  # "none" makes no calls and takes no such key
+        said["disable_parallel_tool_use"] = True
+    return said
+
+
+MESSAGES = MessagesApi()

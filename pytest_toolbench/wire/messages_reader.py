@@ -1,0 +1,530 @@
+"""Messages API replies -> :class:`Reply`: one ``message`` body, or its stream of events.
+
+A reply is a list of content blocks: ``text`` blocks are the answer, ``tool_use`` blocks the
+calls (``input`` an object), ``thinking`` and ``redacted_thinking`` blocks the reasoning. A
+stream opens with ``message_start``, then per block ``content_block_start``, its
+``content_block_delta`` events and ``content_block_stop``, then ``message_delta`` (the
+``stop_reason`` and the output usage) and ``message_stop``; ``ping`` may come anywhere, an
+``error`` event ends the stream in band.
+
+The reading never raises: each slip is a message in ``Reply.problems`` that starts with its
+check's name (``messages stream: ...``, ``messages body: ...``; listed in ``messages.py``).
+
+What servers do differently, read as they mean (llama.cpp's ``llama-server`` among them):
+
+- ``content_block_start`` of a ``tool_use`` without ``input`` (the start value is ``{}``);
+- a tool without arguments streams no ``input_json_delta``, or only ``""``: ``{}``;
+- a block started again while it is open, with the same type and id (llama-server sends
+  it when a call's last arguments come with the final result): the same block, no slip;
+- several blocks open at once, each stopped at the end;
+- an in-band error as ``data: {"error": {...}}`` without ``type``, or as plain text after
+  ``event: error``;
+- a usage number sent as ``null`` in ``message_delta`` does not wipe the one
+  ``message_start`` gave.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, TypeGuard
+
+from ..records import Reply, StreamStats, ToolCall
+from .base import Event, arguments_json, dumps, snippet, split_think, with_token_totals
+
+__all__ = ["MessageStream", "read_message"]
+
+STREAM = "messages stream"
+BODY = "messages body"
+
+STOP_REASONS = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "tool_use": "tool_calls",
+    "max_tokens": "length",
+    # The context window ran out before max_tokens: chat completions say "length" for both.
+    "model_context_window_exceeded": "length",
+    "refusal": "content_filter",
+}
+"""``stop_reason`` -> the normalised finish reason; any other word (``pause_turn``) stays."""
+
+REDACTED_THINKING = "[redacted thinking]"
+"""What a ``redacted_thinking`` block adds to the reasoning: it carries no readable text,
+but the model did reason, and ``expect.reasoning`` should see that it did."""
+
+_CACHE_KEYS = ("cache_read_input_tokens", "cache_creation_input_tokens")
+
+# Which block type each delta type belongs to, and the field that carries its text. A
+# citations_delta carries no text; a delta type not listed here is ignored, as the API asks.
+_DELTAS = {
+    "text_delta": ("text", "text"),
+    "input_json_delta": ("tool_use", "partial_json"),
+    "thinking_delta": ("thinking", "thinking"),
+    "signature_delta": ("thinking", "signature"),
+    "citations_delta": ("text", None),
+}
+_KEEPS_TEXT = frozenset({"text_delta", "input_json_delta", "thinking_delta"})
+
+
+@dataclass
+class _Block:
+    """One content block, whole or being put together from deltas."""
+
+    index: int
+    type: str
+    id: str | None = None
+    name: str = ""
+    parts: list[str] = field(default_factory=list)
+    """Text, thinking, or (streamed ``tool_use``) the ``partial_json`` pieces."""
+    start_input: Any = None
+    """A ``tool_use`` block's ``input`` as it opened: the whole input of a body, ``{}`` (or
+    absent) at the start of a stream."""
+    stopped: bool = False
+
+    def label(self) -> str:
+        named = f" {self.name}" if self.name else ""
+        return f"block {self.index} ({self.type}{named})"
+
+
+# --- what bodies and streams share ------------------------------------------------------
+
+
+def _is_int(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _error_message(error: Any) -> str:
+    """The message of an ``error`` member: an object with ``message``, or a string."""
+    if isinstance(error, dict):
+        message = error.get("message")
+        return message if isinstance(message, str) and message else dumps(error)
+    return error if isinstance(error, str) else dumps(error)
+
+
+def _usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The API's usage with the chat names added. ``input_tokens`` leaves out the prompt
+    tokens read from or written to the cache; ``prompt_tokens`` counts them, as chat
+    completions' does, so one usage expectation reads the same over every API."""
+    if usage is None:
+        return None
+    merged = dict(usage)
+    given_in, given_out = usage.get("input_tokens"), usage.get("output_tokens")
+    cached = sum(usage[key] for key in _CACHE_KEYS if _is_int(usage.get(key)))
+    if _is_int(given_in) and cached:
+        merged["prompt_tokens"] = given_in + cached
+        if _is_int(given_out):
+            merged["total_tokens"] = given_in + cached + given_out
+    return with_token_totals(merged, "input_tokens", "output_tokens")
+
+
+def _set_stop_reason(reply: Reply, reason: str | None) -> None:
+    reply.api_finish_reason = reason
+    reply.finish_reason = STOP_REASONS.get(reason, reason) if reason is not None else None
+
+
+def _tool_call(block: _Block, streamed: bool, where: str, problems: list[str]) -> ToolCall:
+    """A ``tool_use`` block as a call: its input as the arguments' JSON text."""
+    raw = "".join(block.parts)
+    if streamed and block.parts and raw.strip() and _has_input(block.start_input):
+        problems.append(f"{where}: tool_use input: {block.label()} opened with input"
+                        f" {snippet(dumps(block.start_input))} and streamed partial_json too;"
+                        " read the partial_json")
+    if not raw.strip():  # no deltas, or only "": the input the block opened with
+        raw = _input_text(block, streamed, where, problems)
+    arguments, error = arguments_json(raw)
+    if error is None and not isinstance(arguments, dict):
+        problems.append(f"{where}: tool_use input: {block.label()}: the input is JSON but not"
+                        f" an object: {snippet(raw)}")
+    return ToolCall(name=block.name, arguments_raw=raw, id=block.id, arguments=arguments,
+                    arguments_error=error)
+
+
+def _has_input(value: Any) -> bool:
+    return value is not None and value != {}
+
+
+def _input_text(block: _Block, streamed: bool, where: str, problems: list[str]) -> str:
+    """The JSON text of the input a block opened with (a stream's starts as ``{}``)."""
+    value = block.start_input
+    if isinstance(value, dict):
+        return json.dumps(value, ensure_ascii=False)
+    if value is None:
+        if not streamed:
+            problems.append(f"{where}: tool_use input: {block.label()} has no input; read as {{}}")
+        return "{}"
+    if isinstance(value, str):
+        problems.append(f"{where}: tool_use input: {block.label()} has its input as a string,"
+                        f" not an object: {snippet(value)}")
+        return value
+    return dumps(value)  # a list or a number: the caller says it is not an object
+
+
+def _check_ids(calls: list[ToolCall], blocks: list[_Block], where: str,
+               problems: list[str]) -> None:
+    """Every tool result pairs with its call by id: each call needs its own."""
+    seen: set[str] = set()
+    for call, block in zip(calls, blocks):
+        if not call.id:
+            problems.append(f"{where}: tool_use ids: {block.label()} has no id, so no tool"
+                            " result can pair with it")
+        elif call.id in seen:
+            problems.append(f"{where}: tool_use ids: {block.label()} repeats id {call.id!r}"
+                            " of an earlier call")
+        seen.add(call.id or "")
+
+
+def _check_stop_reason(reply: Reply, where: str, problems: list[str]) -> None:
+    """``tool_use`` says the reply ends in calls; a finished turn says it does not."""
+    reason = reply.api_finish_reason
+    if reason == "tool_use" and not reply.tool_calls:
+        problems.append(f"{where}: stop_reason fits the blocks: stop_reason is tool_use but"
+                        " no tool_use block came")
+    elif reason in ("end_turn", "stop_sequence") and reply.tool_calls:
+        names = ", ".join(call.name for call in reply.tool_calls)
+        problems.append(f"{where}: stop_reason fits the blocks: stop_reason is {reason} but"
+                        f" the reply calls {names}; a reply with tool_use blocks stops with"
+                        " tool_use")
+
+
+def _fill(reply: Reply, blocks: list[_Block], streamed: bool, where: str) -> None:
+    """Text, reasoning and tool calls from the blocks, in their order."""
+    text: list[str] = []
+    reasoning: list[str] = []
+    uses = [block for block in blocks if block.type == "tool_use"]
+    for block in blocks:
+        if block.type == "text":
+            text.append("".join(block.parts))
+        elif block.type == "thinking":
+            reasoning.append("".join(block.parts))
+        elif block.type == "redacted_thinking":
+            reasoning.append(REDACTED_THINKING)
+    reply.tool_calls = [_tool_call(block, streamed, where, reply.problems) for block in uses]
+    _check_ids(reply.tool_calls, uses, where, reply.problems)
+    # A model that thinks in tags, on a server that does not take them apart: reasoning too.
+    reply.text, thought = split_think("".join(text))
+    given = "\n\n".join(part for part in reasoning if part)
+    reply.reasoning = given or thought
+
+
+# --- a whole body -----------------------------------------------------------------------
+
+
+def read_message(status: int, body: bytes | str, content_type: str) -> Reply:
+    """A non-streamed response of any status -> Reply; a non-2xx one sets ``error``."""
+    text = body.decode("utf-8", errors="replace") if isinstance(body, bytes) else body
+    text = text.removeprefix("\ufeff")
+    try:
+        payload: Any = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        payload, parse_error = None, str(exc)
+    else:
+        parse_error = ""
+    if not 200 <= status < 300:
+        return Reply(status=status, error=_http_error(status, text, payload))
+    if parse_error:
+        problem = (f"{BODY}: JSON: the response body ({content_type or 'no content type'}) is"
+                   f" not JSON: {parse_error}: {snippet(text)}")
+        return Reply(status=status, problems=[problem])
+    return _message_reply(status, payload)
+
+
+def _http_error(status: int, text: str, payload: Any) -> str:
+    """The message of a non-2xx response: Anthropic's ``{"type": "error", "error": {...}}``,
+    an OpenAI-style ``{"error": ...}`` (llama-server), or the body's text."""
+    if isinstance(payload, dict):
+        for key in ("error", "detail", "message"):
+            if payload.get(key) is not None:
+                return _error_message(payload[key])
+    if isinstance(payload, str) and payload:
+        return payload
+    return text.strip() or f"HTTP {status} with an empty body"
+
+
+def _message_reply(status: int, payload: Any) -> Reply:
+    reply = Reply(status=status)
+    if isinstance(payload, dict) and (payload.get("type") == "error" or "error" in payload):
+        reply.error = _error_message(payload.get("error"))
+        return reply
+    content = payload.get("content") if isinstance(payload, dict) else None
+    kind = payload.get("type", "message") if isinstance(payload, dict) else None
+    if not isinstance(content, list) or kind != "message":
+        reply.problems.append(f"{BODY}: message shape: the response is not a message (type"
+                              f" message with a content list): {snippet(dumps(payload))}")
+        return reply
+    assert isinstance(payload, dict)
+    _fill(reply, _body_blocks(content, reply.problems), False, BODY)
+    _set_stop_reason(reply, _text_or_none(payload.get("stop_reason")))
+    usage = payload.get("usage")
+    reply.usage = _usage(usage if isinstance(usage, dict) else None)
+    _check_stop_reason(reply, BODY, reply.problems)
+    return reply
+
+
+def _body_blocks(content: list[Any], problems: list[str]) -> list[_Block]:
+    blocks = []
+    for index, item in enumerate(content):
+        if not isinstance(item, dict) or not isinstance(item.get("type"), str):
+            problems.append(f"{BODY}: message shape: content block {index} is not an object"
+                            f" with a type: {snippet(dumps(item))}")
+            continue
+        block = _Block(index, item["type"], id=_text_or_none(item.get("id")),
+                       name=_text_or_none(item.get("name")) or "", stopped=True)
+        if block.type == "tool_use":
+            block.start_input = item.get("input")
+        else:
+            block.parts = [_block_text(item)]
+        blocks.append(block)
+    return blocks
+
+
+def _block_text(item: dict[str, Any]) -> str:
+    """A text block's ``text``, a thinking block's ``thinking`` (empty for the rest)."""
+    key = "thinking" if item.get("type") == "thinking" else "text"
+    return _text_or_none(item.get(key)) or ""
+
+
+# --- a stream -----------------------------------------------------------------------------
+
+
+class MessageStream:
+    """Turns the events of one streamed Messages API response into a Reply."""
+
+    def __init__(self) -> None:
+        self._blocks: dict[int, _Block] = {}
+        self._usage: dict[str, Any] | None = None
+        self._stop_reason: str | None = None
+        self._error: str | None = None
+        self._problems: list[str] = []
+        self._events = 0
+        self._started = False
+        self._done = False
+        """``message_stop`` (or an ``error`` event) arrived: the stream's proper end."""
+        self._late_said = False
+        self._early_said = False
+        self._ttft_ms: float | None = None
+
+    def add(self, event: Event, offset_ms: float) -> None:
+        """Read one event; ``offset_ms`` is the time since the request was sent."""
+        self._events += 1
+        payload = self._payload(event)
+        if payload is None:
+            return
+        kind = payload["type"]
+        if self._done and not self._late_said:
+            self._late_said = True
+            self._problems.append(f"{STREAM}: terminal event: event {self._events} ({kind})"
+                                  " arrived after the stream's end")
+        handler = _HANDLERS.get(kind)
+        if handler is None:
+            return  # new event types may come; the API asks clients to pass them by
+        if kind not in ("message_start", "ping", "error") and not self._started \
+                and not self._early_said:
+            self._early_said = True  # said once; the events are still read
+            self._problems.append(f"{STREAM}: message_start first: event {self._events}"
+                                  f" ({kind}) came before any message_start")
+        handler(self, payload, offset_ms)
+
+    def finish(self, *, truncated: bool = False) -> Reply:
+        """The reassembled reply; ``truncated``: the stream ended inside an event."""
+        if truncated:
+            self._problems.append(f"{STREAM}: event framing: the stream ended inside an event"
+                                  " (no blank line after its last data line)")
+        if not self._done:
+            self._problems.append(f"{STREAM}: terminal event: the stream ended without"
+                                  f" message_stop after {self._events} events")
+        elif self._error is None:
+            self._check_complete()
+        reply = Reply(usage=_usage(self._usage), error=self._error, ttft_ms=self._ttft_ms,
+                      stream=StreamStats(done=self._done, chunks=self._events,
+                                         end="message_stop", usage=self._usage is not None),
+                      problems=self._problems)
+        _fill(reply, [self._blocks[index] for index in sorted(self._blocks)], True, STREAM)
+        _set_stop_reason(reply, self._stop_reason)
+        if self._done and self._error is None:
+            _check_stop_reason(reply, STREAM, reply.problems)
+        return reply
+
+    # -- one event
+
+    def _payload(self, event: Event) -> dict[str, Any] | None:
+        """The event's data as an object with a ``type``; None (after saying why) if not."""
+        try:
+            payload = json.loads(event.data)
+        except (ValueError, RecursionError) as exc:
+            if event.event == "error":  # an error in plain text is still the error
+                self._on_error({"error": event.data.strip()}, 0.0)
+            else:
+                self._problems.append(f"{STREAM}: JSON: event {self._events} is not JSON:"
+                                      f" {exc}: {snippet(event.data)}")
+            return None
+        if not isinstance(payload, dict):
+            self._problems.append(f"{STREAM}: JSON: event {self._events} is not a JSON object:"
+                                  f" {snippet(event.data)}")
+            return None
+        kind = payload.get("type")
+        named = event.event if event.event != "message" else None
+        if kind is None and (named is not None or "error" in payload):
+            kind = named or "error"  # llama-server's in-band {"error": {...}}
+        if not isinstance(kind, str):
+            self._problems.append(f"{STREAM}: event type: event {self._events} has no type:"
+                                  f" {snippet(event.data)}")
+            return None
+        if named is not None and named != kind:
+            self._problems.append(f"{STREAM}: event type: event {self._events} is named"
+                                  f" {named!r} but its data says type {kind!r}")
+        return {**payload, "type": kind}
+
+    def _on_message_start(self, payload: dict[str, Any], offset_ms: float) -> None:
+        if self._started:
+            self._problems.append(f"{STREAM}: message_start first: event {self._events} is a"
+                                  " second message_start")
+            return
+        self._started = True
+        message = payload.get("message")
+        usage = message.get("usage") if isinstance(message, dict) else None
+        self._merge_usage(usage)
+
+    def _on_block_start(self, payload: dict[str, Any], offset_ms: float) -> None:
+        index, content = payload.get("index"), payload.get("content_block")
+        if not _is_int(index) or not isinstance(content, dict) \
+                or not isinstance(content.get("type"), str):
+            self._problems.append(f"{STREAM}: block shape: event {self._events}:"
+                                  " content_block_start without an integer index and a"
+                                  f" content_block with a type: {snippet(dumps(payload))}")
+            return
+        block = _Block(index, content["type"], id=_text_or_none(content.get("id")),
+                       name=_text_or_none(content.get("name")) or "",
+                       start_input=content.get("input"))
+        old = self._blocks.get(index)
+        if old is not None:
+            self._started_again(old, block)
+            return
+        self._blocks[index] = block
+        first = _text_or_none(content.get("thinking" if block.type == "thinking" else "text"))
+        if first and block.type in ("text", "thinking"):
+            block.parts.append(first)
+        if block.type == "tool_use" or first:
+            self._first_output(offset_ms)
+
+    def _started_again(self, old: _Block, new: _Block) -> None:
+        """A block opened twice: llama-server's repeat of an open block is the same block."""
+        if not old.stopped and old.type == new.type and old.id == new.id \
+                and new.name in ("", old.name):
+            return
+        was = "stopped" if old.stopped else "open"
+        self._problems.append(f"{STREAM}: block started twice: event {self._events} starts"
+                              f" block {new.index} ({new.type}) again while {old.label()}"
+                              f" is {was}; kept the first")
+
+    def _on_block_delta(self, payload: dict[str, Any], offset_ms: float) -> None:
+        block = self._block_of(payload, "delta for a block never started",
+                               "content_block_delta")
+        if block is None:
+            return
+        if block.stopped:
+            self._problems.append(f"{STREAM}: delta after its block stopped: event"
+                                  f" {self._events} adds to {block.label()}, which had stopped")
+        delta = payload.get("delta")
+        kind = delta.get("type") if isinstance(delta, dict) else None
+        if not isinstance(delta, dict) or not isinstance(kind, str):
+            self._problems.append(f"{STREAM}: delta shape: event {self._events} has no delta"
+                                  f" object with a type: {snippet(dumps(payload))}")
+            return
+        if kind in _DELTAS and self._fits(block, kind):
+            self._apply(block, kind, delta, offset_ms)
+
+    def _fits(self, block: _Block, kind: str) -> bool:
+        belongs = _DELTAS[kind][0]
+        if block.type != belongs:
+            self._problems.append(f"{STREAM}: delta type does not fit the block: event"
+                                  f" {self._events} sends {kind} into {block.label()}; it"
+                                  f" belongs in a {belongs} block")
+        return block.type == belongs
+
+    def _apply(self, block: _Block, kind: str, delta: dict[str, Any], offset_ms: float) -> None:
+        key = _DELTAS[kind][1]
+        if key is None:
+            return
+        value = delta.get(key)
+        if not isinstance(value, str):
+            self._problems.append(f"{STREAM}: delta shape: event {self._events}: {kind}"
+                                  f" without a string {key}: {snippet(dumps(delta))}")
+        elif kind in _KEEPS_TEXT and value:
+            block.parts.append(value)
+            if kind != "thinking_delta":  # time to the answer or a call, not to thinking
+                self._first_output(offset_ms)
+
+    def _on_block_stop(self, payload: dict[str, Any], offset_ms: float) -> None:
+        block = self._block_of(payload, "stop for a block never started", "content_block_stop")
+        if block is None:
+            return
+        if block.stopped:
+            self._problems.append(f"{STREAM}: block stopped twice: event {self._events} stops"
+                                  f" {block.label()} again")
+        block.stopped = True
+
+    def _block_of(self, payload: dict[str, Any], check: str, kind: str) -> _Block | None:
+        index = payload.get("index")
+        block = self._blocks.get(index) if _is_int(index) else None
+        if block is None:
+            self._problems.append(f"{STREAM}: {check}: event {self._events} is a {kind} for"
+                                  f" block {dumps(index)}, which no content_block_start opened")
+        return block
+
+    def _on_message_delta(self, payload: dict[str, Any], offset_ms: float) -> None:
+        delta = payload.get("delta")
+        reason = delta.get("stop_reason") if isinstance(delta, dict) else None
+        if isinstance(reason, str) and reason:
+            self._stop_reason = reason
+        self._merge_usage(payload.get("usage"))
+
+    def _on_message_stop(self, payload: dict[str, Any], offset_ms: float) -> None:
+        self._done = True
+
+    def _on_error(self, payload: dict[str, Any], offset_ms: float) -> None:
+        if self._error is None:  # the first error is the cause; later ones are fallout
+            self._error = _error_message(payload.get("error", payload))
+        self._done = True  # an error event is how the API ends a stream that failed
+
+    def _on_ping(self, payload: dict[str, Any], offset_ms: float) -> None:
+        pass
+
+    # -- helpers
+
+    def _merge_usage(self, usage: Any) -> None:
+        """Later usage numbers win (``message_delta``'s are cumulative); nulls do not."""
+        if not isinstance(usage, dict):
+            return
+        given = {key: value for key, value in usage.items() if value is not None}
+        self._usage = {**(self._usage or {}), **given}
+
+    def _first_output(self, offset_ms: float) -> None:
+        if self._ttft_ms is None:
+            self._ttft_ms = offset_ms
+
+    def _check_complete(self) -> None:
+        """After ``message_stop``: every block stopped, and the reply said why it ended."""
+        for index in sorted(self._blocks):
+            block = self._blocks[index]
+            if not block.stopped:
+                self._problems.append(f"{STREAM}: block never stopped: {block.label()} had no"
+                                      " content_block_stop before message_stop")
+        if self._stop_reason is None:
+            self._problems.append(f"{STREAM}: stop_reason: message_stop came, but no"
+                                  " message_delta gave a stop_reason")
+
+
+_HANDLERS = {
+    "message_start": MessageStream._on_message_start,
+    "content_block_start": MessageStream._on_block_start,
+    "content_block_delta": MessageStream._on_block_delta,
+    "content_block_stop": MessageStream._on_block_stop,
+    "message_delta": MessageStream._on_message_delta,
+    "message_stop": MessageStream._on_message_stop,
+    "error": MessageStream._on_error,
+    "ping": MessageStream._on_ping,
+}
