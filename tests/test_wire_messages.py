@@ -468,13 +468,15 @@ def test_stream_error_as_llama_server_sends_it() -> None:
 
 
 def test_stream_cut_before_message_stop() -> None:
+    """Seen by ``stream.done`` (which ``expect.stream.done`` checks), not as a problem: a
+    case may turn that check off; nor are the open block and the missing stop_reason."""
     reply = read_stream([started(), *text_events("Half an ans")[:-1]], truncated=True)
     assert reply.text == "Half an ans"
     assert reply.stream is not None and not reply.stream.done
-    assert named(reply.problems, "messages stream: terminal event") == [
-        "messages stream: terminal event: the stream ended without message_stop after 5 events"]
-    assert named(reply.problems, "messages stream: event framing")
-    assert not named(reply.problems, "messages stream: block never stopped")  # the cut says it
+    assert reply.stream.end == "message_stop"
+    assert reply.problems == [
+        ("messages stream: cut: the stream ended inside an event (no blank line after its last"
+         " data line)")]
 
 
 def test_stream_delta_for_a_block_never_started() -> None:
@@ -815,10 +817,22 @@ stages:
 """)
     result = run_messages(pytester, chat_server)
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([
-        "*stream ended without message_stop",
-        ("*messages stream: terminal event: the stream ended without message_stop after 6"
-         " events*")])
+    result.stdout.fnmatch_lines([("messages.case.yaml:5: cut[[]claude-test-messages[]]:"
+                                  " stages[[]0[]].expect.stream.done: stream ended without"
+                                  " message_stop")])
+
+
+def test_cut_stream_passes_when_the_case_turns_the_check_off(
+        pytester: pytest.Pytester, chat_server: ChatServer, anthropic_key: str) -> None:
+    chat_server.enqueue(sse([started(), *text_events("Sunny, 21")]))
+    write_case(pytester, chat_server, """name: cut
+stages:
+  - name: ask
+    user: Weather?
+    stream: true
+    expect: {text: "Sunny, 21", stream: {done: false}}
+""")
+    run_messages(pytester, chat_server).assert_outcomes(passed=1)
 
 
 def test_protocol_slip_fails_the_stage_by_its_check(

@@ -45,8 +45,9 @@ The checks, each a problem that starts with its name:
 - ``messages stream: JSON`` / ``event type``: an event that is not a JSON object with a
   ``type``, or whose ``event:`` line names another type than its data;
 - ``messages stream: message_start first``: an event before ``message_start``, or a second;
-- ``messages stream: terminal event``: no ``message_stop`` (nor ``error``) at the end, or
-  events after it; ``event framing``: the stream ended inside an event;
+- ``messages stream: terminal event``: events after ``message_stop`` (or ``error``); a
+  stream that never ends so is seen by ``StreamStats.done``, which ``expect.stream.done``
+  checks, naming ``message_stop``; ``cut``: the stream ended inside an event;
 - ``messages stream: block shape``: a ``content_block_start`` without index or block type;
 - ``messages stream: delta for a block never started`` / ``stop for a block never
   started``: an index no ``content_block_start`` opened;
