@@ -1,0 +1,158 @@
+"""OpenAI's Responses API (``POST responses``): the conversation as ``instructions`` and
+``input`` items; reading is ``responses_reader.py`` (its docstring names the checks).
+
+The request, from the chat-shaped conversation:
+
+- leading ``system`` messages -> ``instructions``, joined by blank lines; a later system
+  message stays an ``input`` item with role ``system``;
+- ``user`` -> ``{role: user, content}``; text parts become ``input_text``, ``image_url``
+  parts ``input_image``; a string stays a string;
+- ``assistant`` -> its text as ``{type: message, role: assistant, content: [{type:
+  output_text, text}]}`` (none when empty), then one ``{type: function_call, call_id,
+  name, arguments}`` per tool call. The text goes as an ``output_text`` part, not a plain
+  string: both forms are the API's, and llama.cpp's server reads only the first;
+- ``tool`` -> ``{type: function_call_output, call_id: tool_call_id, output}``;
+- tools flat: ``{type: function, name, description, parameters, strict}`` (description
+  when given, strict when the case sets it);
+- ``tool_choice``: ``auto``/``none``/``required`` as they are, ``{name}`` ->
+  ``{type: function, name}``, ``allowed_tools`` -> ``{type: allowed_tools, mode, tools:
+  [{type: function, name}]}``;
+- ``params`` as they are (``parallel_tool_calls`` is the API's own), but the token limit,
+  in any of its names, goes as ``max_output_tokens``; ``stream: true`` when streaming.
+  Nothing is added (no ``store``): params stay the case's.
+
+Everything the case format asks can be said in this API, so no case is unsupported.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..records import Reply
+from .base import RequestParts, StreamReader, WireApi, dumps, message_text, take_token_limit
+from .responses_reader import ResponsesStream, read_response_body
+
+if TYPE_CHECKING:
+    from ..casefile.schema import Tool
+
+__all__ = ["RESPONSES", "ResponsesApi"]
+
+
+class ResponsesApi(WireApi):
+    name = "responses"
+    path = "responses"
+    key_env = "OPENAI_API_KEY"
+    title = "Responses API"
+
+    def request(self, parts: RequestParts) -> dict[str, Any]:
+        body: dict[str, Any] = {}
+        if parts.model is not None:
+            body["model"] = parts.model
+        instructions, rest = _instructions(parts.messages)
+        if instructions is not None:
+            body["instructions"] = instructions
+        body["input"] = [item for message in rest for item in _input_items(message)]
+        if parts.tools:
+            body["tools"] = [_tool(tool) for tool in parts.tools]
+        if parts.tool_choice is not None:
+            body["tool_choice"] = _tool_choice(parts.tool_choice)
+        params, limit = take_token_limit(parts.params)
+        body.update(params)
+        if limit is not None:
+            body["max_output_tokens"] = limit
+        if parts.stream:
+            body["stream"] = True
+        return body
+
+    def read_body(self, status: int, body: bytes | str, content_type: str) -> Reply:
+        return read_response_body(status, body, content_type)
+
+    def stream_reader(self) -> StreamReader:
+        return ResponsesStream()
+
+
+def _instructions(messages: list[dict[str, Any]]) -> tuple[str | None, list[dict[str, Any]]]:
+    """The leading system messages' text, joined by blank lines, and the messages after."""
+    count = 0
+    while count < len(messages) and messages[count].get("role") == "system":
+        count += 1
+    if count == 0:
+        return None, messages
+    texts = [message_text(message.get("content")) for message in messages[:count]]
+    return "\n\n".join(texts), messages[count:]
+
+
+def _input_items(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """One chat message -> its ``input`` items (an assistant turn may give several)."""
+    role = message.get("role")
+    if role == "assistant":
+        return _assistant_items(message)
+    if role == "tool":
+        return [{"type": "function_call_output", "call_id": message.get("tool_call_id"),
+                 "output": _content(message.get("content"))}]
+    return [{"role": role, "content": _content(message.get("content"))}]
+
+
+def _assistant_items(message: dict[str, Any]) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    text = message_text(message.get("content"))
+    if text:
+        items.append({"type": "message", "role": "assistant", "content": [
+            {"type": "output_text", "text": text, "annotations": []}]})
+    calls = message.get("tool_calls")
+    for call in calls if isinstance(calls, list) else []:
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict):
+            continue
+        arguments = function.get("arguments")
+        items.append({"type": "function_call", "call_id": call.get("id"),
+                      "name": function.get("name"),
+                      "arguments": arguments if isinstance(arguments, str) else dumps(arguments)})
+    return items
+
+
+def _content(content: Any) -> Any:
+    """Message content: a string as it is; chat's content parts as the API's input parts."""
+    if content is None:
+        return ""
+    if not isinstance(content, list):
+        return content
+    return [_input_part(part) for part in content]
+
+
+def _input_part(part: Any) -> Any:
+    if not isinstance(part, dict):
+        return part
+    if part.get("type") == "text":
+        return {"type": "input_text", "text": part.get("text")}
+    if part.get("type") == "image_url":
+        image = part.get("image_url")
+        url = image.get("url") if isinstance(image, dict) else image
+        converted: dict[str, Any] = {"type": "input_image", "image_url": url}
+        if isinstance(image, dict) and "detail" in image:
+            converted["detail"] = image["detail"]
+        return converted
+    return part  # already the API's own (input_text, input_file...), or for the server to judge
+
+
+def _tool(tool: Tool) -> dict[str, Any]:
+    body: dict[str, Any] = {"type": "function", "name": tool.name}
+    if tool.description:
+        body["description"] = tool.description
+    body["parameters"] = tool.parameters
+    if tool.strict is not None:
+        body["strict"] = tool.strict
+    return body
+
+
+def _tool_choice(choice: Any) -> Any:
+    if isinstance(choice, str):
+        return choice
+    if hasattr(choice, "allowed_tools"):
+        allowed = choice.allowed_tools
+        return {"type": "allowed_tools", "mode": allowed.mode,
+                "tools": [{"type": "function", "name": name} for name in allowed.tools]}
+    return {"type": "function", "name": choice.name}
+
+
+RESPONSES = ResponsesApi()

@@ -1,0 +1,629 @@
+"""Responses API replies -> :class:`Reply`: one response object, or its stream of events.
+
+Both are read through the same output items, so a streamed and a whole reply of the same
+answer give the same Reply:
+
+- ``message`` items: their ``output_text`` parts are the text; a ``refusal`` part is text
+  too (it is the answer the model gave instead, and a text expectation shows it);
+- ``function_call`` items: one ToolCall each, ``id`` = the item's ``call_id`` (what the
+  ``function_call_output`` pairs with), arguments as sent;
+- ``reasoning`` items: their ``summary[].text`` and ``content[].text`` are the reasoning,
+  never the text (a ``<think>`` block opening the text is reasoning too, as over chat).
+
+``finish_reason`` is ``tool_calls`` when the reply calls a function, else ``status`` in
+chat's words (``completed`` -> ``stop``; ``incomplete`` for ``max_output_tokens`` ->
+``length``, for ``content_filter`` -> ``content_filter``); a ``failed`` response has none,
+and its ``error.message`` is the reply's error. ``api_finish_reason`` is ``status``, or
+``incomplete_details.reason`` when incomplete.
+
+A stream's events are read by their data's ``type``. Items are found by ``item_id`` (an
+item without ``id`` by its ``call_id``: llama.cpp opens function calls so) or by
+``output_index``. Unknown event types are counted and ignored. The value a ``.done`` event
+gives wins over the deltas before it (it is the server's last word); where they differ, that
+is a problem. Each problem starts with the name of the check it broke:
+
+- ``responses stream: JSON``: an event's data is not a JSON object;
+- ``responses stream: event type``: the ``event:`` line and the data's ``type`` differ, or
+  the data has no ``type``;
+- ``responses stream: terminal event``: ``response.completed``, ``failed`` or ``incomplete``
+  carries no response, or an event came after it (a stream that never ends so is seen by
+  the stream's ``done``, which ``expect.stream.done`` checks);
+- ``responses stream: cut``: the stream ended inside an event;
+- ``responses stream: item``: an item opened twice, or without an object; a function call
+  without a name;
+- ``responses stream: delta for an item never opened``: a delta or ``.done`` for an item no
+  ``response.output_item.added`` opened (the item is read all the same);
+- ``responses stream: output_index``: ``item_id`` and ``output_index`` name different items;
+- ``responses stream: call_id``: a function call without ``call_id``, or one shared by two;
+- ``responses stream: .done disagrees with deltas``: ``output_text.done``,
+  ``function_call_arguments.done``, ``content_part.done``, ``output_item.done``... say
+  other than the deltas before them;
+- ``responses stream: terminal output disagrees with the stream``: the terminal response's
+  ``output`` holds other function calls than the stream did.
+
+Whole bodies: ``responses body: JSON``, ``responses body: response object`` (no ``output``
+list), ``responses body: item``, ``responses body: call_id``. A non-2xx body gives the
+API's error message (``error.message``, or whatever shape the body has) and no problem.
+Arguments that are not JSON set ``ToolCall.arguments_error``; the checks fail streamed ones.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..records import Reply, StreamStats, ToolCall
+from .base import Event, arguments_json, dumps, snippet, split_think, with_token_totals
+
+__all__ = ["END", "ResponsesStream", "read_response_body"]
+
+BODY = "responses body"
+STREAM = "responses stream"
+TERMINAL = {"response.completed": "completed", "response.failed": "failed",
+            "response.incomplete": "incomplete"}
+END = "response.completed, response.failed or response.incomplete"
+"""What ends a stream properly, as messages name it."""
+
+_FINISH = {"completed": "stop", "max_output_tokens": "length",
+           "content_filter": "content_filter"}
+"""The API's words -> chat's (a word not here stays as sent)."""
+_JSON_ERRORS = (ValueError, RecursionError)
+
+PartKey = tuple[str, int]
+"""(kind, index): ``text`` (message content), ``summary`` and ``reasoning`` (a reasoning
+item's summary and content), ``arguments`` (a function call's, index 0)."""
+
+
+# --- items ------------------------------------------------------------------------------
+
+
+@dataclass
+class _Snapshot:
+    """One output item as a whole: a body's item, an ``output_item`` event's, or a streamed
+    item once its deltas are in."""
+
+    type: str
+    id: str | None = None
+    call_id: str | None = None
+    name: str = ""
+    parts: dict[PartKey, str] = field(default_factory=dict)
+    kinds: set[str] = field(default_factory=set)
+    """The kinds the item's data spoke of (``content: []`` speaks of text: it has none)."""
+
+    def joined(self, kind: str) -> str:
+        texts = [text for (k, _), text in sorted(self.parts.items()) if k == kind]
+        return ("\n\n" if kind == "summary" else "").join(texts)
+
+
+def _snapshot(data: dict[str, Any]) -> _Snapshot:
+    """An item object of the API -> its snapshot."""
+    kind = data.get("type")
+    snap = _Snapshot(type=kind if isinstance(kind, str) else "",
+                     id=_str_or_none(data.get("id")), call_id=_str_or_none(data.get("call_id")),
+                     name=data["name"] if isinstance(data.get("name"), str) else "")
+    if snap.type == "message":
+        _read_parts(snap, "text", data.get("content"), ("text", "refusal"))
+    elif snap.type == "reasoning":
+        _read_parts(snap, "summary", data.get("summary"), ("text",))
+        _read_parts(snap, "reasoning", data.get("content"), ("text",))
+    elif snap.type == "function_call" and "arguments" in data:
+        snap.kinds.add("arguments")
+        snap.parts["arguments", 0] = _text_of(data["arguments"])
+    return snap
+
+
+def _read_parts(snap: _Snapshot, kind: str, parts: Any, keys: tuple[str, ...]) -> None:
+    """The text of each part of a list (``output_text``'s ``text``, ``refusal``'s
+    ``refusal``...); parts of other types (an image, an unknown kind) hold none."""
+    if not isinstance(parts, list):
+        return
+    snap.kinds.add(kind)
+    for index, part in enumerate(parts):
+        text = _part_text(part, keys)
+        if text is not None:
+            snap.parts[kind, index] = text
+
+
+def _part_text(part: Any, keys: tuple[str, ...] = ("text", "refusal")) -> str | None:
+    if not isinstance(part, dict):
+        return None
+    return next((part[key] for key in keys if isinstance(part.get(key), str)), None)
+
+
+def _text_of(value: Any) -> str:
+    """Arguments as text: some servers send an object where the API says a string."""
+    if isinstance(value, str):
+        return value
+    return "" if value is None else dumps(value)
+
+
+def _str_or_none(value: Any) -> str | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)  # an integer id still pairs
+    return value if isinstance(value, str) and value else None
+
+
+# --- items -> Reply ---------------------------------------------------------------------
+
+
+def _fill(reply: Reply, items: list[_Snapshot], response: dict[str, Any], check: str) -> None:
+    """Text, reasoning, calls, usage and finish reasons from the items and the response."""
+    text = "".join(item.joined("text") for item in items if item.type == "message")
+    pieces = [piece for item in items if item.type == "reasoning"
+              for piece in (item.joined("summary"), item.joined("reasoning")) if piece]
+    reply.text, thought = split_think(text)
+    reply.reasoning = "\n\n".join(pieces) if pieces else thought
+    reply.tool_calls = [_call(item, position, reply.problems, check)
+                        for position, item in enumerate(
+                            item for item in items if item.type == "function_call")]
+    _check_call_ids(reply.tool_calls, reply.problems, check)
+    usage = with_token_totals(response.get("usage"), "input_tokens", "output_tokens")
+    reply.usage = usage if usage is not None else reply.usage
+    _set_finish(reply, response)
+
+
+def _call(item: _Snapshot, position: int, problems: list[str], check: str) -> ToolCall:
+    raw = item.parts.get(("arguments", 0), "")
+    arguments, error = arguments_json(raw)
+    if not item.name:
+        problems.append(f"{check}: item: function call {position} ({item.call_id or 'no call_id'})"
+                        " has no name")
+    return ToolCall(name=item.name, arguments_raw=raw, id=item.call_id, arguments=arguments,
+                    arguments_error=error)
+
+
+def _check_call_ids(calls: list[ToolCall], problems: list[str], check: str) -> None:
+    """Every call has a ``call_id`` of its own: the tool results pair with calls by it."""
+    names: dict[str, list[str]] = {}
+    for position, call in enumerate(calls):
+        if call.id is None:
+            problems.append(f"{check}: call_id: function call {position} ({call.name or 'no name'})"
+                            " has no call_id, so no function_call_output can pair with it")
+        else:
+            names.setdefault(call.id, []).append(call.name or "no name")
+    problems.extend(
+        f"{check}: call_id: {len(shared)} function calls share call_id {call_id!r}"
+        f" ({', '.join(shared)}), so their results cannot be told apart"
+        for call_id, shared in names.items() if len(shared) > 1)
+
+
+def _set_finish(reply: Reply, response: dict[str, Any]) -> None:
+    status = response.get("status")
+    status = status if isinstance(status, str) and status else None
+    details = response.get("incomplete_details")
+    reason = details.get("reason") if isinstance(details, dict) else None
+    if status == "incomplete" and isinstance(reason, str) and reason:
+        reply.api_finish_reason = reason
+    else:
+        reply.api_finish_reason = status
+    if response.get("error") is not None and reply.error is None:
+        reply.error = error_message(response["error"])
+    if status == "failed":
+        reply.error = reply.error or "the response failed and said no more (no error.message)"
+        reply.finish_reason = None
+    elif reply.tool_calls:
+        reply.finish_reason = "tool_calls"
+    elif reply.api_finish_reason is not None:
+        reply.finish_reason = _FINISH.get(reply.api_finish_reason, reply.api_finish_reason)
+
+
+def error_message(error: Any) -> str:
+    """The message of an ``error`` member: an object with ``message``, or a string."""
+    if isinstance(error, dict):
+        message = error.get("message")
+        return message if isinstance(message, str) and message else dumps(error)
+    return error if isinstance(error, str) else dumps(error)
+
+
+# --- whole bodies -----------------------------------------------------------------------
+
+
+def read_response_body(status: int, body: bytes | str, content_type: str) -> Reply:
+    """A whole response of any status -> Reply (see the module's docstring)."""
+    text = body.decode("utf-8", errors="replace") if isinstance(body, bytes) else body
+    text = text.removeprefix("\ufeff")
+    try:
+        payload: Any = json.loads(text)
+    except _JSON_ERRORS as exc:
+        payload, parse_error = None, str(exc)
+    else:
+        parse_error = ""
+    if not 200 <= status < 300:
+        return Reply(status=status, error=_http_error(status, text, payload))
+    reply = Reply(status=status)
+    if parse_error:
+        reply.problems.append(f"{BODY}: JSON: the body ({content_type or 'no content type'})"
+                              f" is not JSON: {parse_error}: {snippet(text)}")
+    elif not isinstance(payload, dict) or not isinstance(payload.get("output"), list):
+        if isinstance(payload, dict) and payload.get("error") is not None:
+            reply.error = error_message(payload["error"])
+        else:
+            reply.problems.append(f"{BODY}: response object: the body has no output list, so"
+                                  f" it is no Responses API response: {snippet(dumps(payload))}")
+    else:
+        _fill(reply, _body_items(payload["output"], reply.problems), payload, BODY)
+    return reply
+
+
+def _body_items(output: list[Any], problems: list[str]) -> list[_Snapshot]:
+    items = []
+    for index, item in enumerate(output):
+        if isinstance(item, dict):
+            items.append(_snapshot(item))
+        else:
+            problems.append(f"{BODY}: item: output[{index}] is not an object:"
+                            f" {snippet(dumps(item))}")
+    return items
+
+
+def _http_error(status: int, text: str, payload: Any) -> str:
+    """The error message of a non-2xx response, whatever shape its body has."""
+    if isinstance(payload, dict):
+        for key in ("error", "detail", "message"):  # OpenAI, FastAPI, plain servers
+            if payload.get(key) is not None:
+                return error_message(payload[key])
+    if isinstance(payload, str) and payload:
+        return payload
+    return text.strip() or f"HTTP {status} with an empty body"
+
+
+# --- streams ----------------------------------------------------------------------------
+
+
+@dataclass
+class _Part:
+    deltas: list[str] = field(default_factory=list)
+    final: str | None = None
+    """What a ``.done`` event said it is: it wins over the deltas."""
+
+    def said(self) -> str | None:
+        """What the stream has said of this part so far; None when nothing."""
+        if self.final is not None:
+            return self.final
+        return "".join(self.deltas) if self.deltas else None
+
+
+@dataclass
+class _Item:
+    """An output item being streamed."""
+
+    key: str
+    """Its ``id``, or ``call_id`` (a function call opened without ``id``), or ``#index``."""
+    head: _Snapshot
+    """Type, ids and name, as the latest event that gave them said."""
+    parts: dict[PartKey, _Part] = field(default_factory=dict)
+
+    def said(self, kind: str) -> str | None:
+        texts = [text for (k, _), part in sorted(self.parts.items())
+                 if k == kind and (text := part.said()) is not None]
+        return ("\n\n" if kind == "summary" else "").join(texts) if texts else None
+
+    def snapshot(self) -> _Snapshot:
+        parts = {key: part.said() or "" for key, part in self.parts.items()}
+        return _Snapshot(self.head.type, self.head.id, self.head.call_id, self.head.name, parts)
+
+
+_DELTAS: dict[str, tuple[str, str, str]] = {
+    # event type -> (part kind, the index field, the item type an unopened item is taken for)
+    "response.output_text.delta": ("text", "content_index", "message"),
+    "response.refusal.delta": ("text", "content_index", "message"),
+    "response.function_call_arguments.delta": ("arguments", "", "function_call"),
+    "response.reasoning_summary_text.delta": ("summary", "summary_index", "reasoning"),
+    "response.reasoning_text.delta": ("reasoning", "content_index", "reasoning"),
+}
+_DONES: dict[str, tuple[str, str, str, str]] = {
+    # event type -> (part kind, the index field, the item type, the field with the whole text)
+    "response.output_text.done": ("text", "content_index", "message", "text"),
+    "response.refusal.done": ("text", "content_index", "message", "refusal"),
+    "response.content_part.done": ("text", "content_index", "message", "part"),
+    "response.function_call_arguments.done": ("arguments", "", "function_call", "arguments"),
+    "response.reasoning_summary_text.done": ("summary", "summary_index", "reasoning", "text"),
+    "response.reasoning_summary_part.done": ("summary", "summary_index", "reasoning", "part"),
+    "response.reasoning_text.done": ("reasoning", "content_index", "reasoning", "text"),
+}
+_OPENS_PART = {"response.content_part.added": "message",
+               "response.reasoning_summary_part.added": "reasoning"}
+_TTFT = {"response.output_text.delta", "response.refusal.delta",
+         "response.function_call_arguments.delta"}
+
+
+class ResponsesStream:
+    """Reads the events of one streamed Responses API reply into a Reply."""
+
+    def __init__(self) -> None:
+        self._items: dict[str, _Item] = {}
+        self._by_index: dict[int, _Item] = {}
+        self._unopened: set[str] = set()
+        self._problems: list[str] = []
+        self._events = 0
+        self._terminal: str | None = None
+        self._response: dict[str, Any] = {}
+        self._usage: dict[str, Any] | None = None
+        self._error: str | None = None
+        self._ttft_ms: float | None = None
+
+    def add(self, event: Event, offset_ms: float) -> None:
+        self._events += 1
+        payload = self._payload(event)
+        kind = self._type_of(event, payload) if payload is not None else None
+        if payload is None or kind is None:
+            return
+        if self._terminal is not None:
+            self._problems.append(f"{STREAM}: terminal event: event {self._events} ({kind})"
+                                  f" arrived after {self._terminal}")
+        if kind in _TTFT and self._ttft_ms is None:
+            self._ttft_ms = offset_ms
+        handler = _HANDLERS.get(kind)
+        if handler is not None:
+            handler(self, kind, payload, offset_ms)
+        elif kind in _DELTAS:
+            self._delta(kind, payload)
+        elif kind in _DONES:
+            self._part_done(kind, payload)
+        elif kind in _OPENS_PART:
+            self._find(payload, kind, _OPENS_PART[kind])
+        # Any other type (response.created, annotations, future events) is counted only.
+
+    def finish(self, *, truncated: bool = False) -> Reply:
+        if truncated:
+            self._problems.append(f"{STREAM}: cut: the stream ended inside an event (no blank"
+                                  " line after its last data line)")
+        items = [item.snapshot() for item in self._items.values()]
+        reply = Reply(usage=self._usage, error=self._error, ttft_ms=self._ttft_ms,
+                      problems=self._problems,
+                      stream=StreamStats(done=self._terminal is not None, chunks=self._events,
+                                         end=END, usage=self._usage is not None))
+        response = dict(self._response)
+        if "status" not in response and self._terminal is not None:
+            response["status"] = TERMINAL[self._terminal]
+        _fill(reply, items, response, STREAM)
+        self._compare_terminal(reply.tool_calls)
+        return reply
+
+    # -- reading one event -----------------------------------------------------------------
+
+    def _payload(self, event: Event) -> dict[str, Any] | None:
+        try:
+            payload = json.loads(event.data)
+        except _JSON_ERRORS as exc:
+            if event.event == "error":  # an error event in plain text is still the error
+                self._set_error(event.data.strip() or "an error event with no data")
+            else:
+                self._problems.append(f"{STREAM}: JSON: event {self._events} is not JSON:"
+                                      f" {exc}: {snippet(event.data)}")
+            return None
+        if not isinstance(payload, dict):
+            self._problems.append(f"{STREAM}: JSON: event {self._events} is not a JSON object:"
+                                  f" {snippet(event.data)}")
+            return None
+        return payload
+
+    def _type_of(self, event: Event, payload: dict[str, Any]) -> str | None:
+        """The data's ``type``; the ``event:`` line only stands in when the data has none."""
+        named, given = event.event, payload.get("type")
+        where = f"{STREAM}: event type: event {self._events}"
+        if isinstance(given, str) and given:
+            if named not in ("message", given):
+                self._problems.append(f"{where} is {named!r} on its event line and {given!r} in"
+                                      f" its data; read as {given!r}")
+            return given
+        if named != "message":
+            self._problems.append(f"{where} has no type in its data; read as {named!r}, from"
+                                  " its event line")
+            return named
+        self._problems.append(f"{where} has no type, in its data or on an event line; ignored")
+        return None
+
+    def _response_event(self, kind: str, payload: dict[str, Any], offset_ms: float) -> None:
+        """``response.created``, ``in_progress`` and the terminal events: the response."""
+        response = payload.get("response")
+        if isinstance(response, dict):
+            usage = with_token_totals(response.get("usage"), "input_tokens", "output_tokens")
+            self._usage = usage if usage is not None else self._usage
+        if kind not in TERMINAL:
+            return
+        if self._terminal is not None:
+            return  # a second terminal event: already a problem; the first one stands
+        self._terminal = kind
+        if isinstance(response, dict):
+            self._response = response
+        else:
+            self._problems.append(f"{STREAM}: terminal event: {kind} (event {self._events})"
+                                  " carries no response object")
+
+    def _error_event(self, kind: str, payload: dict[str, Any], offset_ms: float) -> None:
+        error = payload.get("error")
+        message = payload.get("message")
+        self._set_error(message if isinstance(message, str) and message
+                        else error_message(error if error is not None else payload))
+
+    def _set_error(self, message: str) -> None:
+        if self._error is None:  # the first error is the cause; later ones are fallout
+            self._error = message
+
+    # -- items -------------------------------------------------------------------------------
+
+    def _item_added(self, kind: str, payload: dict[str, Any], offset_ms: float) -> None:
+        data = self._item_data(kind, payload)
+        if data is None:
+            return
+        head, index = _snapshot(data), _as_index(payload.get("output_index"))
+        key = _item_key(head, index, len(self._items))
+        if key in self._items:
+            self._problems.append(f"{STREAM}: item: item {key!r} opened twice (event"
+                                  f" {self._events})")
+            return
+        item = self._open(key, head, index)
+        for part_key, text in head.parts.items():
+            if text:  # an item opened with its content already: that content was said
+                item.parts[part_key] = _Part([text])
+        if head.type == "function_call" and self._ttft_ms is None:
+            self._ttft_ms = offset_ms  # the call's opening is its first token
+
+    def _item_done(self, kind: str, payload: dict[str, Any], offset_ms: float) -> None:
+        data = self._item_data(kind, payload)
+        if data is None:
+            return
+        done, index = _snapshot(data), _as_index(payload.get("output_index"))
+        key = _item_key(done, index, len(self._items))
+        item = self._items.get(key) or (self._by_index.get(index) if index is not None else None)
+        if item is None:
+            self._never_opened(key, kind)
+            item = self._open(key, done, index)
+        self._compare_head(item, done, kind)
+        for part_kind in sorted(done.kinds):
+            self._close_kind(item, done, part_kind, kind)
+
+    def _item_data(self, kind: str, payload: dict[str, Any]) -> dict[str, Any] | None:
+        data = payload.get("item")
+        if not isinstance(data, dict):
+            self._problems.append(f"{STREAM}: item: {kind} (event {self._events}) carries no"
+                                  f" item object: {snippet(dumps(data))}")
+            return None
+        return data
+
+    def _open(self, key: str, head: _Snapshot, index: int | None) -> _Item:
+        item = _Item(key, _Snapshot(head.type, head.id, head.call_id, head.name))
+        self._items[key] = item
+        if index is not None:
+            self._by_index.setdefault(index, item)
+        return item
+
+    def _compare_head(self, item: _Item, done: _Snapshot, kind: str) -> None:
+        """``output_item.done`` names the same function and call as the item's opening."""
+        head = item.head
+        for what, before, after in (("name", head.name, done.name),
+                                    ("call_id", head.call_id, done.call_id)):
+            if before and after and before != after:
+                self._disagrees(item, kind, f"its {what} {after!r}", f"{before!r}")
+        head.name = done.name or head.name
+        head.call_id = done.call_id or head.call_id
+        head.id = done.id or head.id
+
+    def _close_kind(self, item: _Item, done: _Snapshot, part_kind: str, kind: str) -> None:
+        """One kind of an item's content, as ``output_item.done`` gives it: it must be what
+        the stream said, and it is what the reply holds."""
+        said, value = item.said(part_kind), done.joined(part_kind)
+        if said is not None and said != value:
+            self._disagrees(item, kind, snippet(value), snippet(said))
+        for key in [key for key in item.parts if key[0] == part_kind]:
+            del item.parts[key]
+        for key, text in done.parts.items():
+            if key[0] == part_kind:
+                item.parts[key] = _Part(final=text)
+
+    # -- parts -------------------------------------------------------------------------------
+
+    def _delta(self, kind: str, payload: dict[str, Any]) -> None:
+        part_kind, index_field, item_type = _DELTAS[kind]
+        item = self._find(payload, kind, item_type)
+        delta = payload.get("delta")
+        if not isinstance(delta, str):
+            self._problems.append(f"{STREAM}: JSON: {kind} (event {self._events}) has no string"
+                                  f" delta: {snippet(dumps(delta))}")
+            return
+        part = item.parts.setdefault((part_kind, _index(payload, index_field)), _Part())
+        part.deltas.append(delta)
+
+    def _part_done(self, kind: str, payload: dict[str, Any]) -> None:
+        part_kind, index_field, item_type, text_field = _DONES[kind]
+        item = self._find(payload, kind, item_type)
+        value = payload.get(text_field)
+        if text_field == "part":
+            value = _part_text(value)
+        if kind == "response.function_call_arguments.done":
+            self._compare_head(item, _Snapshot("function_call", name=_name(payload)), kind)
+        if not isinstance(value, str):
+            return  # a .done without its text says nothing to compare
+        part = item.parts.setdefault((part_kind, _index(payload, index_field)), _Part())
+        said = part.said()
+        if said is not None and said != value:
+            self._disagrees(item, kind, snippet(value), snippet(said))
+        part.final = value
+
+    def _find(self, payload: dict[str, Any], kind: str, item_type: str) -> _Item:
+        """The item an event is about, by ``item_id`` or ``output_index``; one no
+        ``output_item.added`` opened is a problem, and opened here so nothing is lost."""
+        item_id = _str_or_none(payload.get("item_id"))
+        index = _as_index(payload.get("output_index"))
+        by_id = self._items.get(item_id) if item_id is not None else None
+        by_index = self._by_index.get(index) if index is not None else None
+        if by_id is not None and by_index is not None and by_id is not by_index:
+            self._problems.append(
+                f"{STREAM}: output_index: {kind} (event {self._events}) names item {item_id!r}"
+                f" and output_index {index}, which is item {by_index.key!r}; read as {item_id!r}")
+        found = by_id or by_index
+        if found is not None:
+            return found
+        key = item_id or (f"#{index}" if index is not None else "#unnamed")
+        self._never_opened(key, kind)
+        return self._open(key, _Snapshot(item_type, id=item_id), index)
+
+    def _never_opened(self, key: str, kind: str) -> None:
+        if key not in self._unopened:  # once per item: its every delta would say the same
+            self._unopened.add(key)
+            self._problems.append(
+                f"{STREAM}: delta for an item never opened: {kind} (event {self._events}) is for"
+                f" item {key!r}, which no response.output_item.added opened")
+
+    def _disagrees(self, item: _Item, kind: str, says: str, said: str) -> None:
+        self._problems.append(f"{STREAM}: .done disagrees with deltas: {kind} (event"
+                              f" {self._events}) of item {item.key!r} says {says}; the stream"
+                              f" before it said {said}")
+
+    def _compare_terminal(self, calls: list[ToolCall]) -> None:
+        """The terminal response's output holds the calls the stream made, no other."""
+        output = self._response.get("output")
+        if not isinstance(output, list):
+            return  # a terminal response without output says nothing of the calls
+        terminal = [_call_line(item.call_id, item.name, item.parts.get(("arguments", 0), ""))
+                    for item in map(_snapshot, (i for i in output if isinstance(i, dict)))
+                    if item.type == "function_call"]
+        streamed = [_call_line(call.id, call.name, call.arguments_raw) for call in calls]
+        if sorted(terminal) != sorted(streamed):
+            self._problems.append(
+                f"{STREAM}: terminal output disagrees with the stream: {self._terminal}'s output"
+                f" holds {_calls_text(terminal)}; the stream made {_calls_text(streamed)}")
+
+
+_HANDLERS: dict[str, Callable[[ResponsesStream, str, dict[str, Any], float], None]] = {
+    "response.created": ResponsesStream._response_event,
+    "response.in_progress": ResponsesStream._response_event,
+    **{kind: ResponsesStream._response_event for kind in TERMINAL},
+    "error": ResponsesStream._error_event,
+    "response.output_item.added": ResponsesStream._item_added,
+    "response.output_item.done": ResponsesStream._item_done,
+}
+
+
+def _item_key(head: _Snapshot, index: int | None, count: int) -> str:
+    if head.id is not None:
+        return head.id
+    if head.call_id is not None:
+        return head.call_id  # llama.cpp: function calls have no id; deltas name the call_id
+    return f"#{index}" if index is not None else f"#{count}"
+
+
+def _as_index(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _index(payload: dict[str, Any], name: str) -> int:
+    """A part's index field; a server that sends none (llama.cpp) has one part: 0."""
+    index = _as_index(payload.get(name)) if name else None
+    return 0 if index is None else index
+
+
+def _name(payload: dict[str, Any]) -> str:
+    name = payload.get("name")
+    return name if isinstance(name, str) else ""
+
+
+def _call_line(call_id: str | None, name: str, arguments: str) -> str:
+    return f"{name or 'no name'}({arguments}) [{call_id or 'no call_id'}]"
+
+
+def _calls_text(calls: list[str]) -> str:
+    return ", ".join(calls) if calls else "no function call"

@@ -1,0 +1,1020 @@
+"""OpenAI's Responses API adapter: the request it builds, the bodies and streams it reads,
+each protocol check by its name, and whole runs of the plugin over ``--toolbench-api
+responses`` against the loopback server.
+
+Streams are written as the API sends them (``event:`` line and data ``type``, items with
+``id``, ``call_id`` and ``output_index``); a few are written as llama.cpp's server sends
+them (no ``output_index``, function calls without ``id``), which must read clean too.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.chat_server import ChatServer, RecordedRequest, json_reply, named_event, sse_reply
+
+from pytest_toolbench.casefile.schema import (
+    AllowedTools,
+    AllowedToolsChoice,
+    Tool,
+    ToolChoiceFunction,
+)
+from pytest_toolbench.records import Reply, StreamEvent
+from pytest_toolbench.wire import RequestParts, wire_api
+from pytest_toolbench.wire.responses import RESPONSES
+from pytest_toolbench.wire.responses_reader import END
+
+USAGE = {"input_tokens": 12, "output_tokens": 7, "total_tokens": 19}
+Events = list[dict[str, Any]]
+
+
+# -- what the API sends, written once ---------------------------------------------------
+
+
+def message_item(text: str, item_id: str = "msg_1") -> dict[str, Any]:
+    return {"type": "message", "id": item_id, "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": text, "annotations": []}]}
+
+
+def call_item(call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    return {"type": "function_call", "id": f"fc_{call_id}", "call_id": call_id, "name": name,
+            "arguments": arguments, "status": "completed"}
+
+
+def reasoning_item(summary: list[str], content: list[str] | None = None,
+                   item_id: str = "rs_1") -> dict[str, Any]:
+    item: dict[str, Any] = {"type": "reasoning", "id": item_id, "summary": [
+        {"type": "summary_text", "text": text} for text in summary]}
+    if content is not None:
+        item["content"] = [{"type": "reasoning_text", "text": text} for text in content]
+    return item
+
+
+def response(output: list[dict[str, Any]], status: str = "completed",
+             **extra: Any) -> dict[str, Any]:
+    return {"id": "resp_1", "object": "response", "status": status, "output": output,
+            "usage": USAGE, "error": None, "incomplete_details": None, **extra}
+
+
+def text_events(text: str, pieces: int = 3, index: int = 0, item_id: str = "msg_1") -> Events:
+    """A message item streamed as the API does: opened, ``pieces`` deltas, closed."""
+    size = max(1, -(-len(text) // pieces))
+    where = {"item_id": item_id, "output_index": index, "content_index": 0}
+    return [
+        {"type": "response.output_item.added", "output_index": index,
+         "item": {**message_item("", item_id), "content": [], "status": "in_progress"}},
+        {"type": "response.content_part.added", **where,
+         "part": {"type": "output_text", "text": "", "annotations": []}},
+        *({"type": "response.output_text.delta", **where, "delta": text[i:i + size]}
+          for i in range(0, len(text), size)),
+        {"type": "response.output_text.done", **where, "text": text},
+        {"type": "response.content_part.done", **where,
+         "part": {"type": "output_text", "text": text, "annotations": []}},
+        {"type": "response.output_item.done", "output_index": index,
+         "item": message_item(text, item_id)},
+    ]
+
+
+def call_events(call_id: str, name: str, arguments: str, index: int = 0,
+                size: int = 1) -> Events:
+    """A function call streamed as the API does, its arguments ``size`` characters a delta."""
+    where = {"item_id": f"fc_{call_id}", "output_index": index}
+    return [
+        {"type": "response.output_item.added", "output_index": index,
+         "item": {**call_item(call_id, name, ""), "status": "in_progress"}},
+        *({"type": "response.function_call_arguments.delta", **where,
+           "delta": arguments[i:i + size]} for i in range(0, len(arguments), size)),
+        {"type": "response.function_call_arguments.done", **where, "arguments": arguments},
+        {"type": "response.output_item.done", "output_index": index,
+         "item": call_item(call_id, name, arguments)},
+    ]
+
+
+def reasoning_events(summary: str, index: int = 0, item_id: str = "rs_1") -> Events:
+    where = {"item_id": item_id, "output_index": index, "summary_index": 0}
+    half = len(summary) // 2
+    return [
+        {"type": "response.output_item.added", "output_index": index,
+         "item": reasoning_item([], item_id=item_id)},
+        {"type": "response.reasoning_summary_part.added", **where,
+         "part": {"type": "summary_text", "text": ""}},
+        {"type": "response.reasoning_summary_text.delta", **where, "delta": summary[:half]},
+        {"type": "response.reasoning_summary_text.delta", **where, "delta": summary[half:]},
+        {"type": "response.reasoning_summary_text.done", **where, "text": summary},
+        {"type": "response.reasoning_summary_part.done", **where,
+         "part": {"type": "summary_text", "text": summary}},
+        {"type": "response.output_item.done", "output_index": index,
+         "item": reasoning_item([summary], item_id=item_id)},
+    ]
+
+
+def stream(*groups: Events, output: list[dict[str, Any]], status: str = "completed",
+           **extra: Any) -> Events:
+    """created, in_progress, the groups' events, and the terminal event for ``status``."""
+    opening = {"id": "resp_1", "object": "response", "status": "in_progress", "output": []}
+    terminal = {"completed": "response.completed", "failed": "response.failed",
+                "incomplete": "response.incomplete"}[status]
+    return [{"type": "response.created", "response": opening},
+            {"type": "response.in_progress", "response": opening},
+            *(event for group in groups for event in group),
+            {"type": terminal, "response": response(output, status, **extra)}]
+
+
+def read(events: Events, truncated: bool = False) -> Reply:
+    """The reply the adapter reads from ``events``, each named on its event line as the API
+    does, the n-th arriving at n * 10 ms."""
+    reader = RESPONSES.stream_reader()
+    for number, data in enumerate(events):
+        reader.add(StreamEvent(json.dumps(data), 10.0 * number, data["type"]), 10.0 * number)
+    return reader.finish(truncated=truncated)
+
+
+def read_raw(*events: tuple[str, str]) -> Reply:
+    """Events given as (event line, data text), for what :func:`read` cannot send."""
+    reader = RESPONSES.stream_reader()
+    for number, (name, data) in enumerate(events):
+        reader.add(StreamEvent(data, 10.0 * number, name), 10.0 * number)
+    return reader.finish()
+
+
+def body_reply(payload: Any, status: int = 200,
+               content_type: str = "application/json") -> Reply:
+    raw = payload if isinstance(payload, str) else json.dumps(payload)
+    return RESPONSES.read_body(status, raw.encode(), content_type)
+
+
+def calls_of(reply: Reply) -> list[tuple[str | None, str, Any]]:
+    return [(call.id, call.name, call.arguments) for call in reply.tool_calls]
+
+
+def problems_named(reply: Reply, check: str) -> list[str]:
+    return [problem for problem in reply.problems if problem.startswith(check + ": ")]
+
+
+# -- the adapter -------------------------------------------------------------------------
+
+
+def test_the_adapter_is_found_by_its_name() -> None:
+    api = wire_api("responses")
+    assert api is RESPONSES
+    assert (api.name, api.path, api.key_env, api.title) == (
+        "responses", "responses", "OPENAI_API_KEY", "Responses API")
+    assert api.headers("sk-test") == {"Authorization": "Bearer sk-test"}
+    assert api.headers(None) == {}
+
+
+# -- the request -------------------------------------------------------------------------
+
+AGENT_LOOP = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "system", "content": "Use tools."},
+    {"role": "user", "content": "Weather in Paris and Lyon?"},
+    {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "call_a", "type": "function",
+         "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
+        {"id": "call_b", "type": "function",
+         "function": {"name": "get_weather", "arguments": '{"city": "Lyon"}'}}]},
+    {"role": "tool", "tool_call_id": "call_a", "content": '{"temp_c": 21}'},
+    {"role": "tool", "tool_call_id": "call_b", "content": '{"temp_c": 19}'},
+    {"role": "assistant", "content": "Paris 21, Lyon 19."},
+    {"role": "system", "content": "Now answer in French."},
+    {"role": "user", "content": "Et demain ?"},
+]
+
+
+def test_a_whole_agent_loop_becomes_instructions_and_input_items() -> None:
+    tools = [Tool(name="get_weather", description="Weather now",
+                  parameters={"type": "object", "properties": {"city": {"type": "string"}}},
+                  strict=True),
+             Tool(name="noop")]
+    body = RESPONSES.request(RequestParts(
+        model="gpt-x", messages=AGENT_LOOP, tools=tools, tool_choice="required",
+        params={"temperature": 0, "max_tokens": 64, "parallel_tool_calls": True}))
+    assert body == {
+        "model": "gpt-x",
+        "instructions": "You are terse.\n\nUse tools.",
+        "input": [
+            {"role": "user", "content": "Weather in Paris and Lyon?"},
+            {"type": "function_call", "call_id": "call_a", "name": "get_weather",
+             "arguments": '{"city": "Paris"}'},
+            {"type": "function_call", "call_id": "call_b", "name": "get_weather",
+             "arguments": '{"city": "Lyon"}'},
+            {"type": "function_call_output", "call_id": "call_a", "output": '{"temp_c": 21}'},
+            {"type": "function_call_output", "call_id": "call_b", "output": '{"temp_c": 19}'},
+            {"type": "message", "role": "assistant", "content": [
+                {"type": "output_text", "text": "Paris 21, Lyon 19.", "annotations": []}]},
+            {"role": "system", "content": "Now answer in French."},
+            {"role": "user", "content": "Et demain ?"},
+        ],
+        "tools": [
+            {"type": "function", "name": "get_weather", "description": "Weather now",
+             "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+             "strict": True},
+            {"type": "function", "name": "noop",
+             "parameters": {"type": "object", "properties": {}}},
+        ],
+        "tool_choice": "required",
+        "temperature": 0,
+        "max_output_tokens": 64,
+        "parallel_tool_calls": True,
+    }
+
+
+def test_an_assistant_turn_with_text_and_a_call_gives_both_items_in_order() -> None:
+    messages = [{"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "Let me look.", "tool_calls": [
+                    {"id": "c1", "type": "function",
+                     "function": {"name": "f", "arguments": {"x": 1}}}]}]
+    body = RESPONSES.request(RequestParts(model=None, messages=messages, stream=True))
+    assert "model" not in body and "instructions" not in body
+    assert body["input"][1:] == [
+        {"type": "message", "role": "assistant", "content": [
+            {"type": "output_text", "text": "Let me look.", "annotations": []}]},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": '{"x": 1}'}]
+    assert body["stream"] is True
+    assert "store" not in body and "stream_options" not in body
+
+
+def test_content_parts_become_input_parts() -> None:
+    messages = [{"role": "user", "content": [
+        {"type": "text", "text": "What is this?"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAA", "detail": "low"}},
+        {"type": "input_file", "file_id": "file-1"}]},
+        {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "42"}]}]
+    body = RESPONSES.request(RequestParts(model="m", messages=messages))
+    assert body["input"] == [
+        {"role": "user", "content": [
+            {"type": "input_text", "text": "What is this?"},
+            {"type": "input_image", "image_url": "data:image/png;base64,AAA", "detail": "low"},
+            {"type": "input_file", "file_id": "file-1"}]},
+        {"type": "function_call_output", "call_id": "c1",
+         "output": [{"type": "input_text", "text": "42"}]}]
+
+
+@pytest.mark.parametrize(("choice", "sent"), [
+    ("auto", "auto"),
+    ("none", "none"),
+    (ToolChoiceFunction(name="f"), {"type": "function", "name": "f"}),
+    (AllowedTools(allowed_tools=AllowedToolsChoice(mode="required", tools=["f", "g"])),
+     {"type": "allowed_tools", "mode": "required",
+      "tools": [{"type": "function", "name": "f"}, {"type": "function", "name": "g"}]}),
+])
+def test_tool_choice(choice: Any, sent: Any) -> None:
+    body = RESPONSES.request(RequestParts(model="m", messages=[], tool_choice=choice))
+    assert body["tool_choice"] == sent
+
+
+@pytest.mark.parametrize("key", ["max_tokens", "max_completion_tokens", "max_output_tokens"])
+def test_the_token_limit_in_any_name_is_max_output_tokens(key: str) -> None:
+    body = RESPONSES.request(RequestParts(model="m", messages=[], params={key: 9, "top_p": 1}))
+    assert body["max_output_tokens"] == 9
+    assert {"max_tokens", "max_completion_tokens"}.isdisjoint(body)
+    assert body["top_p"] == 1
+
+
+# -- whole bodies ------------------------------------------------------------------------
+
+
+def test_body_text_usage_and_finish() -> None:
+    reply = body_reply(response([message_item("Hello "), message_item("there", "msg_2")]))
+    assert (reply.text, reply.finish_reason, reply.api_finish_reason) == (
+        "Hello there", "stop", "completed")
+    assert reply.usage == {**USAGE, "prompt_tokens": 12, "completion_tokens": 7}
+    assert reply.problems == [] and reply.error is None and reply.stream is None
+
+
+def test_body_usage_without_total_gets_the_chat_names() -> None:
+    payload = response([message_item("hi")])
+    payload["usage"] = {"input_tokens": 3, "output_tokens": 4}
+    assert body_reply(payload).usage == {"input_tokens": 3, "output_tokens": 4,
+                                         "prompt_tokens": 3, "completion_tokens": 4,
+                                         "total_tokens": 7}
+
+
+def test_body_parallel_calls_keep_their_call_ids() -> None:
+    reply = body_reply(response([message_item("Checking."),
+                                 call_item("call_1", "get_weather", '{"city": "Paris"}'),
+                                 call_item("call_2", "get_weather", '{"city": "Lyon"}')]))
+    assert calls_of(reply) == [("call_1", "get_weather", {"city": "Paris"}),
+                               ("call_2", "get_weather", {"city": "Lyon"})]
+    assert reply.text == "Checking."
+    assert (reply.finish_reason, reply.api_finish_reason) == ("tool_calls", "completed")
+    assert reply.problems == []
+
+
+def test_body_as_llama_cpp_sends_it() -> None:
+    """llama.cpp's function calls have no ``id``; ``call_id`` is what pairs."""
+    payload = response([{"type": "function_call", "status": "completed",
+                         "arguments": '{"q": 1}', "call_id": "fc_abc", "name": "f"}])
+    reply = body_reply(payload)
+    assert calls_of(reply) == [("fc_abc", "f", {"q": 1})]
+    assert reply.problems == []
+
+
+def test_body_reasoning_is_kept_apart_from_the_text() -> None:
+    reply = body_reply(response([
+        reasoning_item(["17 has no divisors", "so it is prime"], content=["raw thought"]),
+        message_item("yes")]))
+    assert reply.text == "yes"
+    assert reply.reasoning == "17 has no divisors\n\nso it is prime\n\nraw thought"
+
+
+def test_body_think_block_is_reasoning() -> None:
+    reply = body_reply(response([message_item("<think>hmm</think>\n\nyes")]))
+    assert (reply.text, reply.reasoning) == ("yes", "hmm")
+
+
+def test_body_refusal_reads_as_the_text() -> None:
+    payload = response([{"type": "message", "id": "msg_1", "role": "assistant", "content": [
+        {"type": "refusal", "refusal": "I can't help with that."}]}])
+    reply = body_reply(payload)
+    assert (reply.text, reply.finish_reason, reply.problems) == (
+        "I can't help with that.", "stop", [])
+
+
+@pytest.mark.parametrize(("reason", "finish"), [("max_output_tokens", "length"),
+                                                ("content_filter", "content_filter")])
+def test_body_incomplete(reason: str, finish: str) -> None:
+    reply = body_reply(response([message_item("The answer is")], status="incomplete",
+                                incomplete_details={"reason": reason}))
+    assert (reply.text, reply.finish_reason, reply.api_finish_reason) == (
+        "The answer is", finish, reason)
+
+
+def test_body_incomplete_without_a_reason_keeps_the_status() -> None:
+    reply = body_reply(response([], status="incomplete"))
+    assert (reply.finish_reason, reply.api_finish_reason) == ("incomplete", "incomplete")
+
+
+def test_body_failed_response_is_an_error() -> None:
+    reply = body_reply(response([], status="failed",
+                                error={"code": "server_error", "message": "model crashed"}))
+    assert (reply.error, reply.finish_reason, reply.api_finish_reason) == (
+        "model crashed", None, "failed")
+
+
+@pytest.mark.parametrize(("status", "raw", "content_type", "error"), [
+    (400, '{"error": {"message": "Unknown parameter: \'foo\'.", "type": "invalid_request_error"}}',
+     "application/json", "Unknown parameter: 'foo'."),
+    (422, '{"detail": "input is required"}', "application/json", "input is required"),
+    (500, '{"error": "boom"}', "application/json", "boom"),
+    (503, "Service Unavailable", "text/plain", "Service Unavailable"),
+    (502, "", "text/html", "HTTP 502 with an empty body"),
+])
+def test_error_status_bodies_give_the_apis_message(status: int, raw: str, content_type: str,
+                                                   error: str) -> None:
+    reply = body_reply(raw, status, content_type)
+    assert (reply.status, reply.error, reply.problems) == (status, error, [])
+
+
+def test_body_not_json_is_a_named_problem() -> None:
+    reply = body_reply("<html>hi</html>", content_type="text/html")
+    assert problems_named(reply, "responses body: JSON") == [
+        ("responses body: JSON: the body (text/html) is not JSON: Expecting value: line 1"
+        " column 1 (char 0): '<html>hi</html>'")]
+
+
+def test_body_without_output_is_a_named_problem() -> None:
+    reply = body_reply({"choices": [{"message": {"content": "hi"}}]})
+    assert len(problems_named(reply, "responses body: response object")) == 1
+    assert "no output list" in reply.problems[0]
+
+
+def test_body_error_object_in_a_200() -> None:
+    reply = body_reply({"error": {"message": "quota exceeded"}})
+    assert (reply.error, reply.problems) == ("quota exceeded", [])
+
+
+def test_body_item_that_is_no_object_is_a_named_problem() -> None:
+    reply = body_reply(response([message_item("hi"), "oops"]))
+    assert problems_named(reply, "responses body: item") == [
+        "responses body: item: output[1] is not an object: '\"oops\"'"]
+    assert reply.text == "hi"
+
+
+def test_body_call_ids_missing_or_shared_are_named_problems() -> None:
+    missing = {**call_item("x", "f", "{}")}
+    del missing["call_id"]
+    reply = body_reply(response([missing, call_item("dup", "g", "{}"),
+                                 call_item("dup", "h", "{}")]))
+    assert problems_named(reply, "responses body: call_id") == [
+        ("responses body: call_id: function call 0 (f) has no call_id, so no"
+        " function_call_output can pair with it"),
+        ("responses body: call_id: 2 function calls share call_id 'dup' (g, h), so their"
+        " results cannot be told apart")]
+
+
+def test_body_arguments_that_are_not_json() -> None:
+    reply = body_reply(response([call_item("c", "f", '{"city": ')]))
+    call = reply.tool_calls[0]
+    assert call.arguments is None and call.arguments_raw == '{"city": '
+    assert call.arguments_error is not None and "Expecting value" in call.arguments_error
+
+
+# -- streams -----------------------------------------------------------------------------
+
+
+def test_stream_text_deltas() -> None:
+    events = stream(text_events("Hello there", pieces=4), output=[message_item("Hello there")])
+    reply = read(events)
+    assert (reply.text, reply.finish_reason, reply.api_finish_reason) == (
+        "Hello there", "stop", "completed")
+    assert reply.problems == [] and reply.error is None
+    assert reply.ttft_ms == 40.0  # event 4: created, in_progress, added, part.added, delta
+    assert reply.usage is not None and reply.usage["total_tokens"] == 19
+    assert reply.stream is not None
+    assert (reply.stream.done, reply.stream.chunks, reply.stream.usage, reply.stream.end) == (
+        True, len(events), True, END)
+
+
+def test_stream_arguments_split_across_many_deltas() -> None:
+    arguments = json.dumps({"city": "Paris", "units": "celsius", "days": [1, 2, 3]})
+    events = stream(call_events("call_1", "get_weather", arguments, size=1),
+                    output=[call_item("call_1", "get_weather", arguments)])
+    assert sum(e["type"] == "response.function_call_arguments.delta" for e in events) > 40
+    reply = read(events)
+    assert calls_of(reply) == [("call_1", "get_weather", json.loads(arguments))]
+    assert reply.tool_calls[0].arguments_raw == arguments
+    assert (reply.finish_reason, reply.problems) == ("tool_calls", [])
+    assert reply.ttft_ms == 20.0  # the call's opening
+
+
+def test_stream_two_parallel_calls_interleaved() -> None:
+    first = call_events("call_1", "get_weather", '{"city": "Paris"}', index=0, size=3)
+    second = call_events("call_2", "get_weather", '{"city": "Lyon"}', index=1, size=3)
+    opened, interleaved = [first[0], second[0]], []
+    for pair in zip(first[1:-2], second[1:-2]):
+        interleaved.extend(pair)
+    interleaved += first[len(second) - 2:-2] + second[len(first) - 2:-2]  # the longer's rest
+    events = stream(opened, interleaved, first[-2:], second[-2:], output=[
+        call_item("call_1", "get_weather", '{"city": "Paris"}'),
+        call_item("call_2", "get_weather", '{"city": "Lyon"}')])
+    reply = read(events)
+    assert reply.problems == []
+    assert calls_of(reply) == [("call_1", "get_weather", {"city": "Paris"}),
+                               ("call_2", "get_weather", {"city": "Lyon"})]
+
+
+def test_stream_as_llama_cpp_sends_it() -> None:
+    """No output_index; a function call opened without ``id``, its deltas naming its
+    ``call_id``; no arguments .done; output_item.done items without ``id``."""
+    call = {"type": "function_call", "status": "completed", "arguments": '{"q": 1}',
+            "call_id": "fc_abc", "name": "f"}
+    events: Events = [
+        {"type": "response.created", "response": {"id": "resp_1", "status": "in_progress"}},
+        {"type": "response.in_progress", "response": {"id": "resp_1", "status": "in_progress"}},
+        {"type": "response.output_item.added", "item": {
+            "id": "rs_1", "summary": [], "type": "reasoning", "content": [],
+            "encrypted_content": "", "status": "in_progress"}},
+        {"type": "response.reasoning_text.delta", "delta": "think", "item_id": "rs_1"},
+        {"type": "response.output_item.added", "item": {
+            "content": [], "id": "msg_1", "role": "assistant", "status": "in_progress",
+            "type": "message"}},
+        {"type": "response.content_part.added", "item_id": "msg_1",
+         "part": {"type": "output_text", "text": ""}},
+        {"type": "response.output_text.delta", "item_id": "msg_1", "delta": "Sure"},
+        {"type": "response.output_item.added", "item": {**call, "arguments": "",
+                                                         "status": "in_progress"}},
+        {"type": "response.function_call_arguments.delta", "delta": '{"q"', "item_id": "fc_abc"},
+        {"type": "response.function_call_arguments.delta", "delta": ": 1}", "item_id": "fc_abc"},
+        {"type": "response.output_item.done", "item": {
+            "id": "rs_1", "summary": [], "type": "reasoning", "encrypted_content": "",
+            "content": [{"text": "think", "type": "reasoning_text"}]}},
+        {"type": "response.output_text.done", "item_id": "msg_1", "text": "Sure"},
+        {"type": "response.content_part.done", "item_id": "msg_1",
+         "part": {"type": "output_text", "annotations": [], "text": "Sure"}},
+        {"type": "response.output_item.done", "item": {**message_item("Sure")}},
+        {"type": "response.output_item.done", "item": call},
+        {"type": "response.completed", "response": {
+            "id": "resp_1", "object": "response", "status": "completed",
+            "output": [reasoning_item([], ["think"]), message_item("Sure"), call],
+            "usage": USAGE}},
+    ]
+    reply = read(events)
+    assert reply.problems == []
+    assert (reply.text, reply.reasoning) == ("Sure", "think")
+    assert calls_of(reply) == [("fc_abc", "f", {"q": 1})]
+
+
+def test_stream_reasoning_deltas() -> None:
+    events = stream(reasoning_events("no divisors but 1 and 17"), text_events("yes", index=1),
+                    output=[reasoning_item(["no divisors but 1 and 17"]), message_item("yes")])
+    reply = read(events)
+    assert (reply.text, reply.reasoning, reply.problems) == (
+        "yes", "no divisors but 1 and 17", [])
+    assert reply.ttft_ms is not None and reply.ttft_ms > 0  # reasoning is no first token
+
+
+def test_stream_refusal_deltas_read_as_the_text() -> None:
+    where = {"item_id": "msg_1", "output_index": 0, "content_index": 0}
+    events = stream([
+        {"type": "response.output_item.added", "output_index": 0,
+         "item": {**message_item(""), "content": []}},
+        {"type": "response.refusal.delta", **where, "delta": "I can't "},
+        {"type": "response.refusal.delta", **where, "delta": "help."},
+        {"type": "response.refusal.done", **where, "refusal": "I can't help."},
+    ], output=[])
+    reply = read(events)
+    assert (reply.text, reply.problems) == ("I can't help.", [])
+
+
+def test_stream_error_event_is_the_replys_error() -> None:
+    events = stream(text_events("Hel"), output=[])[:-1] + [
+        {"type": "error", "code": "server_error", "message": "The model crashed.",
+         "param": None, "sequence_number": 9}]
+    reply = read(events)
+    assert reply.error == "The model crashed."
+    assert reply.stream is not None and not reply.stream.done
+    assert reply.problems == []
+
+
+def test_stream_error_event_in_plain_text_or_nested() -> None:
+    assert read_raw(("error", "upstream timed out")).error == "upstream timed out"
+    nested = json.dumps({"type": "error", "error": {"message": "rate limited"}})
+    assert read_raw(("error", nested)).error == "rate limited"
+
+
+def test_stream_failed_and_incomplete_terminal_events() -> None:
+    failed = read(stream(text_events("Hel"), output=[], status="failed",
+                         error={"code": "server_error", "message": "ran out of memory"}))
+    assert (failed.error, failed.finish_reason, failed.api_finish_reason) == (
+        "ran out of memory", None, "failed")
+    assert failed.stream is not None and failed.stream.done
+    cut = read(stream(text_events("The answer is"), output=[message_item("The answer is")],
+                      status="incomplete", incomplete_details={"reason": "max_output_tokens"}))
+    assert (cut.finish_reason, cut.api_finish_reason, cut.problems) == (
+        "length", "max_output_tokens", [])
+
+
+def test_stream_cut_before_its_terminal_event() -> None:
+    reply = read(stream(text_events("Hello"), output=[])[:-1])
+    assert reply.stream is not None
+    assert (reply.stream.done, reply.stream.end) == (
+        False, "response.completed, response.failed or response.incomplete")
+    assert reply.text == "Hello" and reply.usage is None and not reply.stream.usage
+    assert (reply.finish_reason, reply.problems) == (None, [])  # expect.stream.done says it
+
+
+def test_stream_cut_inside_an_event_is_a_named_problem() -> None:
+    reply = read(stream(text_events("Hello"), output=[]), truncated=True)
+    assert problems_named(reply, "responses stream: cut") == [
+        ("responses stream: cut: the stream ended inside an event (no blank line after its"
+        " last data line)")]
+
+
+def test_delta_for_an_item_never_opened_is_a_named_problem() -> None:
+    where = {"item_id": "msg_9", "output_index": 0, "content_index": 0}
+    events = stream([{"type": "response.output_text.delta", **where, "delta": "Hel"},
+                     {"type": "response.output_text.delta", **where, "delta": "lo"}],
+                    output=[message_item("Hello", "msg_9")])
+    reply = read(events)
+    assert reply.problems == [
+        ("responses stream: delta for an item never opened: response.output_text.delta (event 3)"
+        " is for item 'msg_9', which no response.output_item.added opened")]
+    assert reply.text == "Hello"  # read all the same
+
+
+def test_item_done_for_an_item_never_opened_is_a_named_problem() -> None:
+    events = stream([{"type": "response.output_item.done", "output_index": 0,
+                      "item": call_item("c1", "f", "{}")}], output=[call_item("c1", "f", "{}")])
+    reply = read(events)
+    assert problems_named(reply, "responses stream: delta for an item never opened") == [
+        ("responses stream: delta for an item never opened: response.output_item.done (event 3)"
+        " is for item 'fc_c1', which no response.output_item.added opened")]
+    assert calls_of(reply) == [("c1", "f", {})]
+
+
+def test_call_ids_that_do_not_pair_are_named_problems() -> None:
+    no_id = call_events("x", "f", "{}", index=0)
+    for event in no_id:
+        if "item" in event:
+            del event["item"]["call_id"]
+    events = stream(no_id, call_events("dup", "g", "{}", index=1),
+                    call_events("dup", "h", "{}", index=2)[1:],  # same id: the same item
+                    output=[])
+    events[-1]["response"]["output"] = None  # leave the terminal comparison out of it
+    reply = read(events)
+    assert problems_named(reply, "responses stream: call_id") == [
+        ("responses stream: call_id: function call 0 (f) has no call_id, so no"
+        " function_call_output can pair with it")]
+    # The third call's events name the second's item: its arguments are the same item's.
+    assert len(reply.tool_calls) == 2
+
+
+def test_two_calls_sharing_a_call_id_are_a_named_problem() -> None:
+    first, second = call_events("dup", "g", "{}", index=0), call_events("dup", "h", "{}", 1)
+    for event in second:  # its own item id, the same call_id
+        if "item" in event:
+            event["item"]["id"] = "fc_other"
+        if "item_id" in event:
+            event["item_id"] = "fc_other"
+    reply = read(stream(first, second, output=[call_item("dup", "g", "{}"),
+                                               {**call_item("dup", "h", "{}"), "id": "fc_other"}]))
+    assert reply.problems == [
+        ("responses stream: call_id: 2 function calls share call_id 'dup' (g, h), so their"
+        " results cannot be told apart")]
+
+
+def test_output_text_done_that_disagrees_is_a_named_problem_and_wins() -> None:
+    events = text_events("Hello")
+    events[-3]["text"] = "Hello!"  # output_text.done
+    events[-2]["part"]["text"] = "Hello!"  # content_part.done agrees with it
+    events[-1]["item"] = message_item("Hello!")
+    reply = read(stream(events, output=[message_item("Hello!")]))
+    assert reply.problems == [
+        ("responses stream: .done disagrees with deltas: response.output_text.done (event 8) of"
+        " item 'msg_1' says 'Hello!'; the stream before it said 'Hello'")]
+    assert reply.text == "Hello!"
+
+
+def test_arguments_done_that_disagrees_is_a_named_problem() -> None:
+    events = call_events("c1", "f", '{"a": 1}', size=4)
+    events[-2]["arguments"] = '{"a": 2}'
+    reply = read(stream(events, output=[call_item("c1", "f", '{"a": 1}')]))
+    assert reply.problems[0] == (
+        "responses stream: .done disagrees with deltas: response.function_call_arguments.done"
+        """ (event 6) of item 'fc_c1' says '{"a": 2}'; the stream before it said '{"a": 1}'""")
+    # output_item.done says {"a": 1} again: it disagrees with the .done before it, and wins.
+    assert len(reply.problems) == 2
+    assert calls_of(reply) == [("c1", "f", {"a": 1})]
+
+
+def test_item_done_that_disagrees_names_both() -> None:
+    events = call_events("c1", "f", '{"a": 1}', size=4)
+    del events[-2]  # no arguments .done: the item's .done is the first word on it
+    events[-1]["item"] = call_item("c1", "g", '{"a": 1, "b": 2}')
+    reply = read(stream(events, output=[call_item("c1", "g", '{"a": 1, "b": 2}')]))
+    assert reply.problems == [
+        ("responses stream: .done disagrees with deltas: response.output_item.done (event 6) of"
+        " item 'fc_c1' says its name 'g'; the stream before it said 'f'"),
+        ("responses stream: .done disagrees with deltas: response.output_item.done (event 6) of"
+        """ item 'fc_c1' says '{"a": 1, "b": 2}'; the stream before it said '{"a": 1}'""")]
+    assert calls_of(reply) == [("c1", "g", {"a": 1, "b": 2})]
+
+
+def test_a_done_without_deltas_before_it_is_no_disagreement() -> None:
+    where = {"item_id": "msg_1", "output_index": 0, "content_index": 0}
+    events = stream([
+        {"type": "response.output_item.added", "output_index": 0,
+         "item": {**message_item(""), "content": []}},
+        {"type": "response.output_text.done", **where, "text": "Hi"},
+        {"type": "response.output_item.done", "output_index": 0, "item": message_item("Hi")},
+    ], output=[message_item("Hi")])
+    reply = read(events)
+    assert (reply.text, reply.problems) == ("Hi", [])
+
+
+def test_streamed_arguments_that_are_not_json() -> None:
+    bad = '{"city": "Par'
+    reply = read(stream(call_events("c1", "f", bad, size=2), output=[call_item("c1", "f", bad)]))
+    call = reply.tool_calls[0]
+    assert (call.arguments, call.arguments_raw) == (None, bad)
+    assert call.arguments_error is not None and "Unterminated string" in call.arguments_error
+    assert reply.problems == []  # the stage fails on arguments_error, not twice
+
+
+def test_terminal_output_with_other_calls_is_a_named_problem() -> None:
+    events = stream(call_events("c1", "f", "{}"), output=[call_item("c1", "f", "{}"),
+                                                          call_item("c2", "g", '{"x": 1}')])
+    reply = read(events)
+    assert reply.problems == [
+        ("responses stream: terminal output disagrees with the stream: response.completed's"
+        ' output holds f({}) [c1], g({"x": 1}) [c2]; the stream made f({}) [c1]')]
+
+
+def test_terminal_event_without_a_response_or_followed_by_more() -> None:
+    events = stream(text_events("Hi"), output=[message_item("Hi")])
+    del events[-1]["response"]
+    events.append({"type": "response.output_text.delta", "item_id": "msg_1",
+                   "output_index": 0, "content_index": 0, "delta": "!"})
+    reply = read(events)
+    assert problems_named(reply, "responses stream: terminal event") == [
+        (f"responses stream: terminal event: response.completed (event {len(events) - 1})"
+        " carries no response object"),
+        (f"responses stream: terminal event: event {len(events)} (response.output_text.delta)"
+        " arrived after response.completed")]
+    assert reply.stream is not None and reply.stream.done
+    assert reply.api_finish_reason == "completed"  # from the event's own name
+
+
+def test_event_line_and_data_type_that_differ() -> None:
+    data = json.dumps({"type": "response.completed", "response": response([])})
+    reply = read_raw(("response.done", data))
+    assert reply.problems == [
+        ("responses stream: event type: event 1 is 'response.done' on its event line and"
+        " 'response.completed' in its data; read as 'response.completed'")]
+    assert reply.stream is not None and reply.stream.done
+
+
+def test_data_without_type_is_read_by_its_event_line() -> None:
+    reply = read_raw(("response.completed", json.dumps({"response": response([])})))
+    assert reply.problems == [
+        ("responses stream: event type: event 1 has no type in its data; read as"
+        " 'response.completed', from its event line")]
+    assert reply.stream is not None and reply.stream.done
+    nameless = read_raw(("message", "{}"))
+    assert nameless.problems == [
+        ("responses stream: event type: event 1 has no type, in its data or on an event line;"
+        " ignored")]
+
+
+def test_data_that_is_not_a_json_object() -> None:
+    reply = read_raw(("response.output_text.delta", "{oops"), ("message", "[1]"))
+    assert reply.problems == [
+        ("responses stream: JSON: event 1 is not JSON: Expecting property name enclosed in"
+        " double quotes: line 1 column 2 (char 1): '{oops'"),
+        "responses stream: JSON: event 2 is not a JSON object: '[1]'"]
+
+
+def test_unknown_events_are_counted_and_ignored() -> None:
+    events = stream(text_events("Hi"), output=[message_item("Hi")])
+    events.insert(3, {"type": "response.output_text.annotation.added", "item_id": "msg_1",
+                      "annotation": {"type": "url_citation"}})
+    events.insert(4, {"type": "response.some_future_event", "sequence_number": 4})
+    reply = read(events)
+    assert (reply.text, reply.problems) == ("Hi", [])
+    assert reply.stream is not None and reply.stream.chunks == len(events)
+
+
+def test_item_id_and_output_index_naming_different_items() -> None:
+    events = stream(call_events("c1", "f", "{}", index=1),
+                    text_events("Hi", item_id="msg_1", index=0), output=[])
+    events[-1]["response"]["output"] = None
+    delta = next(e for e in events if e["type"] == "response.output_text.delta")
+    delta["output_index"] = 1
+    reply = read(events)
+    assert problems_named(reply, "responses stream: output_index") == [
+        ("responses stream: output_index: response.output_text.delta (event 10) names item"
+        " 'msg_1' and output_index 1, which is item 'fc_c1'; read as 'msg_1'")]
+    assert reply.text == "Hi"
+
+
+def test_an_item_opened_twice_or_without_an_object() -> None:
+    events = stream(text_events("Hi"), output=[message_item("Hi")])
+    events.insert(3, dict(events[2]))
+    events.insert(4, {"type": "response.output_item.added", "output_index": 1, "item": None})
+    reply = read(events)
+    assert problems_named(reply, "responses stream: item") == [
+        "responses stream: item: item 'msg_1' opened twice (event 4)",
+        ("responses stream: item: response.output_item.added (event 5) carries no item object:"
+        " 'null'")]
+    assert reply.text == "Hi"
+
+
+def test_a_function_call_without_a_name() -> None:
+    events = call_events("c1", "", "{}")
+    reply = read(stream(events, output=[call_item("c1", "", "{}")]))
+    assert reply.problems == ["responses stream: item: function call 0 (c1) has no name"]
+
+
+def test_a_stream_and_a_body_of_one_answer_read_the_same() -> None:
+    output = [reasoning_item(["think"]), message_item("Paris, then Lyon."),
+              call_item("c1", "get_weather", '{"city": "Paris"}'),
+              call_item("c2", "get_weather", '{"city": "Lyon"}')]
+    streamed = read(stream(reasoning_events("think"),
+                           text_events("Paris, then Lyon.", index=1),
+                           call_events("c1", "get_weather", '{"city": "Paris"}', index=2),
+                           call_events("c2", "get_weather", '{"city": "Lyon"}', index=3),
+                           output=output))
+    whole = body_reply(response(output))
+    for reply in (streamed, whole):
+        assert reply.problems == []
+    for field in ("text", "reasoning", "finish_reason", "api_finish_reason", "usage"):
+        assert getattr(streamed, field) == getattr(whole, field), field
+    assert calls_of(streamed) == calls_of(whole)
+
+
+# -- whole runs of the plugin ------------------------------------------------------------
+
+
+def sse(events: Events) -> Any:
+    """A Responses API stream as the server sends it: named events, no ``[DONE]``."""
+    return sse_reply([named_event(event["type"], event) for event in events], done=False)
+
+
+def input_items(request: RecordedRequest, kind: str) -> list[dict[str, Any]]:
+    return [item for item in request.json()["input"] if item.get("type") == kind]
+
+
+def write_case(pytester: pytest.Pytester, server: ChatServer, body: str) -> Path:
+    endpoint = f"endpoint: {{base_url: '{server.base_url}'}}\n"
+    return pytester.makefile(".case.yaml", resp=endpoint + body)
+
+
+def run_live(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest("-p", "no:cacheprovider", "--toolbench-mode=live",
+                              "--toolbench-api=responses", *args)
+
+
+WEATHER = """
+system: Be brief.
+tools:
+  - name: get_weather
+    description: Weather now in a city
+    parameters: {type: object, properties: {city: {type: string}}, required: [city]}
+    result: {temp_c: 21}
+"""
+
+
+def test_run_not_streamed(pytester: pytest.Pytester, chat_server: ChatServer) -> None:
+    chat_server.enqueue(json_reply(response([message_item("Hello from Responses")])))
+    write_case(pytester, chat_server, WEATHER + """name: hello
+model: gpt-x
+params: {max_tokens: 50}
+stages:
+  - name: greet
+    user: Say hello
+    expect:
+      text: {$contains: Responses}
+      finish_reason: stop
+      api_finish_reason: completed
+      usage: {total_tokens: 19, prompt_tokens: 12}
+""")
+    run_live(pytester).assert_outcomes(passed=1)
+    sent = chat_server.requests[0]
+    assert sent.path == "/v1/responses"
+    assert sent.json() == {
+        "model": "gpt-x", "instructions": "Be brief.",
+        "input": [{"role": "user", "content": "Say hello"}],
+        "tools": [{"type": "function", "name": "get_weather",
+                   "description": "Weather now in a city",
+                   "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                  "required": ["city"]}}],
+        "max_output_tokens": 50}
+
+
+def test_run_streamed_call_split_across_deltas_with_run_tools(
+        pytester: pytest.Pytester, chat_server: ChatServer) -> None:
+    arguments = '{"city": "Paris"}'
+
+    def answer(request: RecordedRequest) -> Any:
+        if not input_items(request, "function_call_output"):
+            return sse(stream(call_events("call_7", "get_weather", arguments, size=2),
+                              output=[call_item("call_7", "get_weather", arguments)]))
+        return sse(stream(text_events("It is 21 C in Paris."),
+                          output=[message_item("It is 21 C in Paris.")]))
+
+    chat_server.set_handler(answer)
+    write_case(pytester, chat_server, WEATHER + """name: loop
+stages:
+  - name: ask
+    user: Weather in Paris?
+    stream: true
+    run_tools: true
+    expect:
+      text: {$contains: "21 C"}
+      tool_calls: [{name: get_weather, arguments: {city: Paris}}]
+""")
+    run_live(pytester).assert_outcomes(passed=1)
+    second = chat_server.requests[1].json()
+    assert second["stream"] is True
+    assert second["input"][1:] == [
+        {"type": "function_call", "call_id": "call_7", "name": "get_weather",
+         "arguments": arguments},
+        {"type": "function_call_output", "call_id": "call_7", "output": '{"temp_c": 21}'}]
+
+
+def test_run_parallel_calls_streamed(pytester: pytest.Pytester,
+                                     chat_server: ChatServer) -> None:
+    paris, lyon = '{"city": "Paris"}', '{"city": "Lyon"}'
+
+    def answer(request: RecordedRequest) -> Any:
+        if not input_items(request, "function_call_output"):
+            first = call_events("call_p", "get_weather", paris, index=0, size=4)
+            second = call_events("call_l", "get_weather", lyon, index=1, size=4)
+            mixed = [event for pair in zip(first, second) for event in pair]
+            return sse(stream(mixed, first[len(second):], output=[
+                call_item("call_p", "get_weather", paris),
+                call_item("call_l", "get_weather", lyon)]))
+        return sse(stream(text_events("Both 21 C."), output=[message_item("Both 21 C.")]))
+
+    chat_server.set_handler(answer)
+    write_case(pytester, chat_server, WEATHER + """name: both
+stages:
+  - name: ask
+    user: Weather in Paris and Lyon?
+    stream: true
+    run_tools: true
+    params: {parallel_tool_calls: true}
+    expect:
+      tool_calls:
+        - {name: get_weather, arguments: {city: Paris}}
+        - {name: get_weather, arguments: {city: Lyon}}
+""")
+    run_live(pytester).assert_outcomes(passed=1)
+    first_sent, second = chat_server.requests[0].json(), chat_server.requests[1]
+    assert first_sent["parallel_tool_calls"] is True
+    assert [(item["call_id"]) for item in input_items(second, "function_call_output")] == [
+        "call_p", "call_l"]
+
+
+def test_run_error_event_fails_with_its_message(pytester: pytest.Pytester,
+                                                chat_server: ChatServer) -> None:
+    events = stream(text_events("Hel"), output=[])[:-1] + [
+        {"type": "error", "code": "server_error", "message": "The model crashed mid-reply.",
+         "param": None}]
+    chat_server.enqueue(sse(events))
+    write_case(pytester, chat_server, """name: crash
+stages:
+  - name: ask
+    user: Hi
+    stream: true
+""")
+    result = run_live(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*error inside the stream: The model crashed mid-reply.*"])
+
+
+def test_run_cut_stream_fails_naming_the_terminal_event(pytester: pytest.Pytester,
+                                                        chat_server: ChatServer) -> None:
+    chat_server.enqueue(sse(stream(text_events("Hello"), output=[])[:-1]))
+    write_case(pytester, chat_server, """name: cut
+stages:
+  - name: ask
+    user: Hi
+    stream: true
+    expect: {text: Hello}
+""")
+    result = run_live(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*stream ended without response.completed, response.failed or response.incomplete*"])
+
+
+def test_run_protocol_slip_fails_naming_its_check(pytester: pytest.Pytester,
+                                                  chat_server: ChatServer) -> None:
+    events = text_events("Hello")
+    events[-3]["text"] = "Goodbye"
+    chat_server.enqueue(sse(stream(events, output=[message_item("Hello")])))
+    write_case(pytester, chat_server, """name: slip
+stages:
+  - name: ask
+    user: Hi
+    stream: true
+""")
+    result = run_live(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        ("*responses stream: .done disagrees with deltas: response.output_text.done (event 8)"
+        " of item 'msg_1' says 'Goodbye'; the stream before it said 'Hello'*")])
+
+
+def test_run_reasoning_expectation(pytester: pytest.Pytester, chat_server: ChatServer) -> None:
+    chat_server.enqueue(sse(stream(
+        reasoning_events("17 has no divisors"), text_events("yes", index=1),
+        output=[reasoning_item(["17 has no divisors"]), message_item("yes")])))
+    write_case(pytester, chat_server, """name: think
+stages:
+  - name: ask
+    user: Is 17 prime?
+    stream: true
+    expect:
+      text: "yes"
+      reasoning: {$contains: divisors}
+""")
+    run_live(pytester).assert_outcomes(passed=1)
+
+
+def test_run_stream_both(pytester: pytest.Pytester, chat_server: ChatServer) -> None:
+    def answer(request: RecordedRequest) -> Any:
+        if request.json().get("stream"):
+            return sse(stream(text_events("Paris is sunny", pieces=5),
+                              output=[message_item("Paris is sunny")]))
+        return json_reply(response([message_item("Paris is sunny today")]))
+
+    chat_server.set_handler(answer)
+    write_case(pytester, chat_server, """name: both
+stages:
+  - name: ask
+    user: Weather?
+    stream: both
+    expect: {text: {$contains: sunny}}
+""")
+    result = run_live(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*streamed and non-streamed replies differ in text*",
+        '*- expected: "Paris is sunny today"',
+        '*+ actual:   "Paris is sunny"',
+    ])
+    assert [r.json().get("stream", False) for r in chat_server.requests] == [True, False]
+    assert all(r.path == "/v1/responses" for r in chat_server.requests)
+
+
+def test_run_error_status_shows_the_apis_message(pytester: pytest.Pytester,
+                                                 chat_server: ChatServer) -> None:
+    chat_server.enqueue(json_reply({"error": {"message": "Unknown parameter: 'foo'.",
+                                              "type": "invalid_request_error"}}, status=400))
+    write_case(pytester, chat_server, """name: refused
+params: {foo: 1}
+stages:
+  - name: ask
+    user: Hi
+""")
+    result = run_live(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*the server said: Unknown parameter: 'foo'.*"])
+    assert chat_server.requests[0].json()["foo"] == 1
