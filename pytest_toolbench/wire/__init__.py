@@ -12,7 +12,8 @@ The modules, each a leaf apart from ``records``:
     base.py          WireApi (what an adapter provides), RequestParts, shared helpers
     chat.py          chat completions: ``POST chat/completions``
     chat_reader.py   its replies: streamed deltas reassembled, or one body
-    responses.py     the Responses API: ``POST responses``, its semantic stream events
+    responses.py     the Responses API: ``POST responses``, instructions and input items
+    responses_reader.py   its replies: output items, whole or from semantic stream events
     messages.py      the Messages API: ``POST messages``, content blocks and their events
 """
 

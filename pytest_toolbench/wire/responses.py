@@ -10,7 +10,7 @@ The request, from the chat-shaped conversation:
 - ``assistant`` -> its text as ``{type: message, role: assistant, content: [{type:
   output_text, text}]}`` (none when empty), then one ``{type: function_call, call_id,
   name, arguments}`` per tool call. The text goes as an ``output_text`` part, not a plain
-  string: both forms are the API's, and llama.cpp's server reads only the first;
+  string: the API takes both, and older llama.cpp servers only the part;
 - ``tool`` -> ``{type: function_call_output, call_id: tool_call_id, output}``;
 - tools flat: ``{type: function, name, description, parameters, strict}`` (description
   when given, strict when the case sets it);
