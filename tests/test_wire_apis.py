@@ -86,7 +86,7 @@ def test_a_cassette_records_its_api_and_refuses_another(pytester: pytest.Pyteste
     run(pytester, "--toolbench-record").assert_outcomes(passed=1)
     cassette = pytester.path / "__cassettes__" / "wire" / "hello.yaml"
     assert "\napi: chat\n" in cassette.read_text()
-    assert "path: /chat/completions" in cassette.read_text()
+    assert "path: /chat/completions" in cassette.read_text()  # where the API posts
 
     # The same file now claims to hold the Responses API's exchanges: replaying it over
     # chat must say so rather than answer chat requests with it.
@@ -239,3 +239,43 @@ stages:
     result.stdout.fnmatch_lines([f"*wire.case.yaml:{line}: *parallel_tool_calls is false,"
                                  " yet one reply made 2 tool calls: f, g*"])
     assert chat_server.requests[0].json()["parallel_tool_calls"] is False
+
+
+def anthropic_message(text: str) -> dict[str, object]:
+    return {"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+            "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
+            "usage": {"input_tokens": 7, "output_tokens": 3}}
+
+
+def test_each_api_records_its_own_cassette_and_replays_it(pytester: pytest.Pytester,
+                                                          chat_server: ChatServer) -> None:
+    chat_server.enqueue(json_reply(completion("hi there")),
+                        json_reply(anthropic_message("hi from messages")))
+    write_case(pytester, TEXT_CASE, chat_server.base_url)
+    run(pytester, "--toolbench-record", "--toolbench-api=chat,messages").assert_outcomes(
+        passed=2)
+    assert [request.path for request in chat_server.requests] == [
+        "/v1/chat/completions", "/v1/messages"]
+    folder = pytester.path / "__cassettes__" / "wire"
+    messages = (folder / "hello[messages].yaml").read_text()
+    assert "\napi: messages\n" in messages and "path: /messages\n" in messages
+    assert "path: /chat/completions\n" in (folder / "hello.yaml").read_text()
+    result = run(pytester, "--toolbench-api=chat,messages", "-v")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*hello PASSED*", "*hello[[]messages[]] PASSED*"])
+
+
+def test_summary_gives_a_pass_rate_per_api(pytester: pytest.Pytester,
+                                           chat_server: ChatServer) -> None:
+    chat_server.enqueue(json_reply(completion("hi there")),
+                        json_reply(anthropic_message("no greeting")))
+    write_case(pytester, TEXT_CASE, chat_server.base_url)
+    report = pytester.path / "report.json"
+    result = run(pytester, "--toolbench-live", "--toolbench-api=chat,messages",
+                 f"--toolbench-report={report}")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "*pass rate per API*", "*api*runs passed*pass rate*",
+        "*chat*1/1*100%*", "*messages*0/1*0%*"])
+    cases = json.loads(report.read_text())["cases"]
+    assert sorted(case["api"] for case in cases) == ["chat", "messages"]

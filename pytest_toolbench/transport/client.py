@@ -112,6 +112,7 @@ class PendingReply:
             reply.problems.append(f"asked for a stream, got {content_type or 'no content type'}")
         reply.interaction = Interaction(
             request=self.body,
+            path=f"/{self.wire.path}",
             status=reply.status,
             content_type=content_type,
             body=_body_for_cassette(raw),
@@ -139,6 +140,7 @@ class PendingReply:
         reply.status = self.response.status_code
         reply.interaction = Interaction(
             request=self.body,
+            path=f"/{self.wire.path}",
             status=reply.status,
             content_type=self.response.headers.get("content-type", ""),
             events=events,
