@@ -535,6 +535,8 @@ def test_stream_error_event_in_plain_text_or_nested() -> None:
     assert read_raw(("error", "upstream timed out")).error == "upstream timed out"
     nested = json.dumps({"type": "error", "error": {"message": "rate limited"}})
     assert read_raw(("error", nested)).error == "rate limited"
+    untyped = read_raw(("error", json.dumps({"error": {"message": "overloaded"}})))
+    assert (untyped.error, untyped.problems) == ("overloaded", [])
 
 
 def test_stream_failed_and_incomplete_terminal_events() -> None:
@@ -585,6 +587,14 @@ def test_item_done_for_an_item_never_opened_is_a_named_problem() -> None:
         ("responses stream: delta for an item never opened: response.output_item.done (event 3)"
         " is for item 'fc_c1', which no response.output_item.added opened")]
     assert calls_of(reply) == [("c1", "f", {})]
+
+
+def test_an_item_closed_without_its_id_is_found_by_its_call_id() -> None:
+    events = call_events("c1", "f", '{"a": 1}', size=3)
+    del events[-1]["item"]["id"]
+    del events[-1]["output_index"]
+    reply = read(stream(events, output=[call_item("c1", "f", '{"a": 1}')]))
+    assert (calls_of(reply), reply.problems) == ([("c1", "f", {"a": 1})], [])
 
 
 def test_call_ids_that_do_not_pair_are_named_problems() -> None:

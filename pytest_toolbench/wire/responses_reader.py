@@ -24,7 +24,7 @@ is a problem. Each problem starts with the name of the check it broke:
 
 - ``responses stream: JSON``: an event's data is not a JSON object;
 - ``responses stream: event type``: the ``event:`` line and the data's ``type`` differ, or
-  the data has no ``type``;
+  the data has no ``type`` (an ``event: error`` may carry its error alone);
 - ``responses stream: terminal event``: ``response.completed``, ``failed`` or ``incomplete``
   carries no response, or an event came after it (a stream that never ends so is seen by
   the stream's ``done``, which ``expect.stream.done`` checks);
@@ -409,6 +409,8 @@ class ResponsesStream:
                 self._problems.append(f"{where} is {named!r} on its event line and {given!r} in"
                                       f" its data; read as {given!r}")
             return given
+        if named == "error":  # servers' error events often carry only the error: it is read
+            return named
         if named != "message":
             self._problems.append(f"{where} has no type in its data; read as {named!r}, from"
                                   " its event line")
@@ -468,13 +470,20 @@ class ResponsesStream:
             return
         done, index = _snapshot(data), _as_index(payload.get("output_index"))
         key = _item_key(done, index, len(self._items))
-        item = self._items.get(key) or (self._by_index.get(index) if index is not None else None)
+        item = (self._items.get(key) or (self._by_index.get(index) if index is not None else None)
+                or self._by_call_id(done.call_id))
         if item is None:
             self._never_opened(key, kind)
             item = self._open(key, done, index)
         self._compare_head(item, done, kind)
         for part_kind in sorted(done.kinds):
             self._close_kind(item, done, part_kind, kind)
+
+    def _by_call_id(self, call_id: str | None) -> _Item | None:
+        """The function call of ``call_id``: an item opened with an ``id`` and closed
+        without one is still found."""
+        return next((item for item in self._items.values()
+                     if call_id is not None and item.head.call_id == call_id), None)
 
     def _item_data(self, kind: str, payload: dict[str, Any]) -> dict[str, Any] | None:
         data = payload.get("item")
