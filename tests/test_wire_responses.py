@@ -1028,3 +1028,26 @@ stages:
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*the server said: Unknown parameter: 'foo'.*"])
     assert chat_server.requests[0].json()["foo"] == 1
+
+
+def test_run_recorded_stream_replays_without_the_server(
+        pytester: pytest.Pytester, chat_server: ChatServer) -> None:
+    arguments = '{"city": "Paris"}'
+    chat_server.enqueue(sse(stream(call_events("call_1", "get_weather", arguments, size=5),
+                                   output=[call_item("call_1", "get_weather", arguments)])))
+    write_case(pytester, chat_server, WEATHER + """name: recorded
+stages:
+  - name: ask
+    user: Weather in Paris?
+    stream: true
+    expect:
+      tool_calls: [{name: get_weather, arguments: {city: Paris}}]
+      stream: {done: true, usage: true}
+""")
+    pytester.runpytest("-p", "no:cacheprovider", "--toolbench-record",
+                       "--toolbench-api=responses").assert_outcomes(passed=1)
+    cassette = next((pytester.path / "__cassettes__").rglob("*.yaml")).read_text()
+    assert "api: responses" in cassette and "response.function_call_arguments.delta" in cassette
+    chat_server.close()  # replay must not need it
+    result = pytester.runpytest("-p", "no:cacheprovider", "--toolbench-api=responses")
+    result.assert_outcomes(passed=1)
