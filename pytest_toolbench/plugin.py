@@ -71,17 +71,16 @@ class SessionReports:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.keywords: dict[str, list[str]] = {}
         self.records: list[CaseRecord] = []
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if hasattr(report, "toolbench"):  # its keywords name its marks, for the HTML report
-            self.keywords[report.nodeid] = list(report.keywords)
         data = getattr(report, "toolbench", None)  # plain data: it may come from a worker
         if data is not None:
-            from .report.json_report import CaseRecord
+            from .report.json_report import CaseRecord, marks_from_keywords
 
-            self.records.append(CaseRecord.from_json(data))
+            # The report's keywords name the item's marks, here as in the xdist controller.
+            marks = marks_from_keywords(report.keywords, self.config.getini("markers"))
+            self.records.append(CaseRecord.from_json({**data, "marks": marks}))
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.records or self.config.get_verbosity() < 0:
@@ -109,4 +108,4 @@ class SessionReports:
             return  # as for the JSON report, the xdist controller writes the one file
         from .report.html import write_session_html
 
-        write_session_html(path, self.records, self.keywords, self.config.getini("markers"))
+        write_session_html(path, self.records)

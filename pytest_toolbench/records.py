@@ -22,6 +22,9 @@ class ToolCall:
     """The parsed JSON arguments; ``None`` when ``arguments_error`` is set."""
     arguments_error: str | None = None
     """Why ``arguments_raw`` is not valid JSON, or ``None`` when it is."""
+    completed_ms: float | None = None
+    """Streamed replies: when the last piece of the arguments arrived, in ms after the
+    request was sent (the report's stream timeline marks it); ``None`` otherwise."""
 
     def to_message(self) -> dict[str, Any]:
         """The call as it goes back into the conversation's assistant message."""

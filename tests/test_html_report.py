@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -9,7 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.chat_server import ChatServer, completion, json_reply
+from support.chat_server import (
+    ChatServer,
+    SSEPause,
+    chunks_for,
+    completion,
+    json_reply,
+    sse_reply,
+)
 
 from pytest_toolbench.commands.cli import main
 
@@ -108,6 +116,163 @@ def test_toolbench_html_renders_a_saved_report(
     assert page.index("weather[m1]") < page.index("chat[m1]")
     assert "&lt;script&gt;" in page and page.count("<script") == 1
     assert external_loads(page) == []
+
+
+API_CASE = """name: greet
+model: m1
+endpoint: {{base_url: '{url}'}}
+stages:
+  - name: hello
+    user: Say hi
+    expect: {{text: {{$contains: hi}}}}
+"""
+
+
+def messages_body(text: str, thinking: str) -> dict[str, Any]:
+    """A Messages API reply: a thinking block, then the text; ``end_turn`` is ``stop``."""
+    return {"id": "msg_1", "type": "message", "role": "assistant", "model": "m1",
+            "content": [{"type": "thinking", "thinking": thinking, "signature": "s"},
+                        {"type": "text", "text": text}],
+            "stop_reason": "end_turn", "stop_sequence": None,
+            "usage": {"input_tokens": 7, "output_tokens": 3}}
+
+
+def test_html_report_gives_pass_rates_per_api_filters_by_api_and_shows_reasoning(
+    pytester: pytest.Pytester, chat_server: ChatServer
+) -> None:
+    """One case over two APIs: chat passes; messages thinks aloud, then answers wrong."""
+    def answer(request: Any) -> Any:
+        if request.path.endswith("/messages"):
+            return json_reply(messages_body("bye", "they asked <b>politely</b>"))
+        return json_reply(completion(text="hi there"))
+    chat_server.set_handler(answer)
+    pytester.makefile(".case.yaml", suite=API_CASE.format(url=chat_server.base_url))
+    result = pytester.runpytest("--toolbench-live", "--toolbench-api=chat,messages",
+                                "--toolbench-html=report.html")
+    result.assert_outcomes(passed=1, failed=1)
+    page = (pytester.path / "report.html").read_text(encoding="utf-8")
+    apis = page[page.index("<h2>APIs</h2>"):page.index("<h2>Cases</h2>")]
+    rows = re.findall(r'<tr><td>(\w+)</td><td class="num">(\d+)</td><td class="num">'
+                      r'([\d/]+)</td><td class="num">([\d%]+)</td>', apis)
+    assert rows == [("chat", "1", "1/1", "100%"), ("messages", "1", "0/1", "0%")]
+    assert '<select data-filter="api"><option value="">all</option><option value="chat">' \
+        'chat</option><option value="messages">messages</option></select>' in page
+    assert 'data-nodeid="suite.case.yaml::greet[m1-messages]"' in page
+    assert 'data-api="messages"' in page and 'data-api="chat"' in page
+    assert ('<div class="reasoning"><div class="who">reasoning</div>'
+            "<pre>they asked &lt;b&gt;politely&lt;/b&gt;</pre></div>") in page
+    assert "finish stop (API: end_turn)" in page  # messages: both words
+    assert "finish stop ·" in page  # chat: one word, the same in both
+
+
+def test_a_page_of_one_api_has_no_api_table(
+    pytester: pytest.Pytester, chat_server: ChatServer
+) -> None:
+    chat_server.set_handler(lambda request: json_reply(completion(text="hi there")))
+    pytester.makefile(".case.yaml", suite=API_CASE.format(url=chat_server.base_url))
+    pytester.runpytest("--toolbench-live", "--toolbench-html=report.html")
+    page = (pytester.path / "report.html").read_text(encoding="utf-8")
+    assert "<h2>Models</h2>" in page and "<h2>APIs</h2>" not in page
+    assert "reasoning" not in page.split("<div id=\"cases\">")[1]
+
+
+def test_saved_report_keeps_marks_and_what_each_turn_sent(
+    pytester: pytest.Pytester, chat_server: ChatServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The JSON report carries marks and request bodies, so the page drawn from it shows
+    the marker filter and each turn's sent messages, collapsed."""
+    project(pytester, chat_server)
+    pytester.runpytest("--toolbench-live", "--toolbench-report=r.json")
+    document = json.loads((pytester.path / "r.json").read_text(encoding="utf-8"))
+    by_id = {case["nodeid"]: case for case in document["cases"]}
+    weather = by_id["suite.case.yaml::weather[m1]"]
+    assert weather["marks"] == ["slow_weather"] and by_id["suite.case.yaml::chat[m1]"][
+        "marks"] == []
+    request = weather["runs"][0]["stages"][0]["attempts"][0]["turns"][0]["request"]
+    assert request["messages"] == [{"role": "user", "content": "Weather in Paris?"}]
+    assert request["model"] == "m1" and request["tools"][0]["function"]["name"] == "get_weather"
+
+    assert main(["html", str(pytester.path / "r.json"), "-o", "page.html"]) == 0
+    page = (pytester.path / "page.html").read_text(encoding="utf-8")
+    assert 'data-marks="slow_weather"' in page and '<option value="slow_weather">' in page
+    sent = page[page.index('<details class="request">'):]
+    sent = sent[:sent.index("</details>")]
+    assert sent.startswith('<details class="request"><summary>sent 1 message</summary>')
+    assert '<div class="who">user</div><pre>Weather in Paris?</pre>' in sent
+    assert "tools: get_weather" in sent and "model: &quot;m1&quot;" in sent
+
+
+NEWER_KEYS = {"marks", "request", "api", "completed_ms", "reasoning", "api_finish_reason"}
+
+
+def without(data: Any, keys: set[str]) -> Any:
+    """``data`` with ``keys`` left out of every object, at any depth."""
+    if isinstance(data, dict):
+        return {k: without(v, keys) for k, v in data.items() if k not in keys}
+    if isinstance(data, list):
+        return [without(item, keys) for item in data]
+    return data
+
+
+def test_a_report_written_before_marks_requests_and_apis_still_loads(
+    pytester: pytest.Pytester, chat_server: ChatServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pytest_toolbench.report.json_report import CaseRecord
+
+    project(pytester, chat_server)
+    pytester.runpytest("--toolbench-live", "--toolbench-report=r.json")
+    path = pytester.path / "r.json"
+    document = without(json.loads(path.read_text(encoding="utf-8")), NEWER_KEYS)
+    case = document["cases"][0]
+    turn = case["runs"][0]["stages"][0]["attempts"][0]["turns"][0]
+    assert "marks" not in case and "api" not in case and "request" not in turn
+    record = CaseRecord.from_json(case)
+    assert record.marks == [] and record.api == "chat"
+    assert record.runs[0].stages[0].attempts[0].turns[0].request is None
+    path.write_text(json.dumps(document), encoding="utf-8")
+    assert main(["html", str(path)]) == 0
+    page = path.with_suffix(".html").read_text(encoding="utf-8")
+    assert page.count('<details class="case"') == 2 and '<details class="request">' not in page
+
+
+STREAMED_CALLS = """name: two_calls
+model: m1
+endpoint: {{base_url: '{url}'}}
+tools: [{{name: get_weather}}, {{name: get_time}}]
+stages:
+  - name: ask
+    user: Weather and time in Paris?
+    stream: true
+"""
+
+
+def test_stream_timeline_marks_when_each_calls_arguments_completed(
+    pytester: pytest.Pytester, chat_server: ChatServer
+) -> None:
+    """The second call's arguments come after a pause: the report says when each call's
+    arguments completed, and the page's timeline marks both."""
+    chunks = chunks_for(tool_calls=[("get_weather", {"city": "Paris"}),
+                                    ("get_time", {"city": "Paris"})])
+    second = next(i for i, c in enumerate(chunks)
+                  if c["choices"] and c["choices"][0]["delta"].get("tool_calls", [{}])[0]
+                  .get("index") == 1)
+    chat_server.enqueue(sse_reply([*chunks[:second], SSEPause(0.3), *chunks[second:-2],
+                                   SSEPause(0.2), *chunks[-2:]]))
+    pytester.makefile(".case.yaml", suite=STREAMED_CALLS.format(url=chat_server.base_url))
+    result = pytester.runpytest("--toolbench-live", "--toolbench-report=r.json",
+                                "--toolbench-html=report.html")
+    result.assert_outcomes(passed=1)
+    reply = json.loads((pytester.path / "r.json").read_text(encoding="utf-8"))["cases"][0][
+        "runs"][0]["stages"][0]["attempts"][0]["turns"][0]["reply"]
+    first, then = (call["completed_ms"] for call in reply["tool_calls"])
+    assert first < 300 <= then  # the pause came between them
+    assert then + 200 <= reply["latency_ms"]  # and another before the stream's end
+    page = (pytester.path / "report.html").read_text(encoding="utf-8")
+    timeline = page[page.index('<div class="timeline">'):]
+    timeline = timeline[:timeline.index("</div>")]
+    assert timeline.count('stroke="#7a5af8"') == 2  # a tick per call
+    assert f"get_weather arguments complete {first:.1f} ms" in timeline
+    assert f"get_time arguments complete {then:.1f} ms" in timeline
 
 
 def test_toolbench_html_refuses_what_is_not_a_report(

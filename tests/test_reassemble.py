@@ -11,8 +11,8 @@ from support.chat_server import ChatServer, RecordedRequest, sse_reply
 from support.chat_server import Reply as ServerReply
 
 from pytest_toolbench.records import Reply, StreamStats
-from pytest_toolbench.wire.chat_reader import StreamAssembler, parse_completion
 from pytest_toolbench.transport.sse import SSEDecoder, SSEEvent
+from pytest_toolbench.wire.chat_reader import StreamAssembler, parse_completion
 
 Chunk = dict[str, Any] | str | SSEEvent
 
@@ -655,3 +655,31 @@ def test_completion_tool_calls_as_one_object() -> None:
 
 def test_completion_empty_finish_reason_is_none() -> None:
     assert parse_completion(200, completion({"content": "hi"}, finish="")).finish_reason is None
+
+
+def test_each_call_completes_at_the_last_delta_that_carried_its_arguments() -> None:
+    """Interleaved calls: each one's arguments complete at its own last fragment (chunk
+    offsets 10, 20, ... ms); a call whose arguments all came with its header completes
+    there, and a call that never sent any completes where it opened."""
+    reply = assemble(
+        calls(call(0, "a", "first", "")),
+        calls(call(1, "b", "second", '{"x": ')),
+        calls(call(0, arguments='{"y": 1}')),
+        calls(call(1, arguments="2}")),
+        calls(call(1, arguments="")),          # an empty fragment changes nothing
+        calls(call(2, "c", "whole", "{}")),
+        calls(call(3, "d", "bare")),
+        chunk({}, finish="tool_calls"),
+    )
+    assert [(c.name, c.completed_ms) for c in reply.tool_calls] == [
+        ("first", 30.0), ("second", 40.0), ("whole", 60.0), ("bare", 70.0)]
+
+
+def test_a_legacy_function_call_completes_too_and_whole_bodies_say_nothing() -> None:
+    reply = assemble(chunk({"function_call": {"name": "f", "arguments": "{}"}}),
+                     chunk({"function_call": {"arguments": ""}}), chunk({}, finish="stop"))
+    assert [(c.name, c.completed_ms) for c in reply.tool_calls] == [("f", 10.0)]
+    body = {"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+        "role": "assistant", "tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}}]}
+    assert parse_completion(200, json.dumps(body)).tool_calls[0].completed_ms is None

@@ -32,28 +32,30 @@ def dot_plot(values: Sequence[float]) -> str:
 
 
 def stream_timeline(ttft_ms: float | None, latency_ms: float | None,
-                    calls: Sequence[str]) -> str:
-    """From the request to the last byte, with the first token marked.
-
-    The report carries when the first content or tool-call delta came and when the reply
-    ended; when each call's arguments completed is not recorded, so calls are shown as
-    complete at the end of the stream, which is when the reassembled reply holds them.
-    """
+                    calls: Sequence[tuple[str, float | None]]) -> str:
+    """From the request to the last byte: the first token, and when each tool call's
+    arguments completed (``calls``: name and offset; None when the reader did not say)."""
     if latency_ms is None:
         return ""
-    top = latency_ms or 1.0
+    top = max([latency_ms, *(at for _, at in calls if at is not None)]) or 1.0
     marks = [f'<rect x="4" y="8" width="{WIDTH - 8}" height="8" fill="#d1e9ff"/>']
     if ttft_ms is not None:
-        marks.append(f'<line x1="{_x(ttft_ms, top):.1f}" y1="4" x2="{_x(ttft_ms, top):.1f}" '
-                     f'y2="20" stroke="#067647" stroke-width="2"/>')
-    first = f"first token {_ms(ttft_ms)}" if ttft_ms is not None else "no first token"
-    ended = f"end {_ms(latency_ms)}"
-    if calls:
-        ended += f" (calls complete: {', '.join(calls)})"
-    return (f'<svg width="{WIDTH + 260}" height="30" viewBox="0 0 {WIDTH + 260} 30" '
-            f'role="img"><title>{html.escape(first)}</title>{"".join(marks)}'
-            f'<text x="4" y="29">0 ms · {html.escape(first)} · {html.escape(ended)}</text>'
-            "</svg>")
+        marks.append(_tick(ttft_ms, top, "#067647", f"first token {_ms(ttft_ms)}"))
+    marks.extend(_tick(at, top, "#7a5af8", f"{name} arguments complete {_ms(at)}")
+                 for name, at in calls if at is not None)
+    words = [f"first token {_ms(ttft_ms)}" if ttft_ms is not None else "no first token"]
+    words += [f"{name} arguments complete "
+              + (_ms(at) if at is not None else "(when: not recorded)") for name, at in calls]
+    words.append(f"end {_ms(latency_ms)}")
+    return (f'<div class="timeline"><svg width="{WIDTH}" height="24" '
+            f'viewBox="0 0 {WIDTH} 24" role="img">{"".join(marks)}</svg>'
+            f'<span class="muted">0 ms · {html.escape(" · ".join(words))}</span></div>')
+
+
+def _tick(at: float, top: float, colour: str, label: str) -> str:
+    x = _x(at, top)
+    return (f'<line x1="{x:.1f}" y1="4" x2="{x:.1f}" y2="20" stroke="{colour}" '
+            f'stroke-width="2"><title>{html.escape(label)}</title></line>')
 
 
 def _x(value: float, top: float) -> float:

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,8 @@ class ToolCallRecord:
     arguments: str
     """The arguments as the model sent them (JSON text, or whatever it sent)."""
     arguments_error: str | None
+    completed_ms: float | None = None
+    """Streamed replies: when the arguments' last piece arrived; null otherwise."""
 
 
 @dataclass(frozen=True)
@@ -63,8 +67,8 @@ class ReplyRecord:
         stream = reply.stream
         return cls(
             reply.status, reply.finish_reason, reply.text,
-            [ToolCallRecord(c.id, c.name, c.arguments_raw, c.arguments_error)
-             for c in reply.tool_calls],
+            [ToolCallRecord(c.id, c.name, c.arguments_raw, c.arguments_error,
+                            _round(c.completed_ms)) for c in reply.tool_calls],
             reply.usage, reply.error, round(reply.latency_ms, 1), _round(reply.ttft_ms),
             None if stream is None else StreamRecord(stream.done, stream.chunks, stream.usage),
             list(reply.problems), reply.api_finish_reason, reply.reasoning)
@@ -94,13 +98,16 @@ class TurnRecord:
     elapsed_ms: float
     reply: ReplyRecord | None
     tool_runs: list[ToolRunRecord]
+    request: dict[str, Any] | None = None
+    """The request body as sent (scrubbed of credentials like everything reported); null
+    in reports written before it was kept."""
 
     @classmethod
     def of(cls, turn: Turn) -> TurnRecord:
         return cls(turn.streamed, turn.stop_reason, turn.error, list(turn.retries),
                    round(turn.elapsed_ms, 1),
                    None if turn.reply is None else ReplyRecord.of(turn.reply),
-                   [ToolRunRecord.of(run) for run in turn.tool_runs])
+                   [ToolRunRecord.of(run) for run in turn.tool_runs], _jsonable(turn.request))
 
 
 @dataclass(frozen=True)
@@ -182,6 +189,9 @@ class CaseRecord:
     runs: list[RunRecord]
     api: str = "chat"
     """The wire API the case spoke: chat, responses or messages."""
+    marks: list[str] = field(default_factory=list)
+    """The names of the item's marks (the case's ``marks``, pytest's ``skip``...); the
+    session reads them from each test report's keywords (``marks_from_keywords``)."""
 
     @classmethod
     def of(cls, result: CaseResult, nodeid: str, outcome: str) -> CaseRecord:
@@ -212,6 +222,22 @@ class CaseRecord:
     def from_json(cls, data: dict[str, Any]) -> CaseRecord:
         record: CaseRecord = _adapter(CaseRecord).validate_python(data)
         return record
+
+
+BUILTIN_MARKS = frozenset({"skip", "skipif", "xfail"})
+_IMPORTED_MARK = re.compile(r"bfcl(?:_\w+)?")
+"""``toolbench import-bfcl``'s marks, registered as met: in a worker, not the controller."""
+
+
+def marks_from_keywords(keywords: Iterable[str], registered: Sequence[str]) -> list[str]:
+    """The mark names among a test report's keywords (which also hold node names).
+
+    ``registered`` is the ini ``markers`` list (``"name(args): help"`` lines); a case's
+    marks must be registered, so the registered names and pytest's own are the marks.
+    """
+    names = {line.split(":")[0].split("(")[0].strip() for line in registered}
+    return sorted(name for name in set(keywords)
+                  if name in names or name in BUILTIN_MARKS or _IMPORTED_MARK.fullmatch(name))
 
 
 @cache

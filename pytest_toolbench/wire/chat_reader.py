@@ -129,6 +129,7 @@ class _CallBuilder:
         self.id: str | None = None
         self.name = ""
         self.parts: list[str] = []
+        self.completed_ms: float | None = None
 
     def merge(self, item: dict[str, Any], problems: list[str]) -> None:
         """Apply one tool-call item: ``{"id": ..., "function": {"name", "arguments"}}``."""
@@ -150,10 +151,18 @@ class _CallBuilder:
         if "arguments" in function:
             self.parts.append(_arguments_text(function["arguments"]))
 
+    def arrived(self, function: Any, offset_ms: float) -> None:
+        """A delta of this call arrived at ``offset_ms``: the arguments are complete at the
+        last delta that carried some (at the call's opening when none ever does)."""
+        carried = isinstance(function, dict) and bool(_arguments_text(function.get("arguments")))
+        if carried or self.completed_ms is None:
+            self.completed_ms = offset_ms
+
     def build(self, problems: list[str]) -> ToolCall:
         """The finished call; invalid JSON arguments are recorded, not raised."""
         raw = "".join(self.parts)
-        call = ToolCall(name=self.name, arguments_raw=raw, id=self.id)
+        call = ToolCall(name=self.name, arguments_raw=raw, id=self.id,
+                        completed_ms=self.completed_ms)
         if not self.name:
             problems.append(f"tool call {self.position} has no name")
         try:
@@ -191,8 +200,9 @@ class _ToolCalls:
         self._by_index: dict[int, _CallBuilder] = {}
         self._by_id: dict[str, _CallBuilder] = {}
 
-    def add(self, item: Any, problems: list[str], chunk: int) -> None:
-        """Apply one tool-call delta item of data event number ``chunk``."""
+    def add(self, item: Any, problems: list[str], chunk: int, offset_ms: float) -> None:
+        """Apply one tool-call delta item of data event number ``chunk``, which arrived
+        ``offset_ms`` after the request was sent."""
         if not isinstance(item, dict):
             problems.append(
                 f"chunk {chunk}: tool-call delta is not an object: {_snippet(repr(item))}"
@@ -204,10 +214,12 @@ class _ToolCalls:
         else:
             builder = self._without_index(item, problems, chunk)
         builder.merge(item, problems)
+        builder.arrived(item.get("function"), offset_ms)
         if builder.id is not None and "id" in item:
             self._by_id.setdefault(builder.id, builder)
 
-    def add_member(self, member: Any, problems: list[str], chunk: int) -> bool:
+    def add_member(self, member: Any, problems: list[str], chunk: int,
+                   offset_ms: float) -> bool:
         """Apply a delta's ``tool_calls`` member; true when it held a call delta.
 
         A list of call deltas, or one call delta as an object (TGI); ``null`` and ``[]``
@@ -215,7 +227,7 @@ class _ToolCalls:
         """
         items = _call_items(member, problems, f"chunk {chunk}: ")
         for item in items:
-            self.add(item, problems, chunk)
+            self.add(item, problems, chunk, offset_ms)
         return bool(items)
 
     def add_whole(self, item: Any, problems: list[str]) -> None:
@@ -390,10 +402,11 @@ class StreamAssembler:
         if finish_reason is not None:
             self._finish_reason = finish_reason
         delta = choice.get("delta")
-        if isinstance(delta, dict) and self._read_delta(delta) and self._ttft_ms is None:
+        if isinstance(delta, dict) and self._read_delta(delta, offset_ms) \
+                and self._ttft_ms is None:
             self._ttft_ms = offset_ms
 
-    def _read_delta(self, delta: dict[str, Any]) -> bool:
+    def _read_delta(self, delta: dict[str, Any], offset_ms: float) -> bool:
         """Apply one delta; true when it carried content or a tool-call delta."""
         carried = False
         content = _message_text(delta.get("content"))
@@ -403,13 +416,15 @@ class StreamAssembler:
         reasoning = _reasoning_of(delta)
         if reasoning:
             self._reasoning.append(reasoning)
-        if self._tool_calls.add_member(delta.get("tool_calls"), self._problems, self._chunks):
+        if self._tool_calls.add_member(delta.get("tool_calls"), self._problems, self._chunks,
+                                       offset_ms):
             carried = True
         function_call = delta.get("function_call")
         if isinstance(function_call, dict):
             if self._legacy is None:
                 self._legacy = _CallBuilder(0)
             self._legacy.merge({"function": function_call}, self._problems)
+            self._legacy.arrived(function_call, offset_ms)
             carried = True
         return carried
 

@@ -1,0 +1,249 @@
+"""One case of the HTML report: its runs, stages and attempts as a conversation.
+
+Each turn shows what was sent (collapsed), the reply (text, reasoning, tool calls, both
+finish reasons, protocol problems, a stream's timeline), the tools' answers; each attempt
+its state trail and failing expectations with expected vs actual as a diff. Everything is
+read from the JSON report's data, and every text is escaped (``e``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from ..casefile.loader import format_key_path
+from .html_page import Data, count, json_lines, ms, plural, pretty
+from .html_page import escape as e
+from .html_plots import stream_timeline
+
+OUTCOME_ORDER = {"failed": 0, "xpassed": 1, "xfailed": 2, "skipped": 3, "passed": 4}
+"""Failures first: what needs reading comes before what passed."""
+CONVERSATION_KEYS = ("system", "instructions", "messages", "input")
+"""Where the three APIs' request bodies hold the conversation (the rest is settings)."""
+
+
+def outcome_rank(outcome: str) -> int:
+    return OUTCOME_ORDER.get(outcome, len(OUTCOME_ORDER))
+
+
+def model_of(case: Data) -> str:
+    return str(case.get("model") or "-")
+
+
+def api_of(case: Data) -> str:
+    return str(case.get("api") or "chat")  # reports written before other APIs: chat
+
+
+def render_case(case: Data) -> str:
+    outcome = str(case.get("outcome", ""))
+    attrs = {"nodeid": case.get("nodeid", ""), "outcome": outcome, "model": model_of(case),
+             "api": api_of(case), "file": case.get("file", ""),
+             "marks": " ".join(case.get("marks", []))}
+    data = " ".join(f'data-{key}="{e(value)}"' for key, value in attrs.items())
+    is_open = " open" if outcome_rank(outcome) < OUTCOME_ORDER["xfailed"] else ""
+    runs = case.get("runs", [])
+    parts = [_error_box("case", case.get("error"))] if case.get("error") else []
+    parts.extend(_run(case, run, len(runs)) for run in runs)
+    if not runs:
+        parts.append('<div class="none">did not run</div>')
+    marks = " ".join(f'<span class="mark">{e(mark)}</span>' for mark in case.get("marks", []))
+    return (f'<details class="case" {data}{is_open}><summary>'
+            f'<span class="badge o-{e(outcome)}">{e(outcome)}</span>'
+            f'<span class="id">{e(case.get("nodeid"))}</span>{marks}'
+            f'<span class="figs">{e(_figures(case))}</span></summary>\n'
+            f'<div class="body"><div class="muted">{e(case.get("file"))}:'
+            f'{e(case.get("line"))} · {e(api_of(case))} API</div>\n'
+            + "\n".join(parts) + "</div></details>")
+
+
+def _figures(case: Data) -> str:
+    runs = f"{case.get('passes')}/{case.get('runs_total')} runs, " \
+        if (case.get("runs_total") or 0) > 1 else ""
+    return (f"{runs}{plural(case.get('turns'), 'turn')}, "
+            f"{plural(case.get('tool_calls'), 'call')}, {count(case.get('total_tokens'))} "
+            f"tokens, {ms(case.get('latency_ms'))}, ttft {ms(case.get('ttft_ms'))}")
+
+
+def _run(case: Data, run: Data, runs: int) -> str:
+    head = f'<div class="head">run {e(run.get("number"))}</div>' if runs > 1 else ""
+    error = _error_box("run", run.get("error")) if run.get("error") else ""
+    stages = "".join(_stage(case, stage) for stage in run.get("stages", []))
+    return f'<div class="run">{head}{error}{stages}</div>'
+
+
+def _stage(case: Data, stage: Data) -> str:
+    state = "passed" if stage.get("passed") else "failed"
+    attempts = stage.get("attempts", [])
+    body = "".join(_attempt(case, attempt, len(attempts)) for attempt in attempts)
+    return (f'<div class="stage {state}"><div class="head">stage {e(stage.get("name"))} '
+            f'<span class="badge o-{state}">{state}</span></div>{body}</div>')
+
+
+def _attempt(case: Data, attempt: Data, attempts: int) -> str:
+    state = "passed" if attempt.get("passed") else "failed"
+    head = (f'<div class="head">attempt {e(attempt.get("number"))} of {attempts}: {state}'
+            "</div>") if attempts > 1 else ""
+    trail = " → ".join(e(step) for step in attempt.get("trail", []))
+    parts = [head, f'<div class="trail">states: {trail}</div>']
+    parts.extend(_tool_run(run, "answers a call left open") for run in
+                 attempt.get("answered_first", []))
+    parts.extend(_turn(turn, number) for number, turn in enumerate(attempt.get("turns", []), 1))
+    parts.extend(_failure(case, failure) for failure in attempt.get("failures", []))
+    return f'<div class="attempt {state}">{"".join(parts)}</div>'
+
+
+# ---------------------------------------------------------------------------- one turn
+
+
+def _turn(turn: Any, number: int) -> str:
+    if not isinstance(turn, Mapping):  # the documented example shortens with "..."
+        return f'<div class="none">{e(turn)}</div>'
+    kind = "streamed request" if turn.get("streamed") else "request"
+    retries = "".join(f"<li>{e(line)}</li>" for line in turn.get("retries", []))
+    head = (f'<div class="muted">{kind} {number}: {ms(turn.get("elapsed_ms"))}, '
+            f'stop: {e(turn.get("stop_reason"))}</div>'
+            + (f'<ul class="muted">{retries}</ul>' if retries else ""))
+    sent = _sent(turn["request"]) if isinstance(turn.get("request"), Mapping) else ""
+    reply = turn.get("reply")
+    body = _reply(reply) if isinstance(reply, Mapping) else _error_box("no reply", turn.get("error"))
+    runs = "".join(_tool_run(run, "tool") for run in turn.get("tool_runs", []))
+    return head + sent + body + runs
+
+
+def _sent(request: Data) -> str:
+    """The request body as sent, collapsed: its conversation one message a block (whatever
+    the API calls them), then its other settings on one line."""
+    messages: list[tuple[str, Any]] = []
+    for key in CONVERSATION_KEYS:
+        value = request.get(key)
+        if isinstance(value, list):
+            messages.extend((_role(item), item) for item in value)
+        elif value is not None:
+            messages.append((key, value))
+    blocks = "".join(f'<div class="msg sent"><div class="who">{e(role)}</div>'
+                     f"<pre>{e(_message_text(item))}</pre></div>" for role, item in messages)
+    return (f'<details class="request"><summary>sent {plural(len(messages), "message")}'
+            f"</summary>{blocks}"
+            f'<div class="muted">{e(_settings(request))}</div></details>')
+
+
+def _role(item: Any) -> str:
+    if isinstance(item, Mapping):
+        return str(item.get("role") or item.get("type") or "item")
+    return "item"
+
+
+def _message_text(item: Any) -> str:
+    """A message's text when it is all text; otherwise its fields as JSON, role aside."""
+    if isinstance(item, str):
+        return item
+    if isinstance(item, Mapping):
+        rest = {key: value for key, value in item.items() if key not in ("role", "type")}
+        if set(rest) == {"content"} and isinstance(rest["content"], str):
+            return rest["content"]
+        return json.dumps(rest, indent=2, ensure_ascii=False)
+    return json.dumps(item, indent=2, ensure_ascii=False)
+
+
+def _settings(request: Data) -> str:
+    listed = request.get("tools")
+    tools = [tool.get("name") or (tool.get("function") or {}).get("name")
+             for tool in (listed if isinstance(listed, list) else [])
+             if isinstance(tool, Mapping)]
+    rest = {key: value for key, value in request.items()
+            if key not in (*CONVERSATION_KEYS, "tools")}
+    parts = [f"{key}: {json.dumps(value, ensure_ascii=False)}" for key, value in rest.items()]
+    if tools:
+        parts.append(f"tools: {', '.join(str(name) for name in tools)}")
+    return " · ".join(parts)
+
+
+def _reply(reply: Data) -> str:
+    parts = [(f'<div class="who">assistant · HTTP {e(reply.get("status"))} · finish '
+              f'{e(_finish(reply))} · {ms(reply.get("latency_ms"))}'
+              f'{_usage(reply.get("usage"))}</div>')]
+    if reply.get("reasoning"):
+        parts.append(f'<div class="reasoning"><div class="who">reasoning</div>'
+                     f"<pre>{e(reply['reasoning'])}</pre></div>")
+    if reply.get("text"):
+        parts.append(f"<pre>{e(reply['text'])}</pre>")
+    parts.extend(_tool_call(call) for call in reply.get("tool_calls", []))
+    if not reply.get("text") and not reply.get("tool_calls"):
+        parts.append('<div class="none">no text, no tool call</div>')
+    if reply.get("error"):
+        parts.append(f"<pre>error: {e(reply['error'])}</pre>")
+    parts.extend(f"<pre>protocol problem: {e(p)}</pre>" for p in reply.get("problems", []))
+    if reply.get("stream") is not None:
+        parts.append(_stream(reply))
+    return f'<div class="msg assistant">{"".join(parts)}</div>'
+
+
+def _finish(reply: Data) -> str:
+    """The normalised finish reason, and the API's own word beside it when it differs."""
+    normalised, own = reply.get("finish_reason"), reply.get("api_finish_reason")
+    if own is None or own == normalised:
+        return str(normalised)
+    return f"{normalised} (API: {own})"
+
+
+def _tool_call(call: Data) -> str:
+    arguments = pretty(call.get("arguments", ""))
+    error = f"<pre>{e(call['arguments_error'])}</pre>" if call.get("arguments_error") else ""
+    return (f'<div>calls <b>{e(call.get("name"))}</b> <span class="muted">'
+            f'{e(call.get("id"))}</span><pre>{e(arguments)}</pre>{error}</div>')
+
+
+def _tool_run(run: Data, role: str) -> str:
+    kind = "error" if run.get("error") else "tool"
+    outcome = (f"<pre>error: {e(run['error'])}</pre>" if run.get("error")
+               else f"<pre>{e(pretty(run.get('content', '')))}</pre>")
+    return (f'<div class="msg {kind}"><div class="who">{e(role)} {e(run.get("name"))}'
+            f'({e(run.get("arguments"))}) · {ms(run.get("duration_ms"))}</div>{outcome}</div>')
+
+
+def _stream(reply: Data) -> str:
+    stream = reply["stream"]
+    facts = (f"{stream.get('chunks')} chunks, "
+             f"{'ended properly' if stream.get('done') else 'no end event'}, "
+             f"{'usage sent' if stream.get('usage') else 'no usage chunk'}")
+    calls = [(str(call.get("name")), call.get("completed_ms"))
+             for call in reply.get("tool_calls", [])]
+    return (f'<div class="muted">stream: {e(facts)}</div>'
+            + stream_timeline(reply.get("ttft_ms"), reply.get("latency_ms"), calls))
+
+
+# ---------------------------------------------------------------------------- failures
+
+
+def _failure(case: Data, failure: Data) -> str:
+    where = f"{case.get('file')}:{failure.get('line') or case.get('line')}"
+    return (f'<div class="failure"><span class="where">{e(where)}</span> '
+            f'<span class="muted">{e(format_key_path(failure.get("key_path", [])))}</span>'
+            f'<div>{e(failure.get("message"))}</div>'
+            f'{_diff(failure.get("expected"), failure.get("actual"))}</div>')
+
+
+def _diff(expected: Any, actual: Any) -> str:
+    """Expected vs actual as a unified diff of their JSON; nothing when one is missing."""
+    if expected is None or actual is None or expected == actual:
+        return ""
+    before, after = json_lines(expected), json_lines(actual)
+    lines = list(difflib.unified_diff(before, after, "expected", "actual", lineterm="", n=3))
+    return '<pre class="diff">' + "\n".join(_diff_line(line) for line in lines) + "</pre>"
+
+
+def _diff_line(line: str) -> str:
+    kind = {"+": "ins", "-": "del", "@": "hunk"}.get(line[:1], "")
+    return f'<span class="{kind}">{e(line)}</span>' if kind else e(line)
+
+
+def _error_box(what: str, error: Any) -> str:
+    return f'<div class="msg error"><div class="who">{e(what)}</div><pre>{e(error)}</pre></div>'
+
+
+def _usage(usage: Any) -> str:
+    if not isinstance(usage, Mapping) or usage.get("total_tokens") is None:
+        return ""
+    return f" · {e(usage.get('total_tokens'))} tokens"
