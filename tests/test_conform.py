@@ -16,12 +16,14 @@ from typing import Any
 
 import pytest
 from support.chat_server import (
+    SSEReply,
     ChatServer,
     RecordedRequest,
     Reply,
     chunks_for,
     completion,
     json_reply,
+    named_event,
     sse_reply,
     text_reply,
 )
@@ -55,9 +57,51 @@ def _faithful(body: dict[str, Any], parts: dict[str, Any]) -> Reply:
     return json_reply(completion(**parts))
 
 
-def serve(server: ChatServer, fault: Fault | None = None) -> None:
+def _faithful_message(body: dict[str, Any]) -> Reply:
+    """A correct Messages API server with a cooperative model (the same answers as chat's)."""
+    if not isinstance(body.get("temperature", 0), (int, float)):
+        error = {"type": "invalid_request_error", "message": "temperature: not a number"}
+        return json_reply({"type": "error", "error": error}, status=400)
+    last = body["messages"][-1]["content"]
+    answered = isinstance(last, list) and last[-1].get("type") == "tool_result"
+    choice = body.get("tool_choice", {"type": "auto"})["type"]
+    blocks: list[dict[str, Any]]
+    if answered or not body.get("tools") or choice == "none":
+        blocks = [{"type": "text", "text": "It is 21 C and sunny." if answered else "Hello."}]
+    else:
+        cities = ["Paris", "London"] if "London" in str(last) else ["Paris"]
+        blocks = [{"type": "tool_use", "id": f"toolu_{n}", "name": "get_weather",
+                   "input": {"city": city}} for n, city in enumerate(cities)]
+    stop = "tool_use" if blocks[0]["type"] == "tool_use" else "end_turn"
+    if not body.get("stream"):
+        return json_reply({"id": "msg_1", "type": "message", "role": "assistant",
+                           "model": "m", "content": blocks, "stop_reason": stop,
+                           "usage": {"input_tokens": 5, "output_tokens": 2}})
+    events = [named_event("message_start", {"type": "message_start", "message": {
+        "id": "msg_1", "type": "message", "role": "assistant", "content": [],
+        "usage": {"input_tokens": 5, "output_tokens": 0}}})]
+    for index, block in enumerate(blocks):
+        opened = {**block, "input": {}} if block["type"] == "tool_use" else {**block, "text": ""}
+        delta = ({"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+                 if block["type"] == "tool_use" else {"type": "text_delta", "text": block["text"]})
+        events += [
+            named_event("content_block_start", {"type": "content_block_start", "index": index,
+                                                "content_block": opened}),
+            named_event("content_block_delta", {"type": "content_block_delta", "index": index,
+                                                "delta": delta}),
+            named_event("content_block_stop", {"type": "content_block_stop", "index": index})]
+    events += [named_event("message_delta", {"type": "message_delta", "delta": {
+        "stop_reason": stop}, "usage": {"output_tokens": 2}}),
+        named_event("message_stop", {"type": "message_stop"})]
+    return sse_reply(events, done=False)
+
+
+def serve(server: ChatServer, fault: Fault | None = None,
+          message_fault: Callable[[dict[str, Any]], Reply | None] | None = None) -> None:
     def handle(request: RecordedRequest) -> Reply:
         body = request.json()
+        if request.path.endswith("/messages"):
+            return (message_fault(body) if message_fault else None) or _faithful_message(body)
         parts = _faithful_parts(body)
         return (fault(body, parts) if fault else None) or _faithful(body, parts)
     server.set_handler(handle)
@@ -70,8 +114,8 @@ def conform(server: ChatServer, tmp_path: Path, *extra: str) -> tuple[int, dict[
     return code, json.loads(report.read_text(encoding="utf-8"))
 
 
-def cells(matrix: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {probe["name"]: probe["cells"]["chat"] for probe in matrix["probes"]}
+def cells(matrix: dict[str, Any], api: str = "chat") -> dict[str, dict[str, Any]]:
+    return {probe["name"]: probe["cells"][api] for probe in matrix["probes"]}
 
 
 # ---------------------------------------------------------------------------- the faults
@@ -264,3 +308,34 @@ def test_an_unreachable_server_is_said_at_once(tmp_path: Path,
     err = capsys.readouterr().err
     assert f"toolbench conform: error: cannot connect to 127.0.0.1:{port} (" in err
     assert "is the server running?" in err
+
+
+def test_one_column_per_api_each_judged_by_its_own_protocol(
+        chat_server: ChatServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Messages streams cut before message_stop fail that column's streamed probes only."""
+    def no_message_stop(body: dict[str, Any]) -> Reply | None:
+        if not body.get("stream"):
+            return None
+        whole = _faithful_message(body)
+        assert isinstance(whole, SSEReply)
+        return sse_reply(list(whole.events)[:-1], done=False)
+    serve(chat_server, message_fault=no_message_stop)
+    page = tmp_path / "matrix.html"
+    code, matrix = conform(chat_server, tmp_path, "--api", "chat,messages", "--html", str(page))
+    assert matrix["apis"] == ["chat", "messages"]
+    chat, messages = cells(matrix), cells(matrix, "messages")
+    assert {name for name, cell in chat.items() if cell["verdict"] == "fail"} == set()
+    assert {name for name, cell in messages.items() if cell["verdict"] == "fail"} == {
+        "stream_done", "parallel_calls", "stream_agreement"}
+    assert "without message_stop" in messages["stream_done"]["reason"]
+    assert code == 1
+    header = capsys.readouterr().out.splitlines()[0]
+    assert header.split() == ["probe", "chat", "messages"]
+    shown = page.read_text(encoding="utf-8")
+    assert "<th>messages</th>" in shown and "without message_stop" in shown
+    assert "http://" not in shown.replace(chat_server.base_url, "")  # loads nothing
+
+
+def test_an_unknown_api_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert toolbench(["conform", "--base-url", "http://127.0.0.1:9/v1", "--api", "soap"]) == 2
+    assert "unknown API 'soap'; choose from chat, responses, messages" in capsys.readouterr().err

@@ -27,6 +27,7 @@ import pytest
 
 from ..atomic import write_atomic
 from ..transport.cassette import Cassette
+from ..transport.errors import ReplayError
 from .argtypes import positive_float, positive_int
 from .conform_matrix import (
     APIS,
@@ -36,6 +37,7 @@ from .conform_matrix import (
     Verdict,
     judge,
     matrix_json,
+    render_html,
     render_markdown,
     render_table,
 )
@@ -57,8 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="toolbench conform",
         description="Run the built-in tool-calling probes against an OpenAI-compatible "
         "server and print a matrix: one row per probe, one column per wire API (chat "
-        "completions for now), each cell pass, fail (protocol or model) or not supported, "
-        "with the reason. Exit 0 when every supported probe passes, 1 otherwise, 2 on a "
+        "completions, the Responses API, the Messages API), each cell pass, fail (protocol "
+        "or model) or not supported, with the reason. Exit 0 when every supported probe passes, 1 otherwise, 2 on a "
         f"wrong command line. The probes are case files: {PROBES_DIR}",
     )
     parser.add_argument("--base-url", required=True, metavar="URL",
@@ -68,8 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeat", type=positive_int, default=1, metavar="N",
                         help="run each probe N times; it passes when more than half pass "
                         "(default 1)")
+    parser.add_argument("--api", type=_api_list, default=("chat",), metavar="A[,B...]",
+                        help="the wire APIs to probe, one column each: chat, responses, "
+                        "messages (default: chat)")
     parser.add_argument("--report", type=Path, metavar="PATH",
                         help="write the matrix as JSON to PATH")
+    parser.add_argument("--html", type=Path, metavar="PATH",
+                        help="write the matrix as a self-contained HTML page to PATH")
     parser.add_argument("--format", choices=FORMATS, default="table",
                         help="how to print the matrix (default: table)")
     parser.add_argument("--api-key-env", metavar="NAME",
@@ -99,9 +106,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows = run_probes(args, Path(scratch))
     if rows is None:
         return 2
-    document = matrix_json(rows, {"base_url": args.base_url, "model": args.model,
-                                  "repeat": args.repeat})
-    if args.report is not None and not _write_report(args.report, document):
+    about = {"base_url": args.base_url, "model": args.model, "repeat": args.repeat}
+    document = matrix_json(rows, about)
+    if args.report is not None and not _write(args.report, json.dumps(document, indent=2)
+                                              + "\n"):
+        return 2
+    if args.html is not None and not _write(args.html, render_html(rows, about)):
         return 2
     sys.stdout.write(_render(args.format, rows, document))
     return 0 if _all_supported_pass(rows) else 1
@@ -150,7 +160,8 @@ def run_probes(args: argparse.Namespace, scratch: Path) -> list[Row] | None:
         print(f"toolbench conform: error: the probe run wrote no report (pytest exit code "
               f"{int(code)}); its output is above", file=sys.stderr)
         return None
-    return _rows(json.loads(report.read_text(encoding="utf-8")), scratch / "cassettes")
+    return _rows(json.loads(report.read_text(encoding="utf-8")), scratch / "cassettes",
+                 args.api)
 
 
 def _pytest_args(args: argparse.Namespace, scratch: Path, report: Path) -> list[str]:
@@ -158,6 +169,7 @@ def _pytest_args(args: argparse.Namespace, scratch: Path, report: Path) -> list[
         "--toolbench-base-url": args.base_url, "--toolbench-model": args.model,
         "--toolbench-repeat": str(args.repeat), "--toolbench-api-key-env": args.api_key_env,
         "--toolbench-timeout": None if args.timeout is None else str(args.timeout),
+        "--toolbench-api": ",".join(args.api),
     }
     given = [part for key, value in options.items() if value is not None
              for part in (key, value)]
@@ -171,21 +183,35 @@ def _pytest_args(args: argparse.Namespace, scratch: Path, report: Path) -> list[
             *given, "--", *(str(scratch / file.name) for file in probe_files())]
 
 
-def _rows(report: Mapping[str, Any], cassettes: Path) -> list[Row]:
-    records = {record["case"]: record for record in report.get("cases", ())}
-    rows: list[Row] = []
-    for name, probe in PROBES.items():
-        cell = judge(probe, records.get(name), _interactions(cassettes / name))
-        rows.append((name, probe.title, {"chat": cell}))
-    return rows
+def _rows(report: Mapping[str, Any], cassettes: Path, apis: Sequence[str]) -> list[Row]:
+    records = {(record["case"], record.get("api", "chat")): record
+               for record in report.get("cases", ())}
+    return [(name, probe.title,
+             {api: judge(probe, records.get((name, api)),
+                         _interactions(cassettes / name, api), api) for api in apis})
+            for name, probe in PROBES.items()]
 
 
-def _interactions(folder: Path) -> list[Any]:
-    """The probe's recorded exchanges (none when nothing was recorded, e.g. after a 5xx)."""
+def _interactions(folder: Path, api: str) -> list[Any]:
+    """The probe's recorded exchanges over ``api`` (none when nothing was recorded, e.g.
+    after a 5xx). Each API's cassette says which API it holds."""
     found: list[Any] = []
     for path in sorted(folder.glob("*.yaml")) if folder.is_dir() else ():
-        found.extend(Cassette.load(path).interactions)
+        try:
+            found.extend(Cassette.load(path, api=api).interactions)
+        except ReplayError:
+            continue  # another API's cassette of the same probe
     return found
+
+
+def _api_list(value: str) -> tuple[str, ...]:
+    apis = tuple(dict.fromkeys(part.strip() for part in value.split(",") if part.strip()))
+    unknown = [api for api in apis if api not in APIS]
+    if unknown or not apis:
+        raise argparse.ArgumentTypeError(
+            f"unknown API {', '.join(map(repr, unknown)) or repr(value)}; choose from"
+            f" {', '.join(APIS)}")
+    return apis
 
 
 def _render(fmt: str, rows: Sequence[Row], document: Mapping[str, Any]) -> str:
@@ -197,7 +223,7 @@ def _render(fmt: str, rows: Sequence[Row], document: Mapping[str, Any]) -> str:
 
 
 def _summary(rows: Sequence[Row]) -> str:
-    cells = [cells[api] for _name, _title, cells in rows for api in APIS]
+    cells = [cell for _name, _title, cells in rows for cell in cells.values()]
     counts = {verdict: sum(cell.verdict is verdict for cell in cells) for verdict in Verdict}
     return (f"{counts[Verdict.PASS]} passed, {counts[Verdict.FAIL]} failed, "
             f"{counts[Verdict.NOT_SUPPORTED]} not supported\n")
@@ -208,10 +234,10 @@ def _all_supported_pass(rows: Sequence[Row]) -> bool:
     return all(cell.verdict is not Verdict.FAIL for cell in cells)
 
 
-def _write_report(path: Path, document: Mapping[str, Any]) -> bool:
+def _write(path: Path, text: str) -> bool:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, json.dumps(document, indent=2) + "\n")
+        write_atomic(path, text)
     except OSError as exc:
         print(f"toolbench conform: error: cannot write {path}: {exc.strerror or exc}",
               file=sys.stderr)

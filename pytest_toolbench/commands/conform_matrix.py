@@ -12,6 +12,7 @@ A cell is ``pass``, ``fail`` (with its cause: ``protocol`` or ``model``) or
 from __future__ import annotations
 
 import enum
+import html
 import json
 import re
 from collections import Counter
@@ -19,7 +20,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..records import Interaction
+from ..defaults import API_NAMES
+from ..records import Interaction, Reply
+from ..wire import wire_api
 
 __all__ = [
     "APIS",
@@ -28,14 +31,16 @@ __all__ = [
     "Cell",
     "Probe",
     "Verdict",
+    "columns",
     "judge",
     "matrix_json",
+    "render_html",
     "render_markdown",
     "render_table",
 ]
 
-APIS = ("chat",)
-"""The wire APIs a column is shown for; Responses and Messages join when the product has them."""
+APIS = API_NAMES
+"""The wire APIs a probe can run over, in column order."""
 REASON_CHARS = 160
 """A reason longer than this is cut in the tables (the JSON report keeps it whole)."""
 WILDCARD = "*"
@@ -71,7 +76,9 @@ class Cell:
         return self.verdict.value
 
 
-RawCheck = Callable[[Cell, Sequence[Interaction]], Cell]
+RawCheck = Callable[[Cell, Sequence[Interaction], str], Cell]
+"""A check of a cell against the raw exchanges of its probe over one API (the third
+argument)."""
 
 
 @dataclass(frozen=True)
@@ -126,22 +133,44 @@ def _reasoning_and_content(interactions: Sequence[Interaction]) -> tuple[str, st
     return "".join(reasoning).strip(), "".join(content)
 
 
-def _check_reasoning(cell: Cell, interactions: Sequence[Interaction]) -> Cell:
+def _check_reasoning(cell: Cell, interactions: Sequence[Interaction], api: str) -> Cell:
     """Not supported unless the server returned reasoning; then it must not be in content."""
     if cell.verdict is not Verdict.PASS:
         return cell  # no reply, or reasoning markup in the content: the failure says it
-    reasoning, content = _reasoning_and_content(interactions)
+    if api == "chat":  # the raw fields, so reasoning sent as <think> content is seen
+        reasoning, content = _reasoning_and_content(interactions)
+    else:
+        replies = [_read(interaction, api) for interaction in interactions]
+        reasoning = "".join(reply.reasoning or "" for reply in replies).strip()
+        content = "".join(reply.text for reply in replies)
     if "<think>" in content or "</think>" in content:
         # The reply's text has it taken out as reasoning; the server still sent it as content.
         return Cell(Verdict.FAIL, "reasoning markup (<think>) sent in the content",
                     Cause.PROTOCOL, 0, cell.runs)
     if not reasoning:
-        return Cell(Verdict.NOT_SUPPORTED, "the server returned no reasoning "
-                    "(reasoning_content or reasoning)", None, cell.passes, cell.runs)
+        return Cell(Verdict.NOT_SUPPORTED, f"the server returned no reasoning ({_WHERE[api]})",
+                    None, cell.passes, cell.runs)
     if _leaks(reasoning, content):
         return Cell(Verdict.FAIL, "the reasoning is repeated in the content",
                     Cause.PROTOCOL, 0, cell.runs)
     return cell
+
+
+_WHERE = {"chat": "reasoning_content or reasoning", "responses": "reasoning items",
+          "messages": "thinking blocks"}
+
+
+def _read(interaction: Interaction, api: str) -> Reply:
+    """A recorded exchange read back as ``api``'s reply."""
+    wire = wire_api(api)
+    if interaction.events is None:
+        body = interaction.body if isinstance(interaction.body, str) else \
+            json.dumps(interaction.body)
+        return wire.read_body(interaction.status, body, interaction.content_type)
+    reader = wire.stream_reader()
+    for event in interaction.events:
+        reader.add(event, event.offset_ms)
+    return reader.finish()
 
 
 def _leaks(reasoning: str, content: str) -> bool:
@@ -150,7 +179,7 @@ def _leaks(reasoning: str, content: str) -> bool:
     return len(tail) >= 12 and tail in " ".join(content.split())
 
 
-def _check_error_body(cell: Cell, interactions: Sequence[Interaction]) -> Cell:
+def _check_error_body(cell: Cell, interactions: Sequence[Interaction], api: str) -> Cell:
     """The rejected request's body must be ``{"error": {"message": "...", ...}}``."""
     if cell.verdict is not Verdict.PASS:
         return cell
@@ -164,8 +193,11 @@ def _check_error_body(cell: Cell, interactions: Sequence[Interaction]) -> Cell:
     return cell
 
 
-def _check_indices(cell: Cell, interactions: Sequence[Interaction]) -> Cell:
-    """Streamed calls with distinct ids must not share an index; ids must be distinct."""
+def _check_indices(cell: Cell, interactions: Sequence[Interaction], api: str) -> Cell:
+    """Streamed calls with distinct ids must not share an index; ids must be distinct.
+    (The Responses and Messages readers check their own ids and items as they read.)"""
+    if api != "chat":
+        return cell
     for interaction in interactions:
         problem = (_shared_index(interaction) if interaction.events is not None
                    else _shared_id(interaction))
@@ -211,8 +243,8 @@ PROBES = {probe.name: probe for probe in (
           model_paths=(_ARGUMENT_VALUES,)),
     Probe("stream_agreement", "streamed and non-streamed replies agree"),
     Probe("finish_reason", "finish_reason tool_calls on a tool call"),
-    Probe("stream_usage", "usage in a stream when include_usage"),
-    Probe("stream_done", "a stream ends with [DONE]"),
+    Probe("stream_usage", "usage arrives in a stream"),
+    Probe("stream_done", "a stream ends with [DONE] or its terminal event"),
     Probe("tool_round_trip", "a tool result is accepted and answered",
           model_paths=((1, "text"),)),
     Probe("error_shape", "invalid request: HTTP 400 with an error object",
@@ -234,15 +266,16 @@ class _RunFailures:
 
 
 def judge(probe: Probe, record: Mapping[str, Any] | None,
-          interactions: Sequence[Interaction]) -> Cell:
-    """The cell for ``probe`` from its JSON-report ``record`` and its raw replies."""
+          interactions: Sequence[Interaction], api: str = "chat") -> Cell:
+    """The cell for ``probe`` over ``api`` from its JSON-report ``record`` and its raw
+    replies."""
     if record is None:
         return Cell(Verdict.FAIL, "the probe did not run (see pytest's output with "
                     "--verbose)", Cause.PROTOCOL)
     runs = list(record.get("runs") or ())
     passes = sum(1 for run in runs if run.get("passed"))
     cell = _majority(probe, runs, passes)
-    return probe.raw_check(cell, interactions) if probe.raw_check else cell
+    return probe.raw_check(cell, interactions, api) if probe.raw_check else cell
 
 
 def _majority(probe: Probe, runs: list[Mapping[str, Any]], passes: int) -> Cell:
@@ -325,7 +358,7 @@ def matrix_json(rows: Sequence[Row], about: Mapping[str, Any]) -> dict[str, Any]
     counts = Counter(cell.verdict.value for _name, _title, cells in rows
                      for cell in cells.values())
     return {
-        "version": 1, **about, "apis": list(APIS),
+        "version": 1, **about, "apis": list(columns(rows)),
         "summary": {verdict.value: counts[verdict.value] for verdict in Verdict},
         "probes": [{"name": name, "title": title,
                     "cells": {api: _cell_json(cell) for api, cell in cells.items()}}
@@ -348,21 +381,30 @@ def _cell_text(cell: Cell) -> str:
         else cell.label()
 
 
+def columns(rows: Sequence[Row]) -> tuple[str, ...]:
+    """The APIs the matrix has a column for, in ``APIS`` order."""
+    present = {api for _name, _title, cells in rows for api in cells}
+    return tuple(api for api in APIS if api in present)
+
+
 def render_table(rows: Sequence[Row]) -> str:
     """A plain-text table for the terminal: probe, then one column per API."""
-    header = ("probe", *APIS)
-    lines = [(name, *(_cell_text(cells[api]) for api in APIS)) for name, _title, cells in rows]
-    widths = [max(len(line[i]) for line in [header, *lines]) for i in range(len(APIS))]
-    return "\n".join("  ".join((line[0].ljust(widths[0]), *line[1:])).rstrip()
+    apis = columns(rows)
+    header = ("probe", *apis)
+    lines = [(name, *(_cell_text(cells[api]) for api in apis)) for name, _title, cells in rows]
+    # Every column but the last is padded to its widest cell.
+    widths = [max(len(line[i]) for line in [header, *lines]) for i in range(len(header))]
+    return "\n".join("  ".join(text.ljust(width) for text, width in zip(line, widths)).rstrip()
                      for line in [header, *lines]) + "\n"
 
 
 def render_markdown(rows: Sequence[Row]) -> str:
     """A Markdown table to paste into a README or an issue."""
-    lines = ["| probe | checks | " + " | ".join(APIS) + " |",
-             "|---|---|" + "---|" * len(APIS)]
+    apis = columns(rows)
+    lines = ["| probe | checks | " + " | ".join(apis) + " |",
+             "|---|---|" + "---|" * len(apis)]
     for name, title, cells in rows:
-        texts = (_markdown_cell(cells[api]) for api in APIS)
+        texts = (_markdown_cell(cells[api]) for api in apis)
         lines.append(f"| `{name}` | {_escape(title)} | " + " | ".join(texts) + " |")
     return "\n".join(lines) + "\n"
 
@@ -374,3 +416,34 @@ def _markdown_cell(cell: Cell) -> str:
 
 def _escape(text: str) -> str:
     return text.replace("|", "\\|")
+
+
+_HTML_STYLE = """
+body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}
+table{border-collapse:collapse}th,td{border:1px solid #ccc;padding:4px 8px;text-align:left;
+vertical-align:top}td.pass{background:#e6f4ea}td.fail{background:#fde7e9}
+td.unsupported{background:#f1f1f1;color:#555}code{font-size:13px}
+"""
+
+
+def render_html(rows: Sequence[Row], about: Mapping[str, Any]) -> str:
+    """The matrix as one self-contained page: no script, nothing loaded from elsewhere."""
+    apis = columns(rows)
+    head = "".join(f"<th>{html.escape(api)}</th>" for api in apis)
+    body = "\n".join(
+        f"<tr><td><code>{html.escape(name)}</code></td><td>{html.escape(title)}</td>"
+        + "".join(_html_cell(cells[api]) for api in apis) + "</tr>"
+        for name, title, cells in rows)
+    facts = ", ".join(f"{key}: {value}" for key, value in about.items() if value is not None)
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none';"
+        " style-src 'unsafe-inline'\"><title>toolbench conform</title>"
+        f"<style>{_HTML_STYLE}</style></head><body><h1>toolbench conform</h1>"
+        f"<p>{html.escape(facts)}</p><table><tr><th>probe</th><th>checks</th>{head}</tr>\n"
+        f"{body}</table></body></html>\n")
+
+
+def _html_cell(cell: Cell) -> str:
+    kind = {Verdict.PASS: "pass", Verdict.FAIL: "fail"}.get(cell.verdict, "unsupported")
+    return f"<td class=\"{kind}\">{html.escape(_cell_text(cell))}</td>"
