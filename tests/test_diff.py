@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support.chat_server import ChatServer, completion, json_reply
+from support.chat_server import (
+    ChatServer,
+    SSEPause,
+    chunks_for,
+    completion,
+    json_reply,
+    sse_reply,
+)
+from test_html_report import external_loads
 
 from pytest_toolbench.commands.cli import main
 
@@ -48,6 +57,7 @@ def record(pytester: pytest.Pytester, server: ChatServer, name: str,
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str | Path) -> tuple[int, str]:
+    capsys.readouterr()  # what the recording runs printed
     code = main(["diff", *map(str, argv)])
     return code, capsys.readouterr().out
 
@@ -136,3 +146,133 @@ def test_diff_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[
         f"toolbench diff: error: cannot read {tmp_path / 'a.json'}: No such file or directory\n")
     assert main(["diff", "a", "b", "--threshold", "nan"]) == 2
     assert "--threshold: expected a finite number >= 0, got 'nan'" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- cassette folders
+
+RECORDED = """name: weather
+model: m1
+endpoint: {{base_url: '{url}'}}
+tools:
+  - name: get_weather
+    result: {{temp_c: 21}}
+  - name: get_time
+    result: {{hour: 3}}
+stages:
+  - name: ask
+    user: Weather in Paris?
+---
+name: chat
+model: m1
+endpoint: {{base_url: '{url}'}}
+stages:
+  - name: hello
+    user: hi
+    stream: true
+"""
+
+
+def record_cassettes(pytester: pytest.Pytester, server: ChatServer, folder: str,
+                     calls: dict[str, list[tuple[str, dict[str, Any]]]], text: str,
+                     pause_s: float = 0.0, *flags: str) -> Path:
+    """Record the suite into ``folder`` with --toolbench-record: the weather case gets the
+    calls of its model, the streamed chat ``text`` after a pause of ``pause_s``."""
+    def answer(request: Any) -> Any:
+        body = request.json()
+        if "tools" in body:
+            return json_reply(completion(tool_calls=calls[body["model"]]))
+        return sse_reply([SSEPause(pause_s), *chunks_for(text)])
+    server.set_handler(answer)
+    pytester.makefile(".case.yaml", suite=RECORDED.format(url=server.base_url))
+    result = pytester.runpytest("--toolbench-record", f"--toolbench-cassette-dir={folder}",
+                                *flags)
+    result.assert_outcomes(passed=2)
+    return pytester.path / folder
+
+
+def test_diff_of_two_recordings_of_a_suite_compares_each_cassettes_replies(
+    pytester: pytest.Pytester, chat_server: ChatServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    old = record_cassettes(pytester, chat_server, "old", {"m1": [("get_weather",
+                           {"city": "Paris"})]}, "Hello! How can I help you today?")
+    new = record_cassettes(pytester, chat_server, "new", {"m1": [
+        ("get_weather", {"city": "Lyon"}), ("get_time", {})]},
+         "Hello! How may I <b>help</b> you today?", 0.4)
+    assert sorted(p.relative_to(old).as_posix() for p in old.rglob("*.yaml")) == [
+        "suite/chat[m1].yaml", "suite/weather[m1].yaml"]
+    code, out = run(capsys, old, new, "--html", pytester.path / "diff.html")
+    assert code == 0  # cassettes hold no verdict to regress
+    lines = out.splitlines()
+    assert lines[:3] == [
+        (f"toolbench diff {old} -> {new}: 2 cassettes compared, 2 changed; cassettes hold no"
+         " verdicts, so none is compared"),
+        "suite/chat[m1].yaml",
+        ("   answer      exchange 1: Hello! How [-can-] {+may+} I [-help-] {+<b>help</b>+} you"
+         " today?")]
+    assert re.fullmatch(r"   latency_ms  [\d.]+ -> 4\d\d(\.\d)? \(\+\d+%\)", lines[3])
+    assert re.fullmatch(r"   ttft_ms     [\d.]+ -> 4\d\d(\.\d)? \(\+\d+%\)", lines[4])
+    assert lines[5:] == [
+        "suite/weather[m1].yaml",
+        '   arguments   exchange 1: get_weather city: "Paris" -> "Lyon"',
+        "   call added  exchange 1: get_time({})"]
+
+    page = (pytester.path / "diff.html").read_text(encoding="utf-8")
+    assert "<script" not in page and external_loads(page) == []
+    assert ('<del class="del">can</del> <ins class="ins">may</ins> I <del class="del">help'
+            '</del> <ins class="ins">&lt;b&gt;help&lt;/b&gt;</ins>') in page
+    assert '<td rowspan="3" class="id">suite/chat[m1].yaml</td>' in page
+    assert "cassettes hold no verdicts" in page
+
+    code, out = run(capsys, old, new, "--format", "json")
+    document = json.loads(out)
+    assert (document["compared"], document["paired_by"], document["cases_compared"],
+            document["regressed"]) == ("cassettes", "path", 2, 0)
+
+
+def test_diff_of_two_models_pairs_cassettes_by_case_name(
+    pytester: pytest.Pytester, chat_server: ChatServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One folder per model: no path is in both, so the cassettes pair by case name."""
+    calls = {"m1": [("get_weather", {"city": "Paris"})],
+             "m2": [("get_weather", {"city": "Paris", "unit": "C"})]}
+    one = record_cassettes(pytester, chat_server, "one", calls, "Hi there")
+    two = record_cassettes(pytester, chat_server, "two", calls, "Hi there", 0.0,
+                           "--toolbench-model=m2")
+    code, out = run(capsys, one, two)
+    assert code == 0
+    assert out.splitlines() == [
+        (f"toolbench diff {one} -> {two}: 2 cassettes compared, paired by case name (no path"
+         " is in both folders), 1 changed; cassettes hold no verdicts, so none is compared"),
+        "suite/weather[m1].yaml -> suite/weather[m2].yaml",
+        '   arguments  exchange 1: get_weather unit: (absent) -> "C"']
+
+
+def test_diff_of_folders_names_what_it_cannot_compare(
+    pytester: pytest.Pytester, chat_server: ChatServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls = {"m1": [("get_weather", {"city": "Paris"})]}
+    old = record_cassettes(pytester, chat_server, "old", calls, "Hi")
+    new = record_cassettes(pytester, chat_server, "new", calls, "Hi")
+    cut = new / "suite" / "weather[m1].yaml"
+    cut.write_bytes(cut.read_bytes()[:200])  # a recording cut short by a full disk
+    (new / "suite" / "chat[m1].yaml").rename(new / "suite" / "greet[m1].yaml")
+    code, out = run(capsys, old, new)
+    assert code == 0
+    assert out.splitlines()[1:] == [
+        "suite/weather[m1].yaml",
+        ("   unreadable        new: cassette unreadable: suite/weather[m1].yaml: "
+         "interactions[0].response: missing"),
+        "suite/greet[m1].yaml",
+        "   cassette added    1 exchange",
+        "suite/chat[m1].yaml",
+        "   cassette removed  1 exchange"]
+    assert out.splitlines()[0].endswith(": 1 cassette compared, 3 changed; cassettes hold no "
+                                        "verdicts, so none is compared")
+    assert main(["diff", str(old), str(pytester.path / "old.json")]) == 2
+    assert capsys.readouterr().err == (
+        f"toolbench diff: error: {old} is a folder and the other is not: compare two JSON "
+        "reports or two cassette folders\n")
+    (pytester.path / "empty").mkdir()
+    assert main(["diff", str(old), str(pytester.path / "empty")]) == 2
+    assert capsys.readouterr().err == (
+        f"toolbench diff: error: no cassette (*.yaml) below {pytester.path / 'empty'}\n")

@@ -284,9 +284,9 @@ DELEGATES = {
     ),
     "diff": Delegate(
         "pytest_toolbench.commands.diff",
-        "compare two JSON reports; exit 1 when a verdict regressed",
-        "Compare two JSON reports case by case: verdicts, tool calls, arguments, answers, "
-        "timings; 'toolbench diff --help' lists its options.",
+        "compare two JSON reports or cassette folders; exit 1 when a verdict regressed",
+        "Compare two JSON reports, or two cassette folders, case by case: verdicts, tool "
+        "calls, arguments, answers, timings; 'toolbench diff --help' lists its options.",
     ),
     "conform": Delegate(
         "pytest_toolbench.commands.conform",

@@ -1,54 +1,67 @@
-"""``toolbench diff OLD NEW``: what changed between two JSON reports, case by case.
+"""``toolbench diff OLD NEW``: what changed between two JSON reports, or two cassette
+folders, case by case.
 
-Cases are matched by node id. For each: a verdict that flipped, tool calls that appeared,
-disappeared or changed arguments, answers whose text changed (a short word diff), and
-latency, time to first token and tokens that moved past ``--threshold`` percent. The exit
-status is 1 when a verdict regressed (``passed`` -> ``failed``), so a nightly job can
-watch a model or server drift.
-
-What is compared of a case is its first run, and of each stage its last attempt: the
-answer the stage ended with. Calls are paired by tool name, in order.
+Reports are matched by node id; cassettes by path, or by case name when no path is in both
+folders (``diff_cassettes``). What is compared is ``diff_compare``'s. The exit status is 1
+when a verdict regressed (``passed`` -> ``failed``), so a nightly job can watch a model or
+server drift; cassettes hold no verdict, so comparing them exits 0 (2 on a usage error).
 """
 
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..atomic import write_atomic
+from .diff_compare import Change, Data, Limits, compare_cases
 from .html import ReportUnreadable, load_report
 
-Data = Mapping[str, Any]
 DEFAULT_THRESHOLD = 20.0
 DEFAULT_MIN_MS = 100.0
 """Timings closer than this are not news whatever the percent (replays take ~1 ms)."""
-WORDS_AROUND = 4
-MAX_CHANGED_WORDS = 12
-"""Unchanged words kept either side of a change in an answer's word diff."""
 
 
 @dataclass(frozen=True)
-class Change:
-    nodeid: str
-    kind: str
-    """verdict, case added, case removed, call added, call removed, arguments, answer,
-    latency_ms, ttft_ms, total_tokens."""
-    detail: str
-    regression: bool = False
+class Comparison:
+    old: Path
+    new: Path
+    changes: list[Change]
+    compared: int
+    """Cases (or cassettes) in both."""
+    cassettes: bool = False
+    by_name: bool = False
+    """Cassettes paired by case name, models aside: no path was in both folders."""
+
+    @property
+    def regressed(self) -> int:
+        return sum(change.regression for change in self.changes)
+
+    def tally(self) -> str:
+        cases = len({change.nodeid for change in self.changes})
+        if not self.cassettes:
+            return (f"{_n(self.compared, 'case')} compared, {cases} changed, "
+                    f"{_n(self.regressed, 'verdict')} regressed")
+        paired = ", paired by case name (no path is in both folders)" if self.by_name else ""
+        return (f"{_n(self.compared, 'cassette')} compared{paired}, {cases} changed; "
+                "cassettes hold no verdicts, so none is compared")
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 # ---------------------------------------------------------------------------- comparing
 
 
-def compare(old: Data, new: Data, threshold: float, min_ms: float) -> list[Change]:
-    """Every change between two report documents, in the new report's case order."""
-    before = {case["nodeid"]: case for case in old["cases"]}
-    after = {case["nodeid"]: case for case in new["cases"]}
+def compare_reports(old: Path, new: Path, limits: Limits) -> Comparison:
+    """Two JSON reports, case by case in the new report's order, by node id."""
+    before = {case["nodeid"]: case for case in load_report(old)["cases"]}
+    after = {case["nodeid"]: case for case in load_report(new)["cases"]}
     changes: list[Change] = []
     for nodeid in [*after, *(n for n in before if n not in after)]:
         if nodeid not in before:
@@ -56,147 +69,50 @@ def compare(old: Data, new: Data, threshold: float, min_ms: float) -> list[Chang
         elif nodeid not in after:
             changes.append(Change(nodeid, "case removed", f"was {before[nodeid]['outcome']}"))
         else:
-            changes.extend(_case_changes(before[nodeid], after[nodeid], threshold, min_ms))
-    return changes
+            changes.extend(compare_cases(nodeid, before[nodeid], after[nodeid], limits))
+    return Comparison(old, new, changes, len(before.keys() & after.keys()))
 
 
-def _case_changes(old: Data, new: Data, threshold: float, min_ms: float) -> Iterator[Change]:
-    nodeid = new["nodeid"]
-    if old.get("outcome") != new.get("outcome"):
-        regressed = old.get("outcome") == "passed" and new.get("outcome") == "failed"
-        yield Change(nodeid, "verdict", f"{old.get('outcome')} -> {new.get('outcome')}",
-                     regressed)
-    old_stages, new_stages = _final_stages(old), _final_stages(new)
-    for name in [*new_stages, *(n for n in old_stages if n not in new_stages)]:
-        yield from _stage_changes(nodeid, name, old_stages.get(name), new_stages.get(name))
-    for figure in ("latency_ms", "ttft_ms", "total_tokens"):
-        detail = _figure_change(old.get(figure), new.get(figure), threshold,
-                                0.0 if figure == "total_tokens" else min_ms)
-        if detail:
-            yield Change(nodeid, figure, detail)
+def compare_folders(old: Path, new: Path, limits: Limits) -> Comparison:
+    """Two cassette folders, cassette by cassette in path order."""
+    from .diff_cassettes import pair, read_folder, shown
+
+    sides = []
+    for folder in (old, new):
+        cases = read_folder(folder)
+        if not cases:
+            raise ReportUnreadable(f"no cassette (*.yaml) below {folder}")
+        sides.append(cases)
+    pairs = pair(*sides)
+    changes: list[Change] = []
+    for before, after in pairs.pairs:
+        name = shown(before, after)
+        if before.record is None or after.record is None:
+            changes.extend(Change(name, "unreadable", f"{side}: {case.error}")
+                           for side, case in (("old", before), ("new", after)) if case.error)
+        else:
+            changes.extend(compare_cases(name, before.record, after.record, limits))
+    changes.extend(Change(case.path, "cassette added", _exchanges(case.record, case.error))
+                   for case in pairs.only_new)
+    changes.extend(Change(case.path, "cassette removed", _exchanges(case.record, case.error))
+                   for case in pairs.only_old)
+    return Comparison(old, new, changes, len(pairs.pairs), cassettes=True,
+                      by_name=pairs.by_name)
 
 
-def _final_stages(case: Data) -> dict[str, Data]:
-    """Stage name -> the last attempt of that stage in the case's first run."""
-    runs = case.get("runs") or [{}]
-    return {stage["name"]: stage["attempts"][-1]
-            for stage in runs[0].get("stages", []) if stage.get("attempts")}
-
-
-def _stage_changes(nodeid: str, stage: str, old: Data | None,
-                   new: Data | None) -> Iterator[Change]:
-    old_calls, new_calls = _calls(old), _calls(new)
-    for name in dict.fromkeys([c[0] for c in new_calls] + [c[0] for c in old_calls]):
-        was = [args for called, args in old_calls if called == name]
-        now = [args for called, args in new_calls if called == name]
-        for before, after in zip(was, now):
-            if _parsed(before) != _parsed(after):
-                yield Change(nodeid, "arguments",
-                             f"{stage}: {name} {_args_change(before, after)}")
-        for args in now[len(was):]:
-            yield Change(nodeid, "call added", f"{stage}: {name}({args})")
-        for args in was[len(now):]:
-            yield Change(nodeid, "call removed", f"{stage}: {name}({args})")
-    old_text, new_text = _answer(old), _answer(new)
-    if old is not None and new is not None and old_text != new_text:
-        yield Change(nodeid, "answer", f"{stage}: {word_diff(old_text, new_text)}")
-
-
-def _calls(attempt: Data | None) -> list[tuple[str, str]]:
-    """(name, arguments) of every call in the attempt's replies, in order."""
-    if attempt is None:
-        return []
-    return [(str(call.get("name")), str(call.get("arguments", "")))
-            for turn in attempt.get("turns", []) if isinstance(turn, Mapping)
-            for call in (turn.get("reply") or {}).get("tool_calls", [])]
-
-
-def _answer(attempt: Data | None) -> str:
-    """The text of the attempt's last reply: what the stage ended with."""
-    replies = [turn["reply"] for turn in (attempt or {}).get("turns", [])
-               if isinstance(turn, Mapping) and turn.get("reply")]
-    return str(replies[-1].get("text") or "") if replies else ""
-
-
-def _parsed(arguments: str) -> Any:
-    """Arguments compared as JSON values: spacing and key order are not changes."""
-    try:
-        return json.loads(arguments)
-    except ValueError:
-        return arguments
-
-
-def _args_change(before: str, after: str) -> str:
-    """Key by key when both are JSON objects, else the two texts."""
-    old, new = _parsed(before), _parsed(after)
-    if not (isinstance(old, dict) and isinstance(new, dict)):
-        return f"{before!r} -> {after!r}"
-    keys = [key for key in dict.fromkeys([*old, *new]) if old.get(key, _ABSENT) !=
-            new.get(key, _ABSENT)]
-    return ", ".join(f"{key}: {_show(old.get(key, _ABSENT))} -> {_show(new.get(key, _ABSENT))}"
-                     for key in keys)
-
-
-_ABSENT = object()
-
-
-def _show(value: Any) -> str:
-    return "(absent)" if value is _ABSENT else json.dumps(value, ensure_ascii=False)
-
-
-def word_diff(old: str, new: str) -> str:
-    """``[-removed-]{+added+}`` with a few unchanged words around each change."""
-    before, after = old.split(), new.split()
-    pieces: list[str] = []
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=before, b=after).get_opcodes():
-        if tag == "equal":
-            pieces.append(_elide(before[i1:i2], first=not pieces, last=i2 == len(before)))
-            continue
-        if i2 > i1:
-            pieces.append(f"[-{_clip(before[i1:i2])}-]")
-        if j2 > j1:
-            pieces.append(f"{{+{_clip(after[j1:j2])}+}}")
-    return " ".join(piece for piece in pieces if piece) or "(whitespace only)"
-
-
-def _clip(words: Sequence[str]) -> str:
-    """A changed run of words, cut short: the diff says what changed, not the whole text."""
-    if len(words) <= MAX_CHANGED_WORDS:
-        return " ".join(words)
-    return " ".join(words[:MAX_CHANGED_WORDS]) + f" ... ({len(words)} words)"
-
-
-def _elide(words: Sequence[str], first: bool, last: bool) -> str:
-    keep_head = 0 if first else WORDS_AROUND
-    keep_tail = 0 if last else WORDS_AROUND
-    if len(words) <= keep_head + keep_tail + 1:
-        return " ".join(words)
-    head, tail = words[:keep_head], words[len(words) - keep_tail:]
-    return " ".join([*head, "...", *tail])
-
-
-def _figure_change(old: Any, new: Any, threshold: float, floor: float) -> str | None:
-    if not isinstance(old, (int, float)) or not isinstance(new, (int, float)):
-        return None if old == new else f"{_num(old)} -> {_num(new)}"
-    if abs(new - old) < max(floor, 1e-9):
-        return None
-    percent = (new - old) / old * 100 if old else float("inf")
-    if abs(percent) <= threshold:
-        return None
-    return f"{_num(old)} -> {_num(new)} ({percent:+.0f}%)" if old else \
-        f"{_num(old)} -> {_num(new)}"
-
-
-def _num(value: Any) -> str:
-    return "unknown" if value is None else f"{value:g}"
+def _exchanges(record: Data | None, error: str | None) -> str:
+    if record is None:
+        return f"unreadable: {error}"
+    return f"{record['turns']} exchange{'' if record['turns'] == 1 else 's'}"
 
 
 # ---------------------------------------------------------------------------- output
 
 
-def render_text(changes: Sequence[Change], old: Path, new: Path, compared: int) -> str:
+def render_text(comparison: Comparison) -> str:
     """A plain table: one line per change, the case named once."""
-    lines = [f"toolbench diff {old} -> {new}: {_tally(changes, compared)}"]
+    lines = [f"toolbench diff {comparison.old} -> {comparison.new}: {comparison.tally()}"]
+    changes = comparison.changes
     if not changes:
         return lines[0] + "\n"
     width = max(len(change.kind) for change in changes) + 2
@@ -210,27 +126,28 @@ def render_text(changes: Sequence[Change], old: Path, new: Path, compared: int) 
     return "\n".join(lines) + "\n"
 
 
-def render_markdown(changes: Sequence[Change], old: Path, new: Path, compared: int) -> str:
-    lines = [f"### toolbench diff: `{old}` -> `{new}`", "", _tally(changes, compared)]
-    if changes:
+def render_markdown(comparison: Comparison) -> str:
+    lines = [f"### toolbench diff: `{comparison.old}` -> `{comparison.new}`", "",
+             comparison.tally()]
+    if comparison.changes:
         lines += ["", "| case | change | detail |", "|---|---|---|"]
         lines += [f"| `{_cell(c.nodeid)}` | {'**regressed** ' if c.regression else ''}"
-                  f"{c.kind} | {_cell(c.detail)} |" for c in changes]
+                  f"{c.kind} | {_cell(c.detail)} |" for c in comparison.changes]
     return "\n".join(lines) + "\n"
 
 
-def render_json(changes: Sequence[Change], old: Path, new: Path, compared: int) -> str:
-    document = {"old": str(old), "new": str(new), "cases_compared": compared,
-                "regressed": sum(change.regression for change in changes),
-                "changes": [asdict(change) for change in changes]}
-    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+def as_json(comparison: Comparison) -> dict[str, Any]:
+    return {"old": str(comparison.old), "new": str(comparison.new),
+            "compared": "cassettes" if comparison.cassettes else "reports",
+            "paired_by": ("case name" if comparison.by_name else "path")
+            if comparison.cassettes else "node id",
+            "cases_compared": comparison.compared, "regressed": comparison.regressed,
+            "summary": comparison.tally(),
+            "changes": [asdict(change) for change in comparison.changes]}
 
 
-def _tally(changes: Sequence[Change], compared: int) -> str:
-    regressed = sum(change.regression for change in changes)
-    cases = len({change.nodeid for change in changes})
-    return (f"{compared} cases compared, {cases} changed, {regressed} "
-            f"{'verdict' if regressed == 1 else 'verdicts'} regressed")
+def render_json(comparison: Comparison) -> str:
+    return json.dumps(as_json(comparison), indent=2, ensure_ascii=False) + "\n"
 
 
 def _cell(text: str) -> str:
@@ -244,15 +161,20 @@ RENDERERS = {"text": render_text, "markdown": render_markdown, "json": render_js
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="toolbench diff",
-        description="Compare two JSON reports (pytest --toolbench-report) case by case: "
-        "verdicts that flipped, tool calls that appeared, disappeared or changed "
-        "arguments, answers that changed, timings and tokens past a threshold. Exit 1 "
-        "when a verdict regressed (passed -> failed), else 0; 2 on a usage error.")
-    parser.add_argument("old", type=Path, metavar="OLD", help="the earlier JSON report")
-    parser.add_argument("new", type=Path, metavar="NEW", help="the later JSON report")
+        description="Compare two JSON reports (pytest --toolbench-report), or two cassette "
+        "folders, case by case: verdicts that flipped (reports only), tool calls that "
+        "appeared, disappeared or changed arguments, answers that changed, timings and "
+        "tokens past a threshold. Exit 1 when a verdict regressed (passed -> failed), "
+        "else 0; 2 on a usage error.")
+    parser.add_argument("old", type=Path, metavar="OLD",
+                        help="the earlier JSON report or cassette folder")
+    parser.add_argument("new", type=Path, metavar="NEW",
+                        help="the later JSON report or cassette folder")
     parser.add_argument("--format", choices=sorted(RENDERERS), default="text",
                         help="text (a table, default), markdown (for a PR comment or a job "
                         "summary) or json")
+    parser.add_argument("--html", type=Path, metavar="PATH", default=None,
+                        help="also write the diff as one self-contained HTML page")
     parser.add_argument("--threshold", type=_percent, default=DEFAULT_THRESHOLD,
                         metavar="PERCENT", help="report latency, time to first token and "
                         f"tokens that moved by more than this (default {DEFAULT_THRESHOLD:g})")
@@ -272,14 +194,37 @@ def _percent(text: str) -> float:
     return value
 
 
-def main(argv: list[str]) -> int:
+def compare(old: Path, new: Path, limits: Limits) -> Comparison:
+    """Two reports or two folders; raise ReportUnreadable for anything else."""
+    if old.is_dir() and new.is_dir():
+        return compare_folders(old, new, limits)
+    for path in (old, new):
+        if path.is_dir():
+            raise ReportUnreadable(f"{path} is a folder and the other is not: compare two "
+                                   "JSON reports or two cassette folders")
+    return compare_reports(old, new, limits)
+
+
+def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(argv)
     try:
-        old, new = load_report(args.old), load_report(args.new)
+        comparison = compare(args.old, args.new, Limits(args.threshold, args.min_ms))
+        if args.html is not None:
+            _write_page(args.html, comparison)
     except ReportUnreadable as error:
         print(f"toolbench diff: error: {error}", file=sys.stderr)
         return 2
-    changes = compare(old, new, args.threshold, args.min_ms)
-    compared = len({c["nodeid"] for c in old["cases"]} & {c["nodeid"] for c in new["cases"]})
-    sys.stdout.write(RENDERERS[args.format](changes, args.old, args.new, compared))
-    return 1 if any(change.regression for change in changes) else 0
+    except OSError as exc:
+        print(f"toolbench diff: error: cannot write {args.html}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 2
+    sys.stdout.write(RENDERERS[args.format](comparison))
+    return 1 if comparison.regressed else 0
+
+
+def _write_page(path: Path, comparison: Comparison) -> None:
+    from ..report.html_diff import render_diff_html
+
+    write_atomic(path, render_diff_html(as_json(comparison),
+                                        f"toolbench diff: {comparison.old.name} -> "
+                                        f"{comparison.new.name}"))

@@ -72,9 +72,10 @@ class Cassette:
 
     @classmethod
     def load(cls, path: Path, rerecord_hint: str = "", shown: str = "",
-             api: str = "chat") -> Cassette:
-        """Read the cassette at ``path``, which must hold the exchanges of ``api``; raise
-        ReplayError saying why it cannot be replayed."""
+             api: str | None = "chat") -> Cassette:
+        """Read the cassette at ``path``, which must hold the exchanges of ``api`` (None:
+        of whichever API it says it holds); raise ReplayError saying why it cannot be
+        replayed."""
         try:
             recorded_api, interactions = read_cassette(path.read_text(encoding="utf-8"),
                                                        FORMAT_VERSION)
@@ -84,12 +85,13 @@ class Cassette:
         except ValueError as exc:  # CassetteUnreadable, or bytes that are not UTF-8
             raise ReplayError(f"cassette unreadable: {shown or path}: {exc}; re-record it with: "
                               f"{rerecord_hint}") from None
-        if recorded_api != api:
+        if api is not None and recorded_api != api:
             raise ReplayError(
                 f"{shown or path} holds the {recorded_api} API's exchanges, and this case"
                 f" speaks the {api} API: a cassette replays only the API it was recorded"
                 f" with; record this one with: {rerecord_hint}")
-        return cls(path, interactions, rerecord_hint=rerecord_hint, shown=shown, api=api)
+        return cls(path, interactions, rerecord_hint=rerecord_hint, shown=shown,
+                   api=recorded_api)
 
     def save(self) -> None:
         """Write the cassette atomically (its interactions were scrubbed as recorded)."""
