@@ -108,6 +108,11 @@ class Reply:
     """Protocol problems found while reading (non-JSON data, no index, bad arguments...)."""
     interaction: Interaction | None = None
     """The exchange that produced this reply, as a cassette keeps it."""
+    native_turn: list[dict[str, Any]] | None = None
+    """The reply as its API sends an assistant turn back: the Messages API's content blocks
+    or the Responses API's output items, exactly as the server sent them (for streams,
+    rebuilt from the events, thinking signatures included); ``None`` for chat, which goes
+    back as ``to_message`` says. Reports leave it out: each turn's request holds it."""
 
     def to_message(self) -> dict[str, Any]:
         """The reply as the assistant message appended to the conversation.

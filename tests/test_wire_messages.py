@@ -249,6 +249,21 @@ def test_user_parts_empty_assistant_turns_and_alternation() -> None:
         {"type": "text", "text": "Well?"}]}]
 
 
+def test_an_assistant_turn_from_a_reply_goes_back_as_its_blocks() -> None:
+    thinking = {"type": "thinking", "thinking": "Look it up.", "signature": "EqQBCgIYAh"}
+    call = {"type": "tool_use", "id": "t1", "name": "get_weather", "input": {"city": "Paris"}}
+    body = build([{"role": "user", "content": "Weather?"},
+                  assistant_calls(("t1", "get_weather", '{"city": "Paris"}')),
+                  {"role": "tool", "tool_call_id": "t1", "content": "21 C"},
+                  assistant_calls(("t2", "get_weather", '{"city": "Lyon"}'), text="And Lyon."),
+                  {"role": "tool", "tool_call_id": "t2", "content": "19 C"}],
+                 native={1: [thinking, {"type": "text", "text": ""}, call]})
+    assert [turn["content"] for turn in body["messages"][1::2]] == [
+        [thinking, call],  # as the reply sent them, but the empty text the API refuses
+        [{"type": "text", "text": "And Lyon."},  # no native turn: translated
+         {"type": "tool_use", "id": "t2", "name": "get_weather", "input": {"city": "Lyon"}}]]
+
+
 def case_of(stage: dict[str, Any]) -> Case:
     return Case.model_validate({"name": "c", "tools": [{"name": "get_weather", "result": 1}],
                                 "stages": [{"name": "s0", "user": "hi"},
@@ -449,6 +464,35 @@ def test_stream_thinking_deltas_are_reasoning() -> None:
     assert (reply.text, reply.reasoning) == ("21 C.", "Paris is in France.\n\n[redacted thinking]")
     assert reply.ttft_ms == 100.0  # event 10, the first text delta, not the thinking
     assert reply.problems == []
+
+
+def test_body_native_turn_is_the_content_as_sent() -> None:
+    content = [{"type": "thinking", "thinking": "Hm.", "signature": "EqQBCgIYAh"},
+               {"type": "redacted_thinking", "data": "EmwKAhgB"},
+               {"type": "text", "text": "On it.", "citations": None},
+               tool_use("toolu_1", "get_weather", {"city": "Paris"})]
+    assert read_body(message(*content, stop_reason="tool_use")).native_turn == content
+
+
+def test_stream_native_turn_rebuilds_the_blocks_from_the_events() -> None:
+    citation = {"type": "char_location", "cited_text": "21 C", "document_index": 0,
+                "start_char_index": 0, "end_char_index": 4}
+    reply = read_stream(whole_stream(
+        [block_start(0, {"type": "thinking", "thinking": ""}),
+         delta(0, "thinking_delta", thinking="Paris is "),
+         delta(0, "thinking_delta", thinking="in France."),
+         delta(0, "signature_delta", signature="EqQBCgIYAh"), block_stop(0)],
+        [block_start(1, {"type": "redacted_thinking", "data": "EmwKAhgB"}), block_stop(1)],
+        [*text_events("It is 21 C.", index=2)[:-1],
+         delta(2, "citations_delta", citation=citation), block_stop(2)],
+        call_events(3, "toolu_1", "get_weather", '{"city": "Paris"}'),
+        stop_reason="tool_use"))
+    assert reply.problems == []
+    assert reply.native_turn == [
+        {"type": "thinking", "thinking": "Paris is in France.", "signature": "EqQBCgIYAh"},
+        {"type": "redacted_thinking", "data": "EmwKAhgB"},
+        {"type": "text", "text": "It is 21 C.", "citations": [citation]},
+        {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]
 
 
 def test_stream_error_event_ends_it_in_band() -> None:
@@ -901,6 +945,124 @@ stages:
     expect: {reasoning: {$any: true}}
 """)
     run_messages(pytester, chat_server).assert_outcomes(failed=1)
+
+
+SIGNATURE = "EqQBCkgIARABGAIiQL2mC5d0q1N2nXr/7QpzYW1wbGU="
+THINKING_BLOCKS = {
+    "thinking": {"type": "thinking", "thinking": "Paris is in France; look it up.",
+                 "signature": SIGNATURE},
+    "redacted_thinking": {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4a"},
+}
+
+
+def thinking_events(index: int, block: dict[str, Any]) -> list[dict[str, Any]]:
+    """A thinking block streamed as the API does: its thinking in deltas, then its
+    signature in a signature_delta; a redacted one whole in its start."""
+    if block["type"] == "redacted_thinking":
+        return [block_start(index, block), block_stop(index)]
+    text = block["thinking"]
+    return [block_start(index, {"type": "thinking", "thinking": ""}),
+            *(delta(index, "thinking_delta", thinking=text[i:i + 8])
+              for i in range(0, len(text), 8)),
+            delta(index, "signature_delta", signature=block["signature"]), block_stop(index)]
+
+
+def thinking_server(block: dict[str, Any]) -> Any:
+    """Answers as the API does with extended thinking: a thinking block and a tool_use, then
+    (a 400 unless the tool result's request gives that assistant turn back opening with
+    the thinking block, unchanged) the answer."""
+    call = tool_use("toolu_1", "get_weather", {"city": "Paris"})
+
+    def answer(request: RecordedRequest) -> Any:
+        body = request.json()
+        if not tool_results(request):
+            if body.get("stream"):
+                return sse(whole_stream(thinking_events(0, block),
+                                        call_events(1, "toolu_1", "get_weather",
+                                                    '{"city": "Paris"}'),
+                                        stop_reason="tool_use"))
+            return json_reply(message(block, call, stop_reason="tool_use"))
+        if body["messages"][1]["content"][:1] != [block]:
+            return json_reply({"type": "error", "error": {
+                "type": "invalid_request_error", "message": "messages.1.content.0.type:"
+                " Expected `thinking` or `redacted_thinking`, but found `tool_use`. When"
+                " `thinking` is enabled, a final `assistant` message must start with a"
+                " thinking block"}}, status=400)
+        return (sse(whole_stream(text_events("Sunny, 21 C."))) if body.get("stream")
+                else json_reply(message(text_block("Sunny, 21 C."))))
+
+    return answer
+
+
+@pytest.mark.parametrize("kind", ["thinking", "redacted_thinking"])
+@pytest.mark.parametrize("stream", [True, False])
+def test_thinking_goes_back_unchanged_before_the_tool_use(
+        pytester: pytest.Pytester, chat_server: ChatServer, anthropic_key: str,
+        kind: str, stream: bool) -> None:
+    block = THINKING_BLOCKS[kind]
+    chat_server.set_handler(thinking_server(block))
+    write_case(pytester, chat_server, "name: weather\n" + TOOLS + f"""
+params: {{thinking: {{type: enabled, budget_tokens: 1024}}, max_tokens: 2048}}
+stages:
+  - name: ask
+    user: Weather in Paris?
+    stream: {str(stream).lower()}
+    run_tools: true
+    expect:
+      text: "Sunny, 21 C."
+      tool_calls: [{{name: get_weather, arguments: {{city: Paris}}}}]
+""")
+    run_messages(pytester, chat_server).assert_outcomes(passed=1)
+    second = chat_server.requests[1].json()
+    assert second["messages"][1:] == [
+        {"role": "assistant", "content": [
+            block, {"type": "tool_use", "id": "toolu_1", "name": "get_weather",
+                    "input": {"city": "Paris"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                      "content": '{"temp_c": 21, "sky": "sunny"}'}]}]
+
+
+def test_recorded_thinking_turn_replays_without_the_server(
+        pytester: pytest.Pytester, chat_server: ChatServer, anthropic_key: str) -> None:
+    chat_server.set_handler(thinking_server(THINKING_BLOCKS["thinking"]))
+    write_case(pytester, chat_server, "name: weather\n" + TOOLS + """
+params: {thinking: {type: enabled, budget_tokens: 1024}, max_tokens: 2048}
+stages:
+  - name: ask
+    user: Weather in Paris?
+    stream: true
+    run_tools: true
+    expect: {text: "Sunny, 21 C."}
+""")
+    pytester.runpytest("-p", "no:cacheprovider", "--toolbench-record",
+                       "--toolbench-api=messages").assert_outcomes(passed=1)
+    cassette = next((pytester.path / "__cassettes__").rglob("*.yaml")).read_text()
+    assert cassette.count(SIGNATURE) == 2  # the signature_delta, and the request giving it back
+    chat_server.close()  # replay must not need it
+    result = pytester.runpytest("-p", "no:cacheprovider", "--toolbench-api=messages")
+    result.assert_outcomes(passed=1)
+
+
+def test_a_key_echoed_in_a_thinking_block_goes_back_masked(
+        pytester: pytest.Pytester, chat_server: ChatServer, anthropic_key: str) -> None:
+    def answer(request: RecordedRequest) -> Any:
+        if tool_results(request):
+            return json_reply(message(text_block("Sunny.")))
+        echoed = {"type": "thinking", "signature": SIGNATURE,
+                  "thinking": f"The key is {request.headers['x-api-key']}."}
+        return json_reply(message(echoed, tool_use("toolu_1", "get_weather", {"city": "Paris"}),
+                                  stop_reason="tool_use"))
+
+    chat_server.set_handler(answer)
+    write_case(pytester, chat_server, "name: weather\n" + TOOLS + """stages:
+  - name: ask
+    user: Weather in Paris?
+    run_tools: true
+""")
+    run_messages(pytester, chat_server).assert_outcomes(passed=1)
+    second = chat_server.requests[1]
+    assert anthropic_key not in second.body.decode()
+    assert second.json()["messages"][1]["content"][0]["thinking"] == "The key is <scrubbed>."
 
 
 def test_stream_both_reads_the_same_reply_twice(

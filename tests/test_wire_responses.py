@@ -238,6 +238,21 @@ def test_an_assistant_turn_with_text_and_a_call_gives_both_items_in_order() -> N
     assert "store" not in body and "stream_options" not in body
 
 
+def test_an_assistant_turn_from_a_reply_goes_back_as_its_output_items() -> None:
+    output = [{**reasoning_item(["Two cities."]), "encrypted_content": "gAAAAABo-opaque"},
+              call_item("call_a", "get_weather", '{"city": "Paris"}'),
+              call_item("call_b", "get_weather", '{"city": "Lyon"}')]
+    body = RESPONSES.request(RequestParts(model="gpt-x", messages=AGENT_LOOP,
+                                          native={3: output}))  # index 3 of the messages
+    assert body["instructions"] == "You are terse.\n\nUse tools."
+    assert body["input"][:6] == [
+        {"role": "user", "content": "Weather in Paris and Lyon?"}, *output,
+        {"type": "function_call_output", "call_id": "call_a", "output": '{"temp_c": 21}'},
+        {"type": "function_call_output", "call_id": "call_b", "output": '{"temp_c": 19}'}]
+    assert body["input"][6] == {"type": "message", "role": "assistant", "content": [
+        {"type": "output_text", "text": "Paris 21, Lyon 19.", "annotations": []}]}
+
+
 def test_content_parts_become_input_parts() -> None:
     messages = [{"role": "user", "content": [
         {"type": "text", "text": "What is this?"},
@@ -795,6 +810,29 @@ def test_a_stream_and_a_body_of_one_answer_read_the_same() -> None:
     for field in ("text", "reasoning", "finish_reason", "api_finish_reason", "usage"):
         assert getattr(streamed, field) == getattr(whole, field), field
     assert calls_of(streamed) == calls_of(whole)
+    assert streamed.native_turn == whole.native_turn == output
+
+
+def test_a_stream_without_item_done_events_rebuilds_its_items() -> None:
+    """llama.cpp-like: items opened, their deltas, no output_item.done."""
+    events: Events = [
+        {"type": "response.output_item.added", "item": {
+            "id": "rs_1", "type": "reasoning", "summary": [], "encrypted_content": "e1"}},
+        {"type": "response.reasoning_summary_text.delta", "item_id": "rs_1", "delta": "Hm"},
+        {"type": "response.output_item.added", "item": {
+            "id": "msg_1", "type": "message", "role": "assistant", "content": []}},
+        {"type": "response.output_text.delta", "item_id": "msg_1", "delta": "On it."},
+        {"type": "response.output_item.added", "item": {
+            "type": "function_call", "call_id": "c1", "name": "f", "arguments": ""}},
+        {"type": "response.function_call_arguments.delta", "item_id": "c1", "delta": "{}"},
+        {"type": "response.completed", "response": response([])},
+    ]
+    assert read(events).native_turn == [
+        {"id": "rs_1", "type": "reasoning", "encrypted_content": "e1",
+         "summary": [{"type": "summary_text", "text": "Hm"}]},
+        {"id": "msg_1", "type": "message", "role": "assistant",
+         "content": [{"type": "output_text", "text": "On it.", "annotations": []}]},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}]
 
 
 # -- whole runs of the plugin ------------------------------------------------------------
@@ -882,8 +920,59 @@ stages:
     second = chat_server.requests[1].json()
     assert second["stream"] is True
     assert second["input"][1:] == [
-        {"type": "function_call", "call_id": "call_7", "name": "get_weather",
-         "arguments": arguments},
+        call_item("call_7", "get_weather", arguments),  # as the server sent it, id included
+        {"type": "function_call_output", "call_id": "call_7", "output": '{"temp_c": 21}'}]
+
+
+def reasoning_server(reasoning: dict[str, Any], call: dict[str, Any]) -> Any:
+    """Answers as a reasoning model does: a reasoning item and a function call, then (a 400
+    unless the function call goes back after its reasoning item, both as sent) the answer."""
+    def answer(request: RecordedRequest) -> Any:
+        body = request.json()
+        if not input_items(request, "function_call_output"):
+            if body.get("stream"):
+                summary = reasoning["summary"][0]["text"]
+                events = reasoning_events(summary, item_id=reasoning["id"])
+                events[-1]["item"] = reasoning  # the whole item comes with its .done
+                return sse(stream(events, call_events(call["call_id"], call["name"],
+                                                      call["arguments"], index=1, size=4),
+                                  output=[reasoning, call]))
+            return json_reply(response([reasoning, call]))
+        if body["input"][1:3] != [reasoning, call]:
+            return json_reply({"error": {
+                "message": f"Item '{call['id']}' of type 'function_call' was provided without"
+                           f" its required 'reasoning' item: '{reasoning['id']}'.",
+                "type": "invalid_request_error", "param": "input", "code": None}}, status=400)
+        answer_item = message_item("It is 21 C in Paris.")
+        if body.get("stream"):
+            return sse(stream(text_events("It is 21 C in Paris."), output=[answer_item]))
+        return json_reply(response([answer_item]))
+
+    return answer
+
+
+@pytest.mark.parametrize("streamed", [True, False])
+def test_run_reasoning_and_call_go_back_as_sent(
+        pytester: pytest.Pytester, chat_server: ChatServer, streamed: bool) -> None:
+    reasoning = {**reasoning_item(["Paris: look up the weather."], item_id="rs_68ab"),
+                 "encrypted_content": "gAAAAABo3xQ-opaque-state=="}
+    call = call_item("call_7", "get_weather", '{"city": "Paris"}')
+    chat_server.set_handler(reasoning_server(reasoning, call))
+    write_case(pytester, chat_server, WEATHER + f"""name: loop
+params: {{include: [reasoning.encrypted_content], store: false, reasoning: {{effort: low}}}}
+stages:
+  - name: ask
+    user: Weather in Paris?
+    stream: {str(streamed).lower()}
+    run_tools: true
+    expect:
+      text: {{$contains: "21 C"}}
+      tool_calls: [{{name: get_weather, arguments: {{city: Paris}}}}]
+""")
+    run_live(pytester).assert_outcomes(passed=1)
+    second = chat_server.requests[1].json()
+    assert second["input"] == [
+        {"role": "user", "content": "Weather in Paris?"}, reasoning, call,
         {"type": "function_call_output", "call_id": "call_7", "output": '{"temp_c": 21}'}]
 
 

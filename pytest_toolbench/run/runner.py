@@ -100,11 +100,21 @@ class Conversation:
     messages: list[dict[str, Any]] = field(default_factory=list)
     pending: list[ToolCall] = field(default_factory=list)
     variables: dict[str, Any] = field(default_factory=dict)
+    native: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    """The API's own turn of each assistant message that came from a reply, by the
+    message's index: the adapter sends it back as it came (``RequestParts.native``)."""
+
+    def add_reply(self, reply: Reply) -> None:
+        """The reply as the next assistant message, its native turn kept beside it."""
+        if reply.native_turn is not None:
+            self.native[len(self.messages)] = reply.native_turn
+        self.messages.append(reply.to_message())
 
     def snapshot(self) -> Conversation:
         """A copy to go back to. Messages are never changed once appended (every change
         appends a new one), so copying the lists is enough."""
-        return Conversation(list(self.messages), list(self.pending), dict(self.variables))
+        return Conversation(list(self.messages), list(self.pending), dict(self.variables),
+                            dict(self.native))
 
 
 def case_label(name: str, model: str | None, api: str) -> str:
@@ -153,7 +163,7 @@ async def run_stage(case_run: CaseRun, ctx: RunContext, conversation: Conversati
 def _restore(conversation: Conversation, before: Conversation) -> None:
     fresh = before.snapshot()
     conversation.messages, conversation.pending = fresh.messages, fresh.pending
-    conversation.variables = fresh.variables
+    conversation.variables, conversation.native = fresh.variables, fresh.native
 
 
 class StageRunner:
@@ -214,7 +224,7 @@ class StageRunner:
                 return None
             reply = turn.reply
             replies.append(reply)
-            self.conversation.messages.append(reply.to_message())
+            self.conversation.add_reply(reply)
             self.conversation.pending = list(reply.tool_calls)
             if not (reply.tool_calls and self.stage.run_tools):
                 turn.stop_reason = "end_turn"
@@ -297,6 +307,7 @@ class StageRunner:
                   **interpolate(stage.params, self.conversation.variables, ("params",))}
         return self.case_run.wire.request(RequestParts(
             model=self.case_run.model, messages=list(self.conversation.messages),
+            native=dict(self.conversation.native),
             tools=list(case.tools), tool_choice=stage.tool_choice, params=params,
             stream=streamed))
 

@@ -52,6 +52,11 @@ class RequestParts:
     model: str | None
     messages: list[dict[str, Any]]
     """The conversation so far, as chat-completions messages."""
+    native: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    """Assistant messages that came from a reply of this API, by their index in
+    ``messages``: that reply's ``native_turn``. An adapter that has one sends it back as it
+    came instead of the message (thinking blocks and reasoning items must go back
+    unchanged); chat, which has none, translates every message."""
     tools: list[Tool] = field(default_factory=list)
     tool_choice: str | ToolChoiceFunction | AllowedTools | None = None
     params: dict[str, Any] = field(default_factory=dict)

@@ -14,6 +14,11 @@ The request, from the chat-shaped conversation:
   sent broken JSON, and the tool run answered with an error) go as ``{}``: the API takes
   nothing else, and the tool result that follows says what went wrong. An assistant
   message with neither text nor calls is left out (the API refuses empty turns);
+- an ``assistant`` message that came from a reply -> that reply's content blocks as the
+  server sent them (``RequestParts.native``; a stream's rebuilt from its events): after a
+  tool use with extended thinking the API wants the ``thinking`` blocks back unchanged,
+  ``signature`` included, and ``redacted_thinking`` blocks with their ``data``. Only empty
+  text blocks are left out, as the API refuses them;
 - ``tool`` -> a ``tool_result`` block (``tool_use_id``, ``content`` as a string) in a user
   turn. Consecutive turns of one role merge, since the API wants them to alternate: tool
   results and the user message after them make one user turn, results first;
@@ -114,7 +119,7 @@ class MessagesApi(WireApi):
     def request(self, parts: RequestParts) -> dict[str, Any]:
         params, limit = take_token_limit(parts.params)
         single = params.pop("parallel_tool_calls", None) is False
-        system, messages = _conversation(parts.messages)
+        system, messages = _conversation(parts.messages, parts.native)
         body: dict[str, Any] = {}
         if parts.model is not None:
             body["model"] = parts.model
@@ -178,14 +183,18 @@ def _part_type(part: Any) -> Any:
 # --- the conversation ---------------------------------------------------------------------
 
 
-def _conversation(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
-    """Chat messages -> (the system text, the alternating user and assistant turns)."""
+def _conversation(messages: list[dict[str, Any]], native: dict[int, list[dict[str, Any]]]
+                  ) -> tuple[str, list[dict[str, Any]]]:
+    """Chat messages -> (the system text, the alternating user and assistant turns); an
+    assistant message with a native turn goes as that turn's blocks."""
     system: list[str] = []
     turns: list[tuple[str, list[dict[str, Any]]]] = []
-    for message in messages:
+    for index, message in enumerate(messages):
         role = message.get("role")
         if role in ("system", "developer"):
             system.append(message_text(message.get("content")))
+        elif role == "assistant" and index in native:
+            _add(turns, "assistant", _native_blocks(native[index]))
         elif role == "assistant":
             _add(turns, "assistant", _assistant_blocks(message))
         elif role == "tool":
@@ -240,6 +249,13 @@ def _image(image_url: Any) -> dict[str, Any]:
         return {"type": "image",
                 "source": {"type": "base64", "media_type": media_type, "data": data}}
     return {"type": "image", "source": {"type": "url", "url": url}}
+
+
+def _native_blocks(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A reply's content blocks as the server sent them: thinking blocks must go back
+    unchanged, signature and all. Only empty text blocks are left out: the API refuses them
+    in a request, and no signature covers them."""
+    return [block for block in blocks if block.get("type") != "text" or block.get("text")]
 
 
 def _assistant_blocks(message: dict[str, Any]) -> list[dict[str, Any]]:

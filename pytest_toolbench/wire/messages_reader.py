@@ -7,6 +7,10 @@ stream opens with ``message_start``, then per block ``content_block_start``, its
 ``stop_reason`` and the output usage) and ``message_stop``; ``ping`` may come anywhere, an
 ``error`` event ends the stream in band.
 
+``Reply.native_turn`` is the reply's content blocks as the server sent them (a stream's
+rebuilt from its events: the text, thinking and input the deltas gave, the ``signature``
+of a ``signature_delta``, the citations of ``citations_delta``), so the turn can go back.
+
 The reading never raises: each slip is a message in ``Reply.problems`` that starts with its
 check's name (``messages stream: ...``, ``messages body: ...``; listed in ``messages.py``).
 
@@ -80,6 +84,10 @@ class _Block:
     """A ``tool_use`` block's ``input`` as it opened: the whole input of a body, ``{}`` (or
     absent) at the start of a stream."""
     stopped: bool = False
+    raw: dict[str, Any] = field(default_factory=dict)
+    """The block as the server sent it: a body's whole, or a stream's
+    ``content_block_start`` with what the deltas add besides text and input (the thinking
+    ``signature``, ``citations``), so the turn can go back as it came."""
 
     def label(self) -> str:
         named = f" {self.name}" if self.name else ""
@@ -208,6 +216,26 @@ def _fill(reply: Reply, blocks: list[_Block], streamed: bool, where: str) -> Non
     reply.text, thought = split_think("".join(text))
     given = "\n\n".join(part for part in reasoning if part)
     reply.reasoning = given or thought
+    reply.native_turn = ([_native(block, call) for block, call in _with_calls(blocks, reply)]
+                         if streamed else [block.raw for block in blocks])
+
+
+def _with_calls(blocks: list[_Block], reply: Reply) -> list[tuple[_Block, ToolCall | None]]:
+    """Each block beside its tool call (``None`` for the blocks that are no call)."""
+    calls = iter(reply.tool_calls)
+    return [(block, next(calls) if block.type == "tool_use" else None) for block in blocks]
+
+
+def _native(block: _Block, call: ToolCall | None) -> dict[str, Any]:
+    """A streamed block as the turn goes back: its start with the text, thinking or input
+    the deltas gave (input that joins into no object is ``{}``, the only kind the API takes).
+    """
+    native = dict(block.raw)
+    if call is not None:
+        native["input"] = call.arguments if isinstance(call.arguments, dict) else {}
+    elif block.type in ("text", "thinking"):
+        native[block.type] = "".join(block.parts)
+    return native
 
 
 # --- a whole body -----------------------------------------------------------------------
@@ -272,7 +300,7 @@ def _body_blocks(content: list[Any], problems: list[str]) -> list[_Block]:
                             f" with a type: {snippet(dumps(item))}")
             continue
         block = _Block(index, item["type"], id=_text_or_none(item.get("id")),
-                       name=_text_or_none(item.get("name")) or "", stopped=True)
+                       name=_text_or_none(item.get("name")) or "", stopped=True, raw=item)
         if block.type == "tool_use":
             block.start_input = item.get("input")
         else:
@@ -397,7 +425,7 @@ class MessageStream:
             return
         block = _Block(index, content["type"], id=_text_or_none(content.get("id")),
                        name=_text_or_none(content.get("name")) or "",
-                       start_input=content.get("input"))
+                       start_input=content.get("input"), raw=dict(content))
         old = self._blocks.get(index)
         if old is not None:
             self._started_again(old, block)
@@ -447,11 +475,14 @@ class MessageStream:
     def _apply(self, block: _Block, kind: str, delta: dict[str, Any], offset_ms: float) -> None:
         key = _DELTAS[kind][1]
         if key is None:
+            _add_citation(block, delta.get("citation"))
             return
         value = delta.get(key)
         if not isinstance(value, str):
             self._problems.append(f"{STREAM}: delta shape: event {self._events}: {kind}"
                                   f" without a string {key}: {snippet(dumps(delta))}")
+        elif kind == "signature_delta":
+            block.raw["signature"] = value  # each carries the whole signature: set, not joined
         elif kind in _KEEPS_TEXT and value:
             block.parts.append(value)
             if kind != "thinking_delta":  # time to the answer or a call, not to thinking
@@ -515,6 +546,14 @@ class MessageStream:
         if self._stop_reason is None:
             self._problems.append(f"{STREAM}: stop_reason: message_stop came, but no"
                                   " message_delta gave a stop_reason")
+
+
+def _add_citation(block: _Block, citation: Any) -> None:
+    """A ``citations_delta``'s citation, kept on the text block it cites for."""
+    if citation is None:
+        return
+    citations = block.raw.get("citations")
+    block.raw["citations"] = [*(citations if isinstance(citations, list) else []), citation]
 
 
 _HANDLERS = {

@@ -11,6 +11,11 @@ The request, from the chat-shaped conversation:
   output_text, text}]}`` (none when empty), then one ``{type: function_call, call_id,
   name, arguments}`` per tool call. The text goes as an ``output_text`` part, not a plain
   string: the API takes both, and older llama.cpp servers only the part;
+- an ``assistant`` message that came from a reply -> that reply's ``output`` items as the
+  server sent them (``RequestParts.native``; a stream's rebuilt from its events), as the
+  API's stateless loop does: ``reasoning`` items with their ``id``, ``summary`` and
+  ``encrypted_content`` (when the case asks for it with ``include:
+  [reasoning.encrypted_content]``), ``function_call`` items with their ``id``;
 - ``tool`` -> ``{type: function_call_output, call_id: tool_call_id, output}``;
 - tools flat: ``{type: function, name, description, parameters, strict}`` (description
   when given, strict when the case sets it);
@@ -51,7 +56,9 @@ class ResponsesApi(WireApi):
         instructions, rest = _instructions(parts.messages)
         if instructions is not None:
             body["instructions"] = instructions
-        body["input"] = [item for message in rest for item in _input_items(message)]
+        first = len(parts.messages) - len(rest)
+        body["input"] = [item for index, message in enumerate(rest, start=first)
+                         for item in _items_of(message, parts.native.get(index))]
         if parts.tools:
             body["tools"] = [_tool(tool) for tool in parts.tools]
         if parts.tool_choice is not None:
@@ -80,6 +87,13 @@ def _instructions(messages: list[dict[str, Any]]) -> tuple[str | None, list[dict
         return None, messages
     texts = [message_text(message.get("content")) for message in messages[:count]]
     return "\n\n".join(texts), messages[count:]
+
+
+def _items_of(message: dict[str, Any], native: list[dict[str, Any]] | None
+              ) -> list[dict[str, Any]]:
+    """A message's input items: the reply's own output items when it came from one."""
+    return native if native is not None and message.get("role") == "assistant" \
+        else _input_items(message)
 
 
 def _input_items(message: dict[str, Any]) -> list[dict[str, Any]]:

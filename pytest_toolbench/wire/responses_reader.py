@@ -16,6 +16,10 @@ chat's words (``completed`` -> ``stop``; ``incomplete`` for ``max_output_tokens`
 and its ``error.message`` is the reply's error. ``api_finish_reason`` is ``status``, or
 ``incomplete_details.reason`` when incomplete.
 
+``Reply.native_turn`` is the response's ``output`` items as the server sent them (a
+stream's: each ``response.output_item.done`` item; an item that never got one, its
+``output_item.added`` object with what the deltas said), so the turn can go back as input.
+
 A stream's events are read by their data's ``type``. Items are found by ``item_id`` (an
 item without ``id`` by its ``call_id``: llama.cpp opens function calls so) or by
 ``output_index``. Unknown event types are counted and ignored. The value a ``.done`` event
@@ -244,6 +248,7 @@ def read_response_body(status: int, body: bytes | str, content_type: str) -> Rep
                                   f" it is no Responses API response: {snippet(dumps(payload))}")
     else:
         _fill(reply, _body_items(payload["output"], reply.problems), payload, BODY)
+        reply.native_turn = [item for item in payload["output"] if isinstance(item, dict)]
     return reply
 
 
@@ -294,6 +299,10 @@ class _Item:
     head: _Snapshot
     """Type, ids and name, as the latest event that gave them said."""
     parts: dict[PartKey, _Part] = field(default_factory=dict)
+    opened: dict[str, Any] | None = None
+    """The item object ``response.output_item.added`` gave."""
+    whole: dict[str, Any] | None = None
+    """The item object ``response.output_item.done`` gave: the server's last word on it."""
 
     def said(self, kind: str) -> str | None:
         texts = [text for (k, _), part in sorted(self.parts.items())
@@ -303,6 +312,37 @@ class _Item:
     def snapshot(self) -> _Snapshot:
         parts = {key: part.said() or "" for key, part in self.parts.items()}
         return _Snapshot(self.head.type, self.head.id, self.head.call_id, self.head.name, parts)
+
+    def native(self) -> dict[str, Any]:
+        """The item as it goes back into the conversation: ``output_item.done``'s object;
+        without one, the opening object (or the type and ids) with what the deltas said."""
+        if self.whole is not None:
+            return self.whole
+        rebuilt = dict(self.opened or {"type": self.head.type})
+        for key, value in (("id", self.head.id), ("call_id", self.head.call_id),
+                           ("name", self.head.name)):
+            if value:
+                rebuilt.setdefault(key, value)
+        arguments = self.said("arguments")
+        if arguments is not None:
+            rebuilt["arguments"] = arguments
+        for kind, (member, part_type) in _NATIVE_PARTS.items():
+            texts = [part.said() or "" for (k, _), part in sorted(self.parts.items()) if k == kind]
+            if texts:
+                rebuilt[member] = [_native_part(part_type, text) for text in texts]
+        return rebuilt
+
+
+_NATIVE_PARTS = {"text": ("content", "output_text"), "summary": ("summary", "summary_text"),
+                 "reasoning": ("content", "reasoning_text")}
+"""Part kind -> the item's list member and the part type an item rebuilt from deltas gets."""
+
+
+def _native_part(part_type: str, text: str) -> dict[str, Any]:
+    part: dict[str, Any] = {"type": part_type, "text": text}
+    if part_type == "output_text":
+        part["annotations"] = []  # the API's input form of an output_text part has them
+    return part
 
 
 _DELTAS: dict[str, tuple[str, str, str]] = {
@@ -379,6 +419,7 @@ class ResponsesStream:
         if "status" not in response and self._terminal is not None:
             response["status"] = TERMINAL[self._terminal]
         _fill(reply, items, response, STREAM)
+        reply.native_turn = [item.native() for item in self._items.values()]
         self._compare_terminal(reply.tool_calls)
         return reply
 
@@ -458,6 +499,7 @@ class ResponsesStream:
                                   f" {self._events})")
             return
         item = self._open(key, head, index)
+        item.opened = data
         for part_key, text in head.parts.items():
             if text:  # an item opened with its content already: that content was said
                 item.parts[part_key] = _Part([text])
@@ -476,6 +518,7 @@ class ResponsesStream:
             self._never_opened(key, kind)
             item = self._open(key, done, index)
         self._compare_head(item, done, kind)
+        item.whole = data
         for part_kind in sorted(done.kinds):
             self._close_kind(item, done, part_kind, kind)
 
