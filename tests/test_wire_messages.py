@@ -1134,3 +1134,12 @@ def test_allowed_tools_is_a_collection_error(pytester: pytest.Pytester,
     result.stdout.fnmatch_lines([("*messages.case.yaml:*: case 'weather': the messages API"
                                   " (Anthropic Messages) has no allowed_tools tool_choice;*")])
     assert chat_server.requests == []
+
+
+def test_streamed_calls_complete_when_their_block_stops() -> None:
+    events = whole_stream(call_events(0, "toolu_a", "f", '{"x": 1}'),
+                          call_events(1, "toolu_b", "g", "{}"), stop_reason="tool_use")
+    stops = [number for number, event in enumerate(events, start=1)
+             if event["type"] == "content_block_stop"]
+    assert [call.completed_ms for call in read_stream(events).tool_calls] == [
+        10.0 * stop for stop in stops]

@@ -1140,3 +1140,17 @@ stages:
     chat_server.close()  # replay must not need it
     result = pytester.runpytest("-p", "no:cacheprovider", "--toolbench-api=responses")
     result.assert_outcomes(passed=1)
+
+
+def test_streamed_calls_say_when_their_arguments_completed() -> None:
+    """Each call's last arguments delta; a call sent whole, its closing event."""
+    events = stream(call_events("call_a", "f", '{"x": 1}', index=0, size=4),
+                    output=[call_item("call_a", "f", '{"x": 1}')])
+    last_delta = max(number for number, event in enumerate(events)
+                     if event["type"] == "response.function_call_arguments.delta")
+    assert [call.completed_ms for call in read(events).tool_calls] == [10.0 * last_delta]
+    whole = [event for event in events if not event["type"].startswith(
+        "response.function_call_arguments")]
+    done_at = next(number for number, event in enumerate(whole)
+                   if event["type"] == "response.output_item.done")
+    assert [call.completed_ms for call in read(whole).tool_calls] == [10.0 * done_at]

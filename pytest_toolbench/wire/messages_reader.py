@@ -84,6 +84,8 @@ class _Block:
     """A ``tool_use`` block's ``input`` as it opened: the whole input of a body, ``{}`` (or
     absent) at the start of a stream."""
     stopped: bool = False
+    stopped_ms: float | None = None
+    """When ``content_block_stop`` closed it: a streamed call's arguments are complete."""
     raw: dict[str, Any] = field(default_factory=dict)
     """The block as the server sent it: a body's whole, or a stream's
     ``content_block_start`` with what the deltas add besides text and input (the thinking
@@ -148,7 +150,7 @@ def _tool_call(block: _Block, streamed: bool, where: str, problems: list[str]) -
         problems.append(f"{where}: tool_use input: {block.label()}: the input is JSON but not"
                         f" an object: {snippet(raw)}")
     return ToolCall(name=block.name, arguments_raw=raw, id=block.id, arguments=arguments,
-                    arguments_error=error)
+                    arguments_error=error, completed_ms=block.stopped_ms)
 
 
 def _has_input(value: Any) -> bool:
@@ -496,6 +498,7 @@ class MessageStream:
             self._problems.append(f"{STREAM}: block stopped twice: event {self._events} stops"
                                   f" {block.label()} again")
         block.stopped = True
+        block.stopped_ms = block.stopped_ms if block.stopped_ms is not None else offset_ms
 
     def _block_of(self, payload: dict[str, Any], check: str, kind: str) -> _Block | None:
         index = payload.get("index")

@@ -95,6 +95,9 @@ class _Snapshot:
     parts: dict[PartKey, str] = field(default_factory=dict)
     kinds: set[str] = field(default_factory=set)
     """The kinds the item's data spoke of (``content: []`` speaks of text: it has none)."""
+    completed_ms: float | None = None
+    """A streamed function call: when its arguments were complete (their last delta, or
+    the ``.done`` event that closed them)."""
 
     def joined(self, kind: str) -> str:
         texts = [text for (k, _), text in sorted(self.parts.items()) if k == kind]
@@ -175,7 +178,7 @@ def _call(item: _Snapshot, position: int, problems: list[str], check: str) -> To
         problems.append(f"{check}: item: function call {position} ({item.call_id or 'no call_id'})"
                         " has no name")
     return ToolCall(name=item.name, arguments_raw=raw, id=item.call_id, arguments=arguments,
-                    arguments_error=error)
+                    arguments_error=error, completed_ms=item.completed_ms)
 
 
 def _check_call_ids(calls: list[ToolCall], problems: list[str], check: str) -> None:
@@ -303,6 +306,9 @@ class _Item:
     """The item object ``response.output_item.added`` gave."""
     whole: dict[str, Any] | None = None
     """The item object ``response.output_item.done`` gave: the server's last word on it."""
+    completed_ms: float | None = None
+    """When a function call's arguments were complete: the last event that carried or
+    closed them."""
 
     def said(self, kind: str) -> str | None:
         texts = [text for (k, _), part in sorted(self.parts.items())
@@ -311,7 +317,8 @@ class _Item:
 
     def snapshot(self) -> _Snapshot:
         parts = {key: part.said() or "" for key, part in self.parts.items()}
-        return _Snapshot(self.head.type, self.head.id, self.head.call_id, self.head.name, parts)
+        return _Snapshot(self.head.type, self.head.id, self.head.call_id, self.head.name, parts,
+                         completed_ms=self.completed_ms)
 
     def native(self) -> dict[str, Any]:
         """The item as it goes back into the conversation: ``output_item.done``'s object;
@@ -399,9 +406,9 @@ class ResponsesStream:
         if handler is not None:
             handler(self, kind, payload, offset_ms)
         elif kind in _DELTAS:
-            self._delta(kind, payload)
+            self._delta(kind, payload, offset_ms)
         elif kind in _DONES:
-            self._part_done(kind, payload)
+            self._part_done(kind, payload, offset_ms)
         elif kind in _OPENS_PART:
             self._find(payload, kind, _OPENS_PART[kind])
         # Any other type (response.created, annotations, future events) is counted only.
@@ -519,6 +526,8 @@ class ResponsesStream:
             item = self._open(key, done, index)
         self._compare_head(item, done, kind)
         item.whole = data
+        if done.type == "function_call" and item.completed_ms is None:
+            item.completed_ms = offset_ms
         for part_kind in sorted(done.kinds):
             self._close_kind(item, done, part_kind, kind)
 
@@ -568,9 +577,11 @@ class ResponsesStream:
 
     # -- parts -------------------------------------------------------------------------------
 
-    def _delta(self, kind: str, payload: dict[str, Any]) -> None:
+    def _delta(self, kind: str, payload: dict[str, Any], offset_ms: float) -> None:
         part_kind, index_field, item_type = _DELTAS[kind]
         item = self._find(payload, kind, item_type)
+        if part_kind == "arguments":
+            item.completed_ms = offset_ms
         delta = payload.get("delta")
         if not isinstance(delta, str):
             self._problems.append(f"{STREAM}: JSON: {kind} (event {self._events}) has no string"
@@ -579,9 +590,11 @@ class ResponsesStream:
         part = item.parts.setdefault((part_kind, _index(payload, index_field)), _Part())
         part.deltas.append(delta)
 
-    def _part_done(self, kind: str, payload: dict[str, Any]) -> None:
+    def _part_done(self, kind: str, payload: dict[str, Any], offset_ms: float) -> None:
         part_kind, index_field, item_type, text_field = _DONES[kind]
         item = self._find(payload, kind, item_type)
+        if part_kind == "arguments" and item.completed_ms is None:
+            item.completed_ms = offset_ms  # the arguments came whole, without deltas
         value = payload.get(text_field)
         if text_field == "part":
             value = _part_text(value)
