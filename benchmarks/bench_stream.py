@@ -32,8 +32,8 @@ from typing import Any
 
 from _common import print_table
 
-from pytest_toolbench.wire.chat_reader import StreamAssembler
 from pytest_toolbench.transport.sse import SSEDecoder
+from pytest_toolbench.wire.chat_reader import StreamAssembler
 
 TARGET_MB_S = 20.0
 MB = 1_000_000

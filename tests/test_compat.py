@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from pytest_toolbench.records import Reply
-from pytest_toolbench.wire.chat_reader import StreamAssembler, parse_completion
 from pytest_toolbench.transport.sse import SSEDecoder
+from pytest_toolbench.wire.chat_reader import StreamAssembler, parse_completion
 
 COMPAT_ENV = "TOOLBENCH_COMPAT_DIR"
 COMPAT = Path(__file__).resolve().parents[1].parent / "shared" / "compat"

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 from support.chat_server import (
-    SSEReply,
     ChatServer,
     RecordedRequest,
     Reply,
+    SSEReply,
     chunks_for,
     completion,
     json_reply,

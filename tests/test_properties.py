@@ -41,8 +41,8 @@ from pytest_toolbench.matchers import (
     compile_tool_calls,
 )
 from pytest_toolbench.records import Reply, ToolCall
-from pytest_toolbench.wire.chat_reader import StreamAssembler, parse_completion
 from pytest_toolbench.transport.sse import SSEDecoder, SSEEvent
+from pytest_toolbench.wire.chat_reader import StreamAssembler, parse_completion
 
 # Reporting a failing example makes hypothesis import libcst, which warns as it imports
 # (mypy_extensions.TypedDict); under filterwarnings=error that would hide the failure

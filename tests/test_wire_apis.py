@@ -94,8 +94,8 @@ def test_a_cassette_records_its_api_and_refuses_another(pytester: pytest.Pyteste
     result = run(pytester)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        "*__cassettes__/wire/hello.yaml holds the responses API's exchanges, and this case"
-        " speaks the chat API*record this one with*"])
+        ("*__cassettes__/wire/hello.yaml holds the responses API's exchanges, and this case"
+        " speaks the chat API*record this one with*")])
 
 
 def test_a_cassette_without_api_is_chat(pytester: pytest.Pytester,
@@ -217,8 +217,8 @@ stages:
 """)
     result = run(pytester)
     result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines(["*wire.case.yaml:8: *allowed tool 'nope' is not one of the"
-                                 " case's tools (f)*"])
+    result.stdout.fnmatch_lines([("*wire.case.yaml:8: *allowed tool 'nope' is not one of the"
+                                 " case's tools (f)*")])
 
 
 @pytest.mark.parametrize(("where", "line"), [("case", 2), ("stage", 7)])
@@ -236,8 +236,8 @@ stages:
 """ + stage_params, chat_server.base_url)
     result = run(pytester, "--toolbench-live")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([f"*wire.case.yaml:{line}: *parallel_tool_calls is false,"
-                                 " yet one reply made 2 tool calls: f, g*"])
+    result.stdout.fnmatch_lines([(f"*wire.case.yaml:{line}: *parallel_tool_calls is false,"
+                                 " yet one reply made 2 tool calls: f, g*")])
     assert chat_server.requests[0].json()["parallel_tool_calls"] is False
 
 
