@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -18,6 +19,7 @@ from support.chat_server import (
     json_reply,
     sse_reply,
 )
+from support.png import read_png
 
 from pytest_toolbench.commands.cli import main
 
@@ -310,3 +312,65 @@ def test_a_browser_runs_the_filters_of_the_page(
     assert "hidden" not in cases["suite.case.yaml::weather[m1]"]
     assert "hidden" in cases["suite.case.yaml::chat[m1]"]
     assert '<span id="shown">1</span>' in done.stdout
+
+
+SCREENSHOT_SUITE = """name: weather
+model: m1
+endpoint: {{base_url: '{url}'}}
+marks: [slow_weather]
+tools:
+  - name: get_weather
+    result: {{temp_c: 21}}
+stages:
+  - name: ask
+    user: Weather in Paris?
+    stream: true
+    expect:
+      tool_calls: [{{name: get_weather, arguments: {{city: Paris}}}}]
+---
+name: chat
+model: m1
+endpoint: {{base_url: '{url}'}}
+stages:
+  - name: hello
+    user: hi
+"""
+WINDOW = (1000, 900)
+FAILED_RED = (0xB4, 0x23, 0x18)
+"""The failed badge's colour (report.css ``--fail``): drawn only if the CSS applied."""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium on PATH "
+                    "(apt-get install -y chromium); .ci/run installs it")
+def test_a_browser_draws_the_page(pytester: pytest.Pytester, chat_server: ChatServer,
+                                  tmp_path: Path) -> None:
+    """A screenshot of a small report (a streamed call that fails, a chat that passes) is
+    the window's size, and not blank: many colours, the failed badge's red among them.
+
+    ``TOOLBENCH_SCREENSHOT=docs/report-screenshot.png`` keeps the screenshot there: the
+    README's picture is this page."""
+    role, header, *arguments, finish, usage = chunks_for(
+        tool_calls=[("get_weather", {"city": "Lyon"})])
+    pause = SSEPause(0.1)  # so that the timeline's marks stand apart
+    streamed = sse_reply([role, pause, header, pause, *arguments, pause, finish, usage])
+
+    def answer(request: Any) -> Any:
+        if request.json().get("stream"):
+            return streamed
+        return json_reply(completion(text="Hello! How can I help you today?"))
+    chat_server.set_handler(answer)
+    pytester.makeini(INI)
+    pytester.makefile(".case.yaml", suite=SCREENSHOT_SUITE.format(url=chat_server.base_url))
+    pytester.runpytest("--toolbench-live", "--toolbench-html=report.html")
+    png = tmp_path / "page.png"
+    assert CHROMIUM is not None
+    subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+                    "--hide-scrollbars", f"--window-size={WINDOW[0]},{WINDOW[1]}",
+                    f"--screenshot={png}", (pytester.path / "report.html").as_uri()],
+                   capture_output=True, timeout=60, check=True)
+    image = read_png(png)
+    assert (image.width, image.height) == WINDOW
+    colours = {colour[:3] for colour in image.colours()}
+    assert len(colours) > 50 and FAILED_RED in colours
+    if keep := os.environ.get("TOOLBENCH_SCREENSHOT"):
+        shutil.copyfile(png, keep)
