@@ -16,7 +16,7 @@ from support.chat_server import (
     json_reply,
     sse_reply,
 )
-from test_html_report import external_loads
+from test_html_report import external_loads, messages_body
 
 from pytest_toolbench.commands.cli import main
 
@@ -276,3 +276,65 @@ def test_diff_of_folders_names_what_it_cannot_compare(
     assert main(["diff", str(old), str(pytester.path / "empty")]) == 2
     assert capsys.readouterr().err == (
         f"toolbench diff: error: no cassette (*.yaml) below {pytester.path / 'empty'}\n")
+
+
+def test_diff_of_messages_api_cassettes_reads_them_with_that_apis_reader(
+    pytester: pytest.Pytester, chat_server: ChatServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytester.makefile(".case.yaml", suite=f"""name: greet
+model: m1
+endpoint: {{base_url: '{chat_server.base_url}'}}
+stages:
+  - {{name: hello, user: hi}}
+""")
+    folders = []
+    for folder, text in (("old", "Hello there"), ("new", "Hello friend")):
+        chat_server.set_handler(lambda request, text=text: json_reply(
+            messages_body(text, "greet back")))
+        pytester.runpytest("--toolbench-record", "--toolbench-api=messages",
+                           f"--toolbench-cassette-dir={folder}").assert_outcomes(passed=1)
+        folders.append(pytester.path / folder)
+    code, out = run(capsys, *folders)
+    assert (code, out.splitlines()[1:]) == (0, [
+        "suite/greet[m1-messages].yaml",
+        "   answer  exchange 1: Hello [-there-] {+friend+}"])
+
+
+def test_diff_of_reports_names_errors_and_extra_turns(
+    pytester: pytest.Pytester, chat_server: ChatServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Tonight the chat gets a 400 where it got an answer, and the weather stage's agent
+    loop needs one more turn."""
+    pytester.makefile(".case.yaml", suite=f"""name: weather
+endpoint: {{base_url: '{chat_server.base_url}'}}
+tools: [{{name: get_weather, result: {{temp_c: 21}}}}]
+stages:
+  - {{name: ask, user: Weather in Paris?, run_tools: true}}
+---
+name: chat
+endpoint: {{base_url: '{chat_server.base_url}'}}
+stages:
+  - {{name: hello, user: hi}}
+""")
+    for name, calls, broken in (("old.json", 1, False), ("new.json", 2, True)):
+        def answer(request: Any, calls: int = calls, broken: bool = broken) -> Any:
+            body = request.json()
+            if "tools" not in body:
+                return json_reply({"error": {"message": "model not found"}}, 400) if broken \
+                    else json_reply(completion(text="hello"))
+            done = sum(message["role"] == "tool" for message in body["messages"])
+            return json_reply(completion(tool_calls=[("get_weather", {"city": "Paris"})])
+                              if done < calls else completion(text="21 degrees"))
+        chat_server.set_handler(answer)
+        pytester.runpytest("--toolbench-live", f"--toolbench-report={name}")
+    code, out = run(capsys, pytester.path / "old.json", pytester.path / "new.json")
+    assert code == 1
+    assert out.splitlines()[1:] == [
+        "suite.case.yaml::weather",
+        '   call added    ask: get_weather({"city": "Paris"})',
+        "   turns         2 -> 3",
+        "   total_tokens  30 -> 45 (+50%)",
+        "suite.case.yaml::chat",
+        " ! verdict       passed -> failed",
+        "   error         hello: none -> HTTP 400: model not found",
+        "   total_tokens  15 -> unknown"]

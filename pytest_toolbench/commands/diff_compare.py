@@ -86,12 +86,13 @@ def _stage_changes(nodeid: str, stage: str, old: Data | None,
             yield Change(nodeid, "call removed", f"{stage}: {name}({args})")
     if old is None or new is None:
         return
+    old_error, new_error = _error(old), _error(new)
+    if old_error != new_error:  # says more than the answer an error leaves empty
+        yield Change(nodeid, "error", f"{stage}: {old_error or 'none'} -> {new_error or 'none'}")
+        return
     old_text, new_text = _answer(old), _answer(new)
     if old_text != new_text:
         yield Change(nodeid, "answer", f"{stage}: {word_diff(old_text, new_text)}")
-    old_error, new_error = _error(old), _error(new)
-    if old_error != new_error:
-        yield Change(nodeid, "error", f"{stage}: {old_error or 'none'} -> {new_error or 'none'}")
 
 
 def _turns(attempt: Data | None) -> list[Data]:
