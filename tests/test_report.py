@@ -77,6 +77,9 @@ def test_report_holds_every_case_stage_and_attempt(
     assert call["name"] == "get_weather" and json.loads(call["arguments"]) == {"city": "Lyon"}
     assert attempts[0]["failures"][0]["line"] == 12
     assert "arguments.city" in attempts[0]["failures"][0]["message"]
+    # The call the expectation saw, as data in the expectation's own shape (not a repr).
+    assert attempts[0]["failures"][0]["actual"] == {"name": "get_weather",
+                                                    "arguments": {"city": "Lyon"}}
     passed = by_id["suite.case.yaml::weather[m1]"]
     assert passed["total_tokens"] == 15 and passed["tool_calls"] == 1
     assert passed["latency_ms"] > 0

@@ -165,20 +165,21 @@ def expected_vs_actual(expected: Any, actual: Any) -> list[str]:
 
 def _compact(value: Any) -> str:
     try:
-        return json.dumps(value, sort_keys=True, ensure_ascii=False, default=_plain)
+        return json.dumps(value, sort_keys=True, ensure_ascii=False, default=json_value)
     except (TypeError, ValueError):
         return repr(value)
 
 
 def _pretty(value: Any) -> str:
     try:
-        return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=_plain)
+        return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=json_value)
     except (TypeError, ValueError):
         return repr(value)
 
 
-def _plain(value: Any) -> Any:
-    """What JSON cannot hold: tool calls as the model made them, anything else as repr."""
+def json_value(value: Any) -> Any:
+    """What JSON cannot hold: tool calls as the model made them (the shape expectations
+    give them), anything else as repr. The failure text and the reports both use it."""
     if isinstance(value, ToolCall):
         arguments = value.arguments if value.arguments_error is None else value.arguments_raw
         return {"name": value.name, "arguments": arguments}

@@ -10,7 +10,6 @@ order of the keys there.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from collections.abc import Iterable, Sequence
@@ -23,6 +22,7 @@ from pydantic import TypeAdapter
 
 from ..atomic import write_atomic
 from ..records import CaseResult, Failure, Reply, RunResult, StageAttempt, ToolRun, Turn
+from .failure import json_value
 
 REPORT_VERSION = 1
 
@@ -252,15 +252,10 @@ def _round(ms: float | None) -> float | None:
 
 
 def _jsonable(value: Any) -> Any:
-    """Round-trip through JSON: records (a tool call an expectation saw) as their fields,
-    anything else JSON cannot hold as its repr."""
-    return json.loads(json.dumps(value, default=_plain))
-
-
-def _plain(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    return repr(value)
+    """Round-trip through JSON: a tool call an expectation saw as the model made it (name
+    and arguments, the shape the expectation gives), anything else JSON cannot hold as its
+    repr, as the failure text shows them."""
+    return json.loads(json.dumps(value, default=json_value))
 
 
 def write_report(path: Path, records: list[CaseRecord], summary: dict[str, int]) -> None:
