@@ -107,7 +107,8 @@ class Reply:
     problems: list[str] = field(default_factory=list)
     """Protocol problems found while reading (non-JSON data, no index, bad arguments...)."""
     interaction: Interaction | None = None
-    """The exchange that produced this reply, as a cassette keeps it."""
+    """The exchange that produced this reply, as a cassette keeps it; only while recording
+    (None otherwise: nothing else reads it, and a session keeps every reply to its end)."""
     native_turn: list[dict[str, Any]] | None = None
     """The reply as its API sends an assistant turn back: the Messages API's content blocks
     or the Responses API's output items, exactly as the server sent them (for streams,

@@ -3,6 +3,7 @@ scrubbing, the file format, atomic writes, replay timing, and recording under xd
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -26,7 +27,10 @@ from support.chat_server import (
 )
 
 from pytest_toolbench.records import Interaction
+from pytest_toolbench.records import Reply as ChatReply
 from pytest_toolbench.transport.cassette import Cassette
+from pytest_toolbench.transport.client import ApiClient, ClientConfig, InteractionSink
+from pytest_toolbench.wire import wire_api
 
 
 def assistant(request: RecordedRequest) -> Reply:
@@ -389,3 +393,64 @@ def test_recording_under_xdist_writes_every_cassette(pytester: pytest.Pytester,
             {"content": f"text {n}", "role": "user"}]
     chat_server.close()
     pytester.runpytest().assert_outcomes(passed=4)
+
+
+# -- what a session keeps ----------------------------------------------------------------
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_reply_keeps_its_exchange_only_when_a_recording_takes_it(
+        chat_server: ChatServer, stream: bool) -> None:
+    """A session keeps every reply to its end: an exchange nobody records (replay, live
+    without recording) would be a second copy of each body, held for nothing."""
+    chat_server.set_handler(assistant)
+
+    async def exchange(sink: InteractionSink | None) -> ChatReply:
+        client = ApiClient(ClientConfig(chat_server.base_url, retries=0, timeout_s=5))
+        try:
+            body = {"messages": [{"role": "user", "content": "hi"}], "stream": stream}
+            pending = await client.open(body, wire=wire_api("chat"), stream=stream, sink=sink)
+            return await pending.read()
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(exchange(None)).interaction is None
+    kept: list[Interaction] = []
+    recorded = asyncio.run(exchange(kept.append))
+    assert kept == [recorded.interaction]
+    assert kept[0].request["messages"][0]["content"] == "hi"
+    assert (kept[0].events if stream else kept[0].body) and kept[0].elapsed_ms > 0
+
+
+COUNT_KEPT_EXCHANGES = """\
+import pytest_toolbench.session as session
+
+original = session.run_case
+kept = []
+
+
+async def counting(case_run, ctx):
+    result = await original(case_run, ctx)
+    kept.extend(reply.interaction for reply in result.replies if reply.interaction)
+    return result
+
+
+def pytest_configure(config):
+    session.run_case = counting
+
+
+def pytest_terminal_summary(terminalreporter):
+    terminalreporter.write_line(f"exchanges kept with the results: {len(kept)}")
+    session.run_case = original
+"""
+
+
+@pytest.mark.parametrize("mode", ["--toolbench-record", "--toolbench-live", ""])
+def test_only_a_recording_keeps_exchanges_with_the_results(
+        pytester: pytest.Pytester, recorded: ChatServer, mode: str) -> None:
+    pytester.makeconftest(COUNT_KEPT_EXCHANGES)
+
+    result = pytester.runpytest(*[mode] if mode else [])
+
+    result.assert_outcomes(passed=3, failed=1)
+    kept = 5 if mode == "--toolbench-record" else 0  # the agent case sends two requests
+    result.stdout.fnmatch_lines([f"exchanges kept with the results: {kept}"])

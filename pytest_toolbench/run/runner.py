@@ -276,7 +276,7 @@ class StageRunner:
         try:
             pending = await self.ctx.client.open(
                 body, wire=self.case_run.wire, stream=streamed, api_key=self.ctx.api_key,
-                sink=self._keep)
+                sink=self._keep if self.ctx.sink is not None else None)
             turn.retries = pending.retries
             self.machine.fire("headers")
             turn.reply = await pending.read()
@@ -295,8 +295,8 @@ class StageRunner:
         return turn
 
     def _keep(self, interaction: Interaction) -> None:
-        """The client hands over every exchange, retried ones too; the cassette keeps them
-        scrubbed."""
+        """While recording, the client hands over every exchange, retried ones too; the
+        cassette keeps them scrubbed. Otherwise the client keeps none (``sink=None``)."""
         if self.ctx.sink is not None:
             self.ctx.sink(self.ctx.scrubber.interaction(interaction))
 

@@ -85,9 +85,8 @@ class PendingReply:
         finally:
             await self.response.aclose()
         reply.latency_ms = _ms_since(self.started)
-        if reply.interaction is not None:
-            reply.interaction.elapsed_ms = round(reply.latency_ms, 1)
         if self.sink is not None and reply.interaction is not None:
+            reply.interaction.elapsed_ms = round(reply.latency_ms, 1)
             self.sink(reply.interaction)
         return reply
 
@@ -110,13 +109,14 @@ class PendingReply:
         reply = self.wire.read_body(self.response.status_code, raw, content_type)
         if self.stream and 200 <= reply.status < 300:
             reply.problems.append(f"asked for a stream, got {content_type or 'no content type'}")
-        reply.interaction = Interaction(
-            request=self.body,
-            path=f"/{self.wire.path}",
-            status=reply.status,
-            content_type=content_type,
-            body=_body_for_cassette(raw),
-        )
+        if self.sink is not None:  # only a recording keeps the exchange (the body parsed anew)
+            reply.interaction = Interaction(
+                request=self.body,
+                path=f"/{self.wire.path}",
+                status=reply.status,
+                content_type=content_type,
+                body=_body_for_cassette(raw),
+            )
         return reply
 
     async def _read_stream(self) -> Reply:
@@ -138,13 +138,14 @@ class PendingReply:
             raise ReplyTooLarge(f"{exc} from {_where(self.response.request.url)}") from None
         reply = assembler.finish(truncated=decoder.truncated)
         reply.status = self.response.status_code
-        reply.interaction = Interaction(
-            request=self.body,
-            path=f"/{self.wire.path}",
-            status=reply.status,
-            content_type=self.response.headers.get("content-type", ""),
-            events=events,
-        )
+        if self.sink is not None:  # only a recording keeps the exchange
+            reply.interaction = Interaction(
+                request=self.body,
+                path=f"/{self.wire.path}",
+                status=reply.status,
+                content_type=self.response.headers.get("content-type", ""),
+                events=events,
+            )
         return reply
 
     async def _decoded(self, what: str) -> AsyncIterator[bytes]:
