@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import pickle
+import re
 import time
 from typing import Any
 
@@ -21,6 +22,8 @@ from pytest_toolbench.matchers import (
     compile_tool_calls,
     time_limit,
 )
+from pytest_toolbench.matchers.limits import QUICK_SEARCH_STEPS, quick_search
+from pytest_toolbench.matchers.regex_ways import ways
 from pytest_toolbench.records import ToolCall
 
 Path = tuple[str | int, ...]
@@ -549,3 +552,93 @@ def test_regex_syntax_is_re_s() -> None:
     """The regex package takes a repeated group name; re, whose syntax the SPEC names, not."""
     with pytest.raises(MatcherError, match="bad regex"):
         compile_matcher({"$regex": "(?P<x>a)(?P<x>b)"})
+
+
+ALTERNATIVES = "(a|a)" * 30 + "c"
+"""No repetition, yet 2**30 ways to try from each position: re would take minutes."""
+
+
+def test_many_alternatives_stop_at_the_time_limit() -> None:
+    started = time.monotonic()
+    with pytest.raises(MatchTimeout) as raised, time_limit(0.2):
+        compile_matcher({"$regex": ALTERNATIVES}).match(RUNAWAY)
+    assert raised.value.what == f"$regex {ALTERNATIVES!r}"
+    assert time.monotonic() - started < 2
+
+
+def test_a_spent_time_limit_stops_a_plain_regex_too() -> None:
+    with pytest.raises(MatchTimeout) as raised, time_limit(0):
+        compile_matcher({"$regex": "^x"}).match("x")
+    assert raised.value.what == "$regex '^x'"
+
+
+@pytest.mark.parametrize(("pattern", "count"), [
+    ("(?i)^paris$", 1),
+    (r"^(Paris|Lyon)\b", 2),
+    ("(a|b)(c|d|e)", 6),
+    ("(?:a|b|c)(?:d|e)|f", 7),
+    (r"(?<!x)y[0-9]\d(?=z)", 1),
+    ("(?i:ab|c)d", 2),
+    ("(?P<city>[A-Z]\\w)", 1),
+    (r"[]a*]x[^]+]y[\]*]", 1),  # quantifier characters inside a class are members
+    (r"\x41\u00e9\0", 1),
+    ("a|", 2),
+    ("", 1),
+])
+def test_a_pattern_without_repetition_has_its_ways_counted(pattern: str, count: int) -> None:
+    re.compile(pattern)  # patterns reach the count only once re accepted them
+    assert ways(pattern) == count
+
+
+@pytest.mark.parametrize("pattern", [
+    "a+", "a*", "a?", "x{2}", "(ab)+", "a{,3}",  # repetition
+    r"(a)\1", "(?P<n>a)(?P=n)",  # back-references
+    "(a)?(?(1)b|c)", "(a)(?(1)b|c)",  # conditionals
+    "(?x)#[\n(a+)+b\n]",  # verbose: its comments could hide anything
+    r"\N{DIGIT ONE}", "(?#a*)", "(?>a)",  # not read: left to the time limit
+    ALTERNATIVES,  # too many ways
+])
+def test_a_pattern_that_could_run_away_has_no_ways_count(pattern: str) -> None:
+    re.compile(pattern)
+    assert ways(pattern) is None
+
+
+@pytest.mark.parametrize(("pattern", "text", "found"), [
+    ("(?i)^paris$", "PARIS", True),
+    ("(?i)^paris$", "Paris 3e", False),
+    (r"^(Paris|Lyon)\b", "Lyon 3e", True),
+    (r"(?<!x)y[0-9]\d", "zy12", True),
+])
+def test_patterns_that_cannot_run_away_are_searched_with_re(pattern: str, text: str,
+                                                           found: bool) -> None:
+    assert quick_search(re.compile(pattern), text, "$regex") is found
+
+
+@pytest.mark.parametrize(("pattern", "text"), [
+    ("a+", "a"),
+    (r"(a)\1", "aa"),
+    (ALTERNATIVES, "a"),
+    ("^paris$", "p" * QUICK_SEARCH_STEPS),  # too much text for the bound
+])
+def test_patterns_that_could_run_away_are_left_to_the_time_limit(pattern: str,
+                                                                 text: str) -> None:
+    assert quick_search(re.compile(pattern), text, "$regex") is None
+
+
+_PIECES = ["a", "b", "B", ".", "^", "$", "[ab]", "[^a]", r"\d", r"\w", r"\b", "(a|b)",
+           "(?:ab|a|)", "(?=a)", "(?<!b)", "(b|.)", "[]a]"]
+
+
+@given(st.booleans(), st.lists(st.sampled_from(_PIECES), max_size=6),
+       st.text(alphabet="aAbB1 ]", max_size=12))
+@settings(max_examples=300, deadline=None)
+def test_re_and_the_regex_package_agree_where_re_runs(fold: bool, pieces: list[str],
+                                                     text: str) -> None:
+    """A pattern searched with re finds what the regex package would have found."""
+    import regex
+
+    pattern = ("(?i)" if fold else "") + "".join(pieces)
+    assert ways(pattern) is not None
+    found = compile_matcher({"$regex": pattern}).match(text) == []
+    assert found is (regex.search(pattern, text) is not None)
+    assert found is (re.search(pattern, text) is not None)

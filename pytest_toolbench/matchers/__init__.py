@@ -12,7 +12,9 @@ nothing but ``MatchTimeout``, once the deadline of ``time_limit`` has passed.
 The modules, each importing only those above it:
 
     core.py        Mismatch, MatcherError, MISSING, the Matcher base; JSON value semantics
-    limits.py      the time limit: time_limit, MatchTimeout, regex searches with a timeout
+    regex_ways.py  how many ways re can try a pattern: the bound that lets re search it
+    limits.py      the time limit: time_limit, MatchTimeout, regex searches with a timeout,
+                   and re's own search for patterns whose work is bounded
     compiled.py    the compiled matchers: literal, object, list, and operators of matchers
     pairing.py     $unordered / $includes: one-to-one pairing in any order (bipartite)
     operators.py   the operators that judge the value alone ($eq, $regex, $gt, $approx...)

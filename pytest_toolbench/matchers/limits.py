@@ -7,19 +7,28 @@ for the matching done inside it; regex searches get the time left as their timeo
 while it runs), and JSON Schema validation and one-to-one pairing look at the clock as they
 go. Past the deadline, ``MatchTimeout`` ends the whole match: it is not a mismatch, which
 ``$not`` or ``$anyof`` could turn into a pass.
+
+A pattern whose work is bounded whatever the text (``quick_search``: no repetition,
+back-reference or conditional, and a text short enough) is searched with ``re`` at once:
+the regex package's compile costs several times re's, and most patterns in case files are
+words, classes and anchors. The regex package is imported with the first pattern that
+needs it.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Final
-
-import regex
+from typing import TYPE_CHECKING, Final
 
 from ..defaults import MATCH_TIMEOUT_S
+from .regex_ways import ways
+
+if TYPE_CHECKING:
+    import regex
 
 DEFAULT_LIMIT_S: Final = MATCH_TIMEOUT_S
 """The limit when no ``time_limit`` is in force (a matcher used on its own)."""
@@ -66,3 +75,20 @@ def search(pattern: regex.Pattern[str], text: str, what: str) -> bool:
         return pattern.search(text, timeout=left) is not None
     except TimeoutError:
         raise MatchTimeout(what) from None
+
+
+QUICK_SEARCH_STEPS: Final = 1_000_000
+"""The most work ``quick_search`` lets ``re`` do, in pattern elements tried: a few
+milliseconds at worst, whatever the pattern and the text."""
+
+
+def quick_search(pattern: re.Pattern[str], text: str, what: str) -> bool | None:
+    """``pattern.search(text)`` with ``re`` when the work it can do is bounded (see
+    ``regex_ways``) and small, else None: search with the regex package, under the time
+    limit, instead. ``re`` cannot be stopped; that bound, not the clock, keeps it within
+    the limit."""
+    count = ways(pattern.pattern)
+    if count is None or (len(text) + 1) * count * (len(pattern.pattern) + 1) > QUICK_SEARCH_STEPS:
+        return None
+    check_time(what)
+    return pattern.search(text) is not None

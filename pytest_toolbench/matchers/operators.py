@@ -6,9 +6,7 @@ import functools
 import operator
 import re
 from collections.abc import Callable
-from typing import Any
-
-import regex
+from typing import TYPE_CHECKING, Any
 
 from .core import (
     _TYPES,
@@ -23,7 +21,10 @@ from .core import (
     _Test,
     _type_name,
 )
-from .limits import search
+from .limits import quick_search, search
+
+if TYPE_CHECKING:
+    import regex
 
 # --- operators that judge the value alone ---------------------------------------------------
 
@@ -43,19 +44,28 @@ def _any(value: Any, path: Path) -> _Test:
     return lambda actual: "expected a value, got <missing>" if actual is MISSING else None
 
 
+class _Unsearchable(Exception):
+    """A pattern in re's syntax that the regex package reads otherwise."""
+
+
 @functools.lru_cache(maxsize=4096)
 def _compiled(source: str) -> regex.Pattern[str]:
     """``source`` compiled with the regex package, whose search stops at a timeout (re's
-    cannot). Compiled when first searched, not at collection: it costs more than re's
-    compile, and a collect-only run never searches. Compiled patterns are immutable, so
-    cases that share a pattern share it."""
-    return regex.compile(source)
+    cannot). Compiled when first searched with it, not at collection: it costs more than
+    re's compile, and a collect-only run never searches. Compiled patterns are immutable,
+    so cases that share a pattern share it."""
+    import regex  # a tenth of a case file's import time: only for patterns that need it
+
+    try:
+        return regex.compile(source)
+    except regex.error as error:
+        raise _Unsearchable(str(error)) from None
 
 
 def _regex(value: Any, path: Path) -> _Test:
     _require(isinstance(value, str), f"'$regex' takes a string, got {_short(value)}", path)
     try:
-        re.compile(value)  # the SPEC's syntax: re's (the regex package accepts more)
+        plain = re.compile(value)  # the SPEC's syntax: re's (the regex package accepts more)
     except re.error as error:
         raise MatcherError(f"bad regex {value!r}: {error}", path) from None
 
@@ -64,13 +74,13 @@ def _regex(value: Any, path: Path) -> _Test:
     def test(actual: Any) -> str | None:
         if not isinstance(actual, str):
             return f"expected a string matching regex {value!r}, got {_short(actual)}"
-        try:
-            pattern = _compiled(value)
-        except regex.error as error:  # re's syntax that the regex package reads otherwise
-            return f"regex {value!r} cannot be searched with a time limit: {error}"
-        if search(pattern, actual, what):
-            return None
-        return f"{_short(actual)} does not match regex {value!r}"
+        found = quick_search(plain, actual, what)
+        if found is None:  # the work could run away: the regex package, under the limit
+            try:
+                found = search(_compiled(value), actual, what)
+            except _Unsearchable as error:
+                return f"regex {value!r} cannot be searched with a time limit: {error}"
+        return None if found else f"{_short(actual)} does not match regex {value!r}"
 
     return test
 
