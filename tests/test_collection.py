@@ -334,3 +334,31 @@ def test_all_problems_of_a_file_are_listed_in_file_order(pytester: pytest.Pytest
         "*bad.case.yaml:4: stages[[]0[]].usr: unknown key 'usr' (did you mean 'user'?)",
         "*bad.case.yaml:6: stages[[]0[]].expect.text.$regex: bad regex '[[]': *",
     ])
+
+
+REPORT_IMPORTS = """\
+import sys
+
+
+def pytest_terminal_summary(terminalreporter):
+    for name in ("jsonschema", "regex"):
+        terminalreporter.write_line(f"{name} imported: {name in sys.modules}")
+"""
+
+
+@pytest.mark.parametrize(("expect", "jsonschema", "regex"), [
+    ('{$regex: "(?i)^HELLO$"}', False, False),  # re searches it: its work is bounded
+    ('{$regex: "^hel+o$"}', False, True),  # a repetition: the regex package, timed
+    ("{$schema: {type: string}}", True, True),
+])
+def test_heavy_matcher_libraries_are_imported_only_by_the_matchers_that_need_them(
+        pytester: pytest.Pytester, echoing: ChatServer, expect: str, jsonschema: bool,
+        regex: bool) -> None:
+    pytester.makeconftest(REPORT_IMPORTS)
+    pytester.makefile(".case.yaml", cases=case("one", echoing.base_url, expect=expect))
+
+    result = pytester.runpytest_subprocess("--toolbench-live", "-p", "no:cacheprovider")
+
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"jsonschema imported: {jsonschema}",
+                                 f"regex imported: {regex}"])

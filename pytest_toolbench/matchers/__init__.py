@@ -19,7 +19,8 @@ The modules, each importing only those above it:
     pairing.py     $unordered / $includes: one-to-one pairing in any order (bipartite)
     operators.py   the operators that judge the value alone ($eq, $regex, $gt, $approx...)
     schema.py      $schema: offline $ref resolution, regex keywords under the time limit
-    compiler.py    the $ operator table and compile_matcher
+    compiler.py    the $ operator table and compile_matcher (schema.py, and jsonschema with
+                   it, imported at the first $schema)
     tool_calls.py  compile_tool_calls: expected calls against ToolCall records
 """
 

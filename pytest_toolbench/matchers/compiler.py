@@ -31,7 +31,6 @@ from .core import (
 )
 from .operators import _DEFAULT_TOLERANCE, _TESTS, _approx
 from .pairing import _OneToOne
-from .schema import compile_schema
 
 # --- operators built of other matchers ------------------------------------------------------
 
@@ -49,6 +48,14 @@ def _exact(spec: Any, value: Any, path: Path) -> _Matcher:
     return _Object(spec, {key: _compile(v, path + (key,)) for key, v in value.items()}, exact=True)
 
 
+def _schema(spec: Any, value: Any, path: Path) -> _Matcher:
+    # jsonschema (with referencing, attrs and rpds) takes a tenth of a second to import:
+    # only suites that use $schema pay for it, at their first.
+    from .schema import compile_schema
+
+    return compile_schema(spec, value, path)
+
+
 def _absent(spec: Any, value: Any, path: Path) -> _Matcher:
     _require(value is True, "'$absent' takes true: {key: {$absent: true}}", path)
     return _Absent(spec)
@@ -61,7 +68,7 @@ _COMPOUNDS: dict[str, Callable[[Any, Any, Path], _Matcher]] = {
     "$optional": lambda spec, value, path: _Optional(spec, _compile(value, path)),
     "$absent": _absent,
     "$exact": _exact,
-    "$schema": compile_schema,
+    "$schema": _schema,
     "$all": lambda spec, value, path: _AllOf(spec, _matcher_list(value, path)),
     "$anyof": lambda spec, value, path: _AnyOf(spec, _matcher_list(value, path, False)),
     "$unordered": lambda spec, value, path: _OneToOne(
