@@ -19,6 +19,9 @@ from support.chat_server import (
     json_reply,
     sse_reply,
 )
+from transitions import MachineError
+
+from pytest_toolbench.run.machine import MACHINE, StageMachine, StageState
 
 WEATHER_TOOLS = """
 tools:
@@ -486,3 +489,23 @@ stages:
     assert streamed["messages"] == plain["messages"]
     assert streamed["messages"][-1] == {"role": "tool", "tool_call_id": "call_0",
                                         "content": "booked"}
+
+
+def test_runs_move_through_the_table_apart_and_the_machine_keeps_none_of_them() -> None:
+    """Runs under way at once move apart; a trigger the table forbids raises and moves
+    nothing. No run joins the machine: nothing is bound to it, nothing is left behind."""
+    with StageMachine() as first, StageMachine() as second:
+        for machine in (first, second):
+            machine.begin_stage()
+        first.fire("send")
+        second.fire("send")
+        second.fire("transport_error")
+        with pytest.raises(MachineError):
+            first.fire("all_hold")  # sending: the table has no all_hold from here
+        assert first.state is StageState.SENDING
+        for trigger in ("headers", "end_turn", "all_hold"):
+            first.fire(trigger)
+    assert first.trail == ["idle", "sending", "receiving", "checking", "passed"]
+    assert second.trail == ["idle", "sending", "failed"]
+    assert MACHINE.models == []
+    assert not hasattr(first, "send") and not hasattr(first, "trigger")
