@@ -1,8 +1,9 @@
 """Case files and case items: what pytest collects, runs and reports.
 
 The plugin imports this module when it meets the first case file, and everything heavy
-(pydantic, httpx, rich, jsonschema, transitions) comes with it; a session with no case
-file loads none of it.
+(pydantic, httpx, PyYAML, transitions) comes with it; a session with no case file loads
+none of it. jsonschema comes with the first ``$schema``, the regex package with the first
+``$regex`` that ``re`` cannot be trusted with, rich with the first summary.
 """
 
 from __future__ import annotations
@@ -155,6 +156,7 @@ class CaseReports:
             item.result = item.broken_result(call.excinfo)
         if call.when == "call" and item.result is not None:
             record = CaseRecord.of(item.result, item.nodeid, _outcome(report))
+            item.result = None  # the report carries the record; the item lives to the end
             for figure in record.figures():
                 report.user_properties.append(figure)
                 item.user_properties.append(figure)  # junitxml reads teardown's

@@ -103,6 +103,45 @@ def test_report_is_complete_under_xdist(
     assert all(case["runs"][0]["stages"][0]["attempts"] for case in cases)
 
 
+COUNT_RESULTS_KEPT = """\
+import gc
+
+from pytest_toolbench.records import CaseResult
+
+
+def pytest_sessionfinish(session):
+    gc.collect()
+    kept = sum(isinstance(thing, CaseResult) for thing in gc.get_objects())
+    session.config.stash_results_kept = kept
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    terminalreporter.write_line(f"case results kept: {config.stash_results_kept}")
+"""
+
+
+def test_the_session_keeps_each_case_as_its_record_not_its_whole_result(
+    pytester: pytest.Pytester, chat_server: ChatServer
+) -> None:
+    """The report holds everything of every case: the result it was made of (every reply,
+    request and turn as objects) is not kept to the session's end beside it."""
+    serve(chat_server)
+    pytester.makeconftest(COUNT_RESULTS_KEPT)
+    pytester.makefile(".case.yaml", suite=CASES.format(url=chat_server.base_url))
+    report = pytester.path / "report.json"
+
+    # Passing cases only, in a process of their own: pytest keeps the last failure's
+    # exception (and so its result) for post-mortem debugging.
+    result = pytester.runpytest_subprocess("--toolbench-live", f"--toolbench-report={report}",
+                                           "-k", "not m2")
+
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*toolbench summary*", "*weather*passed*",
+                                 "case results kept: 0"])
+    sent = load(report)["cases"][0]["runs"][0]["stages"][0]["attempts"][0]["turns"][0]
+    assert sent["request"]["messages"] == [{"role": "user", "content": "Weather in Paris?"}]
+
+
 def test_junitxml_carries_figures_as_properties(
     pytester: pytest.Pytester, chat_server: ChatServer
 ) -> None:

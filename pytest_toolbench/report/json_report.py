@@ -14,7 +14,7 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +107,9 @@ class TurnRecord:
         return cls(turn.streamed, turn.stop_reason, turn.error, list(turn.retries),
                    round(turn.elapsed_ms, 1),
                    None if turn.reply is None else ReplyRecord.of(turn.reply),
-                   [ToolRunRecord.of(run) for run in turn.tool_runs], _jsonable(turn.request))
+                   # As sent: JSON already (the client sent json.dumps of it), and never
+                   # changed after; to_json copies it into the report's data.
+                   [ToolRunRecord.of(run) for run in turn.tool_runs], turn.request)
 
 
 @dataclass(frozen=True)
@@ -235,9 +237,15 @@ def marks_from_keywords(keywords: Iterable[str], registered: Sequence[str]) -> l
     ``registered`` is the ini ``markers`` list (``"name(args): help"`` lines); a case's
     marks must be registered, so the registered names and pytest's own are the marks.
     """
-    names = {line.split(":")[0].split("(")[0].strip() for line in registered}
+    names = _registered_names(tuple(registered))
     return sorted(name for name in set(keywords)
                   if name in names or name in BUILTIN_MARKS or _IMPORTED_MARK.fullmatch(name))
+
+
+@lru_cache(maxsize=8)
+def _registered_names(registered: tuple[str, ...]) -> frozenset[str]:
+    """The names of the ini ``markers`` lines: read once a session, not once a report."""
+    return frozenset(line.split(":")[0].split("(")[0].strip() for line in registered)
 
 
 @cache
