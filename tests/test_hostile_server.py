@@ -7,13 +7,17 @@ the limit named, in bounded time and memory. Limits are settings, checked at sta
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import socket
 import textwrap
 import time
 import tracemalloc
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
+import httpx
 import pytest
 from support.chat_server import (
     ChatServer,
@@ -34,7 +38,9 @@ from support.hostile_server import (
     trickle,
 )
 
+from pytest_toolbench.transport.client import ApiClient, ClientConfig
 from pytest_toolbench.transport.sse import SSEDecoder, SSETooLarge
+from pytest_toolbench.wire import wire_api
 
 TIMEOUT_S = 1.0
 DEADLINE_S = 1.5
@@ -182,6 +188,37 @@ def test_a_reply_that_never_completes_fails_at_the_total_deadline(
     verdict(result, "deadline exceeded: no complete reply within 1.5 s (total deadline,"
                     f" --toolbench-deadline) from {URL}")
     assert DEADLINE_S * 0.9 <= elapsed < DEADLINE_S + MARGIN_S
+
+
+def test_the_deadline_is_kept_in_the_task_that_sends() -> None:
+    """Sending and reading wait under the deadline in the task that asked, not in a task
+    started for each wait; the request goes below the base URL, its query after the path."""
+    seen: list[asyncio.Task[Any] | None] = []
+
+    class Body(httpx.AsyncByteStream):
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            seen.append(asyncio.current_task())
+            yield json.dumps(completion("fine")).encode()
+
+    async def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(asyncio.current_task())
+        return httpx.Response(200, headers={"content-type": "application/json"}, stream=Body())
+
+    async def ask() -> tuple[asyncio.Task[Any] | None, httpx.URL, str]:
+        client = ApiClient(ClientConfig("http://llm.invalid/v1?api-version=1", retries=0),
+                           transport=httpx.MockTransport(handle))
+        try:
+            pending = await client.open({"messages": []}, wire=wire_api("chat"), stream=False)
+            reply = await pending.read()
+        finally:
+            await client.aclose()
+        return asyncio.current_task(), pending.response.request.url, reply.text
+
+    task, url, text = asyncio.run(ask())
+
+    assert seen == [task, task]
+    assert str(url) == "http://llm.invalid/v1/chat/completions?api-version=1"
+    assert text == "fine"
 
 
 def test_without_a_deadline_setting_a_reply_gets_ten_timeouts(

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import functools
 import json
 import random
+import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -79,7 +81,7 @@ class PendingReply:
         deadline_s = self.config.limits.deadline_s
         remaining = deadline_s - (time.perf_counter() - self.started)
         try:
-            reply = await asyncio.wait_for(self._read(), max(remaining, 0.0))
+            reply = await _within(self._read(), remaining)
         except asyncio.TimeoutError:
             raise _deadline_exceeded(deadline_s, self.response.request.url) from None
         finally:
@@ -196,6 +198,7 @@ class ApiClient:
         self._jitter = jitter
         self.breaker = breaker or CircuitBreaker()
         self._sleep = sleep
+        self._base_url = config.base_url
         base_url, query = _split_base_url(config.base_url)
         self._client = httpx.AsyncClient(
             base_url=base_url,
@@ -262,7 +265,7 @@ class ApiClient:
             headers["Accept"] = "text/event-stream"
         request = self._client.build_request(
             "POST",
-            wire.path,
+            _endpoint_url(self._base_url, wire.path),
             # Strict JSON: a NaN that got this far is a bug, not something to send.
             content=json.dumps(body, allow_nan=False).encode(),
             headers={"Content-Type": "application/json", **headers},
@@ -276,21 +279,20 @@ class ApiClient:
         each read); the total deadline bounds them all, e.g. headers trickled a byte a time.
         """
         timeout_s, deadline_s = self.config.timeout_s, self.config.limits.deadline_s
-        where = _where(request.url)
         try:
-            return await asyncio.wait_for(self._client.send(request, stream=True), deadline_s)
+            return await _within(self._client.send(request, stream=True), deadline_s)
         except asyncio.TimeoutError:
             raise _deadline_exceeded(deadline_s, request.url) from None
         except httpx.ConnectTimeout:
-            raise ConnectFailed(f"no connection within {timeout_s:g} s (timeout) to {where}"
-                                ) from None
+            raise ConnectFailed(f"no connection within {timeout_s:g} s (timeout) to"
+                                f" {_where(request.url)}") from None
         except httpx.ConnectError as exc:
-            raise ConnectFailed(f"{where}: {_detail(exc)}") from None
+            raise ConnectFailed(f"{_where(request.url)}: {_detail(exc)}") from None
         except httpx.TimeoutException:
-            raise ReadTimedOut(f"no response within {timeout_s:g} s (timeout) from {where}"
-                               ) from None
+            raise ReadTimedOut(f"no response within {timeout_s:g} s (timeout) from"
+                               f" {_where(request.url)}") from None
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
-            raise ConnectionLost(f"{where}: {_detail(exc)}") from None
+            raise ConnectionLost(f"{_where(request.url)}: {_detail(exc)}") from None
 
     async def _back_off(self, attempt: int, reason: str, response: httpx.Response | None) -> str:
         """Sleep before the next attempt; return the transcript line that says so."""
@@ -304,16 +306,43 @@ class ApiClient:
         return f"attempt {attempt + 1} failed ({reason}); retried after {delay:.2f} s"
 
 
+@functools.lru_cache(maxsize=64)
 def _split_base_url(base_url: str) -> tuple[httpx.URL, httpx.QueryParams]:
     """The base URL as a directory, and its query string apart.
 
     Azure-style URLs carry a query (``.../v1?api-version=X``); joined as they are, the
     request would go to ``.../v1?api-version=X/chat/completions``. The query goes on every
-    request instead: ``.../v1/chat/completions?api-version=X``.
+    request instead: ``.../v1/chat/completions?api-version=X``. Parsed once per base URL
+    (httpx's URLs and query parameters are immutable): every replayed case builds a client.
     """
     url = httpx.URL(base_url)
     directory = url.copy_with(path=url.path.rstrip("/") + "/", query=None, fragment=None)
     return directory, url.params
+
+
+@functools.lru_cache(maxsize=256)
+def _endpoint_url(base_url: str, path: str) -> httpx.URL:
+    """``path`` below the base URL's directory, joined as httpx joins a relative URL to a
+    client's base URL (the client adds the base URL's query), once per base URL and path
+    instead of once per request."""
+    directory, _query = _split_base_url(base_url)
+    return directory.copy_with(raw_path=directory.raw_path + path.lstrip("/").encode("ascii"))
+
+
+T = TypeVar("T")
+
+if sys.version_info >= (3, 11):
+    async def _within(awaitable: Coroutine[Any, Any, T], seconds: float) -> T:
+        """``awaitable`` within ``seconds`` (TimeoutError past them), run in this task:
+        ``asyncio.wait_for`` would start a task for each wait, two a request."""
+        if seconds <= 0:  # as wait_for: out of time before it starts, whatever it is
+            awaitable.close()
+            raise asyncio.TimeoutError
+        async with asyncio.timeout(seconds):
+            return await awaitable
+else:  # pragma: no cover - asyncio.timeout is new in 3.11
+    async def _within(awaitable: Coroutine[Any, Any, T], seconds: float) -> T:
+        return await asyncio.wait_for(awaitable, max(seconds, 0.0))
 
 
 def _retry_after(response: httpx.Response) -> float | None:
