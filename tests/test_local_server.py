@@ -98,7 +98,7 @@ def test_llama_server_command_loads_the_tools_template_and_names_the_model() -> 
     assert command == [
         "/bin/llama-server", "--model", "/models/m.gguf", "--host", "127.0.0.1",
         "--port", "8081", "--ctx-size", "2048", "--alias", "gemma-3-270m",
-        "--jinja", "--chat-template-file", str(TEMPLATE_PATH), "--no-webui",
+        "--jinja", "--chat-template-file", str(TEMPLATE_PATH), "--no-webui", "--threads", "1",
     ]
 
 

@@ -321,7 +321,11 @@ def llama_server_command(binary: Path, model: Path, host: str, port: int,
     return [str(binary), "--model", str(model), "--host", host, "--port", str(port),
             "--ctx-size", str(n_ctx), "--alias", MODEL_ALIAS,
             # --jinja: the template's tools and tool-call format, parsed into real calls.
-            "--jinja", "--chat-template-file", str(TEMPLATE_PATH), "--no-webui"]
+            "--jinja", "--chat-template-file", str(TEMPLATE_PATH), "--no-webui",
+            # One thread: where the cores are shared (the test run itself, other servers),
+            # llama.cpp's threads wait for each other at every step. On two busy cores a
+            # nine-request suite took 22 s with one thread, 80 s with the default two.
+            "--threads", "1"]
 
 
 def start_local_server(port: int | None = None, timeout_s: float = DEFAULT_READY_TIMEOUT_S,
