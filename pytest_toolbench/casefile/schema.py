@@ -7,7 +7,13 @@ Which expectations a case gives is ``Expect.model_fields_set``: an absent key ch
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib
+import inspect
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -46,11 +52,46 @@ ToolCallsField = Annotated[
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
 
 
+def _field_docstrings(schema: dict[str, Any], model: type[BaseModel]) -> None:
+    """Each field's attribute docstring as its description in the JSON Schema, so editors
+    show them (``json_schema_extra`` of every model here).
+
+    pydantic's ``use_attribute_docstrings`` does the same, but reads every model's source
+    when the class is built, at every collection (a third of importing this module); the
+    schema is generated rarely, so the docstrings are read then."""
+    docstrings = _attribute_docstrings().get(model.__name__, {})
+    for name, field in schema.get("properties", {}).items():
+        # As pydantic: a description the field gives itself wins, a docstring beats its
+        # type's (a matcher field's generic one).
+        if name in docstrings and model.model_fields[name].description is None:
+            field["description"] = docstrings[name]
+
+
+@functools.cache
+def _attribute_docstrings() -> dict[str, dict[str, str]]:
+    """Class name -> field name -> the string literal right after the field, cleaned as
+    ``inspect.cleandoc`` does (as pydantic reads attribute docstrings)."""
+    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
+    found: dict[str, dict[str, str]] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            found[node.name] = dict(_docstrings_in(node.body))
+    return found
+
+
+def _docstrings_in(body: list[ast.stmt]) -> Iterator[tuple[str, str]]:
+    for statement, following in itertools.pairwise(body):
+        if (isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name)
+                and isinstance(following, ast.Expr)
+                and isinstance(following.value, ast.Constant)
+                and isinstance(following.value.value, str)):
+            yield statement.target.id, inspect.cleandoc(following.value.value)
+
+
 class StrictModel(BaseModel):
-    # Field docstrings become descriptions in the JSON Schema, so editors show them.
     # allow_inf_nan: what is sent must be JSON, and JSON has no NaN or Infinity (YAML has).
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True,
-                              allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False,
+                              json_schema_extra=_field_docstrings)
 
 
 class Endpoint(StrictModel):
