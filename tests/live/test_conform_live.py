@@ -34,3 +34,29 @@ def test_conform_completes_with_a_matrix(local_server: LocalServer, tmp_path: Pa
         assert cells[probe]["verdict"] == "pass", (probe, cells[probe])
     assert cells["stream_usage"]["cause"] == "protocol"
     assert capsys.readouterr().out.startswith("| probe | checks | chat |")
+
+
+def test_conform_over_three_apis_of_llama_server(llama_server: LocalServer, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """One column per API, each judged by its own protocol: what docs/conformance.md shows
+    for llama-server, the Messages route's ignored ``tool_choice: none`` included."""
+    report = tmp_path / "matrix.json"
+    page = tmp_path / "matrix.html"
+    code = toolbench(["conform", "--base-url", llama_server.base_url, "--model", "gemma-3-270m",
+                      "--api", "chat,responses,messages", "--report", str(report),
+                      "--html", str(page)])
+    matrix = json.loads(report.read_text(encoding="utf-8"))
+    assert matrix["apis"] == ["chat", "responses", "messages"]
+    cells = {api: {probe["name"]: probe["cells"][api] for probe in matrix["probes"]}
+             for api in matrix["apis"]}
+    for api, column in cells.items():
+        assert list(column) == list(PROBES)
+        for probe in ("plain_text", "required", "finish_reason", "stream_done", "stream_usage",
+                      "error_shape", "no_call_in_content"):
+            assert column[probe]["verdict"] == "pass", (api, probe, column[probe])
+    assert cells["chat"]["none"]["verdict"] == "pass"
+    assert cells["messages"]["none"]["cause"] == "protocol"
+    assert code == 1
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split() == ["probe", "chat", "responses", "messages"]
+    assert "<th>responses</th>" in page.read_text(encoding="utf-8")
