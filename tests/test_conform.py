@@ -158,6 +158,14 @@ def usage_missing(body: dict[str, Any], parts: dict[str, Any]) -> Reply | None:
     return sse_reply(chunks_for(**parts, usage=None)) if body.get("stream") else None
 
 
+def strict_ignored(body: dict[str, Any], parts: dict[str, Any]) -> Reply | None:
+    """A server that takes ``strict`` and does not hold the model to the schema."""
+    if any(tool["function"].get("strict") for tool in body.get("tools", ())):
+        return json_reply(completion(tool_calls=[("get_weather", {"city": "Paris",
+                                                                  "country": "FR"})]))
+    return None
+
+
 def html_error(body: dict[str, Any], parts: dict[str, Any]) -> Reply | None:
     if isinstance(body.get("temperature", 0), str):
         return text_reply("<html><body>Bad request</body></html>", content_type="text/html")
@@ -179,6 +187,7 @@ def call_in_content(body: dict[str, Any], parts: dict[str, Any]) -> Reply | None
     (stream_differs, "stream_agreement", "differ in tool_calls"),
     (usage_missing, "stream_usage", "no usage object arrived"),
     (html_error, "error_shape", "expected 400, got 200"),
+    (strict_ignored, "strict_schema", "Additional properties are not allowed"),
     (call_in_content, "no_call_in_content", "get_weather"),
 ])
 def test_each_broken_rule_is_caught_by_its_probe(
@@ -201,10 +210,10 @@ def test_a_faithful_server_passes_every_probe(
     assert verdicts == {**{name: "pass" for name in PROBES},
                         "reasoning_separate": "not supported"}
     assert code == 0
-    assert matrix["summary"] == {"pass": 14, "fail": 0, "not supported": 1}
+    assert matrix["summary"] == {"pass": 15, "fail": 0, "not supported": 1}
     assert all(request.json()["model"] == "m1" for request in chat_server.requests)
     out = capsys.readouterr().out
-    assert "14 passed, 0 failed, 1 not supported" in out
+    assert "15 passed, 0 failed, 1 not supported" in out
 
 
 def test_a_model_that_does_not_call_is_named_as_the_cause(

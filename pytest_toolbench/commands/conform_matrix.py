@@ -241,6 +241,7 @@ PROBES = {probe.name: probe for probe in (
           short_of_calls_unsupported=True),
     Probe("arguments_schema", "arguments are JSON and match the schema",
           model_paths=(_ARGUMENT_VALUES,)),
+    Probe("strict_schema", "strict tool: arguments hold to the schema exactly"),
     Probe("stream_agreement", "streamed and non-streamed replies agree"),
     Probe("finish_reason", "finish_reason tool_calls on a tool call"),
     Probe("stream_usage", "usage arrives in a stream"),
