@@ -19,9 +19,15 @@ from support.chat_server import (
     json_reply,
     sse_reply,
 )
-from transitions import MachineError
+from transitions import Machine, MachineError
 
-from pytest_toolbench.run.machine import MACHINE, StageMachine, StageState
+from pytest_toolbench.run.machine import (
+    MACHINE,
+    TRANSITIONS,
+    StageMachine,
+    StageState,
+    _has_callbacks,
+)
 
 WEATHER_TOOLS = """
 tools:
@@ -509,3 +515,29 @@ def test_runs_move_through_the_table_apart_and_the_machine_keeps_none_of_them() 
     assert second.trail == ["idle", "sending", "failed"]
     assert MACHINE.models == []
     assert not hasattr(first, "send") and not hasattr(first, "trigger")
+
+
+def test_an_allowed_trigger_moves_along_the_table_without_the_callback_machinery(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The table has no callbacks, so a move is a look-up in it (transitions logs each step
+    of its callback machinery at debug level: nothing of it runs); a forbidden trigger
+    still gets transitions' own MachineError."""
+    caplog.set_level("DEBUG", logger="transitions")
+    with StageMachine() as machine:
+        for trigger in ("send", "headers", "end_turn", "mismatch", "retry"):
+            machine.fire(trigger)
+        assert caplog.records == []
+        with pytest.raises(MachineError, match="Can't trigger event headers from state IDLE"):
+            machine.fire("headers")
+    assert machine.trail == ["idle", "sending", "receiving", "checking", "failed", "idle"]
+
+
+@pytest.mark.parametrize("extra", [{"conditions": "ready"}, {"after": "log"}, {"dest": None}])
+def test_a_table_that_runs_code_on_a_transition_is_refused_the_look_up(
+        extra: dict[str, Any]) -> None:
+    assert not _has_callbacks(MACHINE)
+    table = [dict(TRANSITIONS[0], **extra), *TRANSITIONS[1:]]
+    assert _has_callbacks(Machine(model=None, states=StageState, transitions=table,
+                                  auto_transitions=False))
+    assert _has_callbacks(Machine(model=None, states=StageState, transitions=TRANSITIONS,
+                                  auto_transitions=False, after_state_change="log"))
