@@ -29,6 +29,7 @@ from _common import (
     TOOL_SCHEMA,
     Timing,
     clean_env,
+    count_instructions,
     median,
     print_table,
     repeat_runs,
@@ -141,6 +142,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="after timing, profile one replay run (all threads) and print"
                              " its top N")
+    parser.add_argument("--instructions", action="store_true",
+                        help="also count each side's instructions once under valgrind"
+                             " (cachegrind): a ratio the machine's load does not move")
     parser.add_argument("--keep", type=Path, default=None,
                         help="generate into this directory and keep it (for profiling)")
     return parser.parse_args()
@@ -215,6 +219,17 @@ def report(count: int, cases: list[Timing], baseline: list[Timing], stream: bool
     print(f"ratio {ratio:.2f}x (target <= {TARGET_RATIO}x): {verdict}")
 
 
+def report_instructions(base: Path) -> None:
+    """Each side's instruction count (the Python files' bytecode is cached by then)."""
+    ours = count_instructions(PYTEST_ARGS, base / "cases")
+    theirs = count_instructions(PYTEST_ARGS, base / "baseline")
+    if ours is None or theirs is None:
+        print("instructions: valgrind is not installed")
+        return
+    print(f"instructions: toolbench {ours / 1e9:.2f} G, baseline {theirs / 1e9:.2f} G,"
+          f" ratio {ours / theirs:.2f}x")
+
+
 def _walls(timings: list[Timing]) -> str:
     return " ".join(f"{t.wall_s:.2f}" for t in timings)
 
@@ -232,6 +247,8 @@ def run(base: Path, args: argparse.Namespace) -> None:
     cases = time_side(base / "cases", args.repeat)
     baseline = time_side(base / "baseline", args.repeat, warm_up=True)
     report(count, cases, baseline, args.stream)
+    if args.instructions:
+        report_instructions(base)
     if args.profile:
         profile(base / "cases", args.profile)
 
