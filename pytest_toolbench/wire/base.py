@@ -169,15 +169,64 @@ def arguments_json(raw: str) -> tuple[Any, str | None]:
     """Tool-call arguments text -> (the parsed value, None) or (None, why it is not JSON)."""
     try:
         return json.loads(raw.strip()), None
-    except (ValueError, RecursionError) as exc:
+    except JSON_ERRORS as exc:
         return None, str(exc)
+
+
+JSON_ERRORS = (ValueError, RecursionError)
+"""What ``json.loads`` raises on a server's bytes: RecursionError, not ValueError, on deeply
+nested input (``[[[[...``), which is a problem to report, never a crash."""
+
+
+@dataclass(frozen=True)
+class Body:
+    """A whole response body as text, and its JSON (when it is JSON)."""
+
+    text: str
+    payload: Any = None
+    parse_error: str = ""
+    """Why the text is not JSON; ``""`` when it is."""
+
+
+def read_body_json(body: bytes | str) -> Body:
+    """The body as text (UTF-8, a leading BOM dropped) and parsed as JSON when it is."""
+    text = body.decode("utf-8", errors="replace") if isinstance(body, bytes) else body
+    text = text.removeprefix("\ufeff")
+    try:
+        return Body(text, json.loads(text))
+    except JSON_ERRORS as exc:
+        return Body(text, None, str(exc))
+
+
+def error_message(error: Any) -> str:
+    """The message of an ``error`` member: an object with ``message``, or a string."""
+    if isinstance(error, dict):
+        message = error.get("message")
+        return message if isinstance(message, str) and message else dumps(error)
+    return error if isinstance(error, str) else dumps(error)
+
+
+def http_error(status: int, body: Body) -> str:
+    """The error message of a non-2xx response, whatever shape its body has: OpenAI's and
+    llama-server's ``{"error": ...}``, Anthropic's ``{"type": "error", "error": {...}}``,
+    FastAPI's ``detail``, a plain ``message``, a JSON string, or the body's text."""
+    payload = body.payload
+    if isinstance(payload, dict):
+        for key in ("error", "detail", "message"):
+            if payload.get(key) is not None:
+                return error_message(payload[key])
+    if isinstance(payload, str) and payload:
+        return payload
+    return body.text.strip() or f"HTTP {status} with an empty body"
 
 
 def dumps(value: Any) -> str:
     """Compact JSON of data a server sent (an object where a string belongs)."""
     try:
         return json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError, RecursionError):
+    except RecursionError:  # data just shallow enough to read can be too deep to write
+        return "<JSON nested too deep to show>"
+    except (TypeError, ValueError):
         return repr(value)
 
 

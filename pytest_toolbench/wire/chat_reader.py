@@ -45,14 +45,12 @@ from json.scanner import make_scanner
 from typing import Any, cast
 
 from ..records import Reply, StreamStats, ToolCall
-from .base import Event, split_think
+from .base import JSON_ERRORS as _JSON_ERRORS
+from .base import Event, error_message, http_error, read_body_json, split_think
 
 __all__ = ["StreamAssembler", "parse_completion"]
 
 _SNIPPET = 80
-# json raises RecursionError, not ValueError, on deeply nested input ("[[[[..."): a broken
-# server's body is a problem to report, never a crash.
-_JSON_ERRORS = (ValueError, RecursionError)
 # typeshed mistypes make_scanner's argument; it takes the decoder whose settings it copies.
 _scan_once: Callable[[str, int], tuple[Any, int]] = make_scanner(cast(Any, json.JSONDecoder()))
 
@@ -108,16 +106,6 @@ def _arguments_text(arguments: Any) -> str:
     if arguments is None:
         return ""
     return _dumps(arguments)
-
-
-def _error_message(error: Any) -> str:
-    """The message of an ``error`` member: an object with ``message``, or a string."""
-    if isinstance(error, dict):
-        message = error.get("message")
-        if isinstance(message, str) and message:
-            return message
-        return _dumps(error)
-    return error if isinstance(error, str) else _dumps(error)
 
 
 class _CallBuilder:
@@ -389,7 +377,7 @@ class StreamAssembler:
             )
             return
         if chunk.get("error") is not None:
-            self._set_error(_error_message(chunk["error"]))
+            self._set_error(error_message(chunk["error"]))
         usage = _chunk_usage(chunk)
         if usage is not None:  # ``usage: null`` rides on every chunk of some servers
             self._usage = usage
@@ -435,8 +423,8 @@ class StreamAssembler:
         except _JSON_ERRORS:
             return data.strip()
         if isinstance(payload, dict) and "error" in payload:
-            return _error_message(payload["error"])
-        return _error_message(payload)
+            return error_message(payload["error"])
+        return error_message(payload)
 
     def _set_error(self, message: str) -> None:
         if self._error is None:  # the first error is the cause; later ones are fallout
@@ -486,38 +474,21 @@ def parse_completion(
     A non-2xx response sets ``error``: ``error.message`` (object or string) or the raw body
     text (``text/plain``, HTML). A 2xx body that is not a chat completion is a problem.
     """
-    text = body.decode("utf-8", errors="replace") if isinstance(body, bytes) else body
-    text = text.removeprefix("\ufeff")
-    try:
-        payload: Any = json.loads(text)
-    except _JSON_ERRORS as exc:
-        payload, parse_error = None, str(exc)
-    else:
-        parse_error = ""
+    whole = read_body_json(body)
     if not 200 <= status < 300:
-        return Reply(status=status, error=_http_error(status, text, payload))
-    if parse_error:
-        problem = f"response body ({content_type}) is not JSON: {parse_error}: {_snippet(text)}"
+        return Reply(status=status, error=http_error(status, whole))
+    if whole.parse_error:
+        problem = (f"response body ({content_type}) is not JSON: {whole.parse_error}:"
+                   f" {_snippet(whole.text)}")
         return Reply(status=status, problems=[problem])
-    return _completion_reply(status, payload)
-
-
-def _http_error(status: int, text: str, payload: Any) -> str:
-    """The error message of a non-2xx response, whatever shape its body has."""
-    if isinstance(payload, dict):
-        for key in ("error", "detail", "message"):  # OpenAI, FastAPI, plain servers
-            if payload.get(key) is not None:
-                return _error_message(payload[key])
-    if isinstance(payload, str) and payload:
-        return payload
-    return text.strip() or f"HTTP {status} with an empty body"
+    return _completion_reply(status, whole.payload)
 
 
 def _completion_reply(status: int, payload: Any) -> Reply:
     """A parsed 2xx JSON body -> Reply; anything but a chat completion is a problem."""
     reply = Reply(status=status)
     if isinstance(payload, dict) and payload.get("error") is not None:
-        reply.error = _error_message(payload["error"])
+        reply.error = error_message(payload["error"])
         return reply
     choices = payload.get("choices") if isinstance(payload, dict) else None
     choice = _reply_choice(choices)

@@ -34,7 +34,17 @@ from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
 from ..records import Reply, StreamStats, ToolCall
-from .base import Event, arguments_json, dumps, snippet, split_think, with_token_totals
+from .base import (
+    Event,
+    arguments_json,
+    dumps,
+    error_message,
+    http_error,
+    read_body_json,
+    snippet,
+    split_think,
+    with_token_totals,
+)
 
 __all__ = ["MessageStream", "read_message"]
 
@@ -105,14 +115,6 @@ def _is_int(value: Any) -> TypeGuard[int]:
 
 def _text_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
-
-
-def _error_message(error: Any) -> str:
-    """The message of an ``error`` member: an object with ``message``, or a string."""
-    if isinstance(error, dict):
-        message = error.get("message")
-        return message if isinstance(message, str) and message else dumps(error)
-    return error if isinstance(error, str) else dumps(error)
 
 
 def _usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -245,39 +247,20 @@ def _native(block: _Block, call: ToolCall | None) -> dict[str, Any]:
 
 def read_message(status: int, body: bytes | str, content_type: str) -> Reply:
     """A non-streamed response of any status -> Reply; a non-2xx one sets ``error``."""
-    text = body.decode("utf-8", errors="replace") if isinstance(body, bytes) else body
-    text = text.removeprefix("\ufeff")
-    try:
-        payload: Any = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        payload, parse_error = None, str(exc)
-    else:
-        parse_error = ""
+    whole = read_body_json(body)
     if not 200 <= status < 300:
-        return Reply(status=status, error=_http_error(status, text, payload))
-    if parse_error:
+        return Reply(status=status, error=http_error(status, whole))
+    if whole.parse_error:
         problem = (f"{BODY}: JSON: the response body ({content_type or 'no content type'}) is"
-                   f" not JSON: {parse_error}: {snippet(text)}")
+                   f" not JSON: {whole.parse_error}: {snippet(whole.text)}")
         return Reply(status=status, problems=[problem])
-    return _message_reply(status, payload)
-
-
-def _http_error(status: int, text: str, payload: Any) -> str:
-    """The message of a non-2xx response: Anthropic's ``{"type": "error", "error": {...}}``,
-    an OpenAI-style ``{"error": ...}`` (llama-server), or the body's text."""
-    if isinstance(payload, dict):
-        for key in ("error", "detail", "message"):
-            if payload.get(key) is not None:
-                return _error_message(payload[key])
-    if isinstance(payload, str) and payload:
-        return payload
-    return text.strip() or f"HTTP {status} with an empty body"
+    return _message_reply(status, whole.payload)
 
 
 def _message_reply(status: int, payload: Any) -> Reply:
     reply = Reply(status=status)
     if isinstance(payload, dict) and (payload.get("type") == "error" or "error" in payload):
-        reply.error = _error_message(payload.get("error"))
+        reply.error = error_message(payload.get("error"))
         return reply
     content = payload.get("content") if isinstance(payload, dict) else None
     kind = payload.get("type", "message") if isinstance(payload, dict) else None
@@ -520,7 +503,7 @@ class MessageStream:
 
     def _on_error(self, payload: dict[str, Any], offset_ms: float) -> None:
         if self._error is None:  # the first error is the cause; later ones are fallout
-            self._error = _error_message(payload.get("error", payload))
+            self._error = error_message(payload.get("error", payload))
         self._done = True  # an error event is how the API ends a stream that failed
 
     def _on_ping(self, payload: dict[str, Any], offset_ms: float) -> None:

@@ -59,7 +59,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..records import Reply, StreamStats, ToolCall
-from .base import Event, arguments_json, dumps, snippet, split_think, with_token_totals
+from .base import JSON_ERRORS as _JSON_ERRORS
+from .base import (
+    Event,
+    arguments_json,
+    dumps,
+    error_message,
+    http_error,
+    read_body_json,
+    snippet,
+    split_think,
+    with_token_totals,
+)
 
 __all__ = ["END", "ResponsesStream", "read_response_body"]
 
@@ -73,7 +84,6 @@ END = "response.completed, response.failed or response.incomplete"
 _FINISH = {"completed": "stop", "max_output_tokens": "length",
            "content_filter": "content_filter"}
 """The API's words -> chat's (a word not here stays as sent)."""
-_JSON_ERRORS = (ValueError, RecursionError)
 
 PartKey = tuple[str, int]
 """(kind, index): ``text`` (message content), ``summary`` and ``reasoning`` (a reasoning
@@ -216,33 +226,19 @@ def _set_finish(reply: Reply, response: dict[str, Any]) -> None:
         reply.finish_reason = _FINISH.get(reply.api_finish_reason, reply.api_finish_reason)
 
 
-def error_message(error: Any) -> str:
-    """The message of an ``error`` member: an object with ``message``, or a string."""
-    if isinstance(error, dict):
-        message = error.get("message")
-        return message if isinstance(message, str) and message else dumps(error)
-    return error if isinstance(error, str) else dumps(error)
-
-
 # --- whole bodies -----------------------------------------------------------------------
 
 
 def read_response_body(status: int, body: bytes | str, content_type: str) -> Reply:
     """A whole response of any status -> Reply (see the module's docstring)."""
-    text = body.decode("utf-8", errors="replace") if isinstance(body, bytes) else body
-    text = text.removeprefix("\ufeff")
-    try:
-        payload: Any = json.loads(text)
-    except _JSON_ERRORS as exc:
-        payload, parse_error = None, str(exc)
-    else:
-        parse_error = ""
+    whole = read_body_json(body)
+    payload = whole.payload
     if not 200 <= status < 300:
-        return Reply(status=status, error=_http_error(status, text, payload))
+        return Reply(status=status, error=http_error(status, whole))
     reply = Reply(status=status)
-    if parse_error:
+    if whole.parse_error:
         reply.problems.append(f"{BODY}: JSON: the body ({content_type or 'no content type'})"
-                              f" is not JSON: {parse_error}: {snippet(text)}")
+                              f" is not JSON: {whole.parse_error}: {snippet(whole.text)}")
     elif not isinstance(payload, dict) or not isinstance(payload.get("output"), list):
         if isinstance(payload, dict) and payload.get("error") is not None:
             reply.error = error_message(payload["error"])
@@ -264,17 +260,6 @@ def _body_items(output: list[Any], problems: list[str]) -> list[_Snapshot]:
             problems.append(f"{BODY}: item: output[{index}] is not an object:"
                             f" {snippet(dumps(item))}")
     return items
-
-
-def _http_error(status: int, text: str, payload: Any) -> str:
-    """The error message of a non-2xx response, whatever shape its body has."""
-    if isinstance(payload, dict):
-        for key in ("error", "detail", "message"):  # OpenAI, FastAPI, plain servers
-            if payload.get(key) is not None:
-                return error_message(payload[key])
-    if isinstance(payload, str) and payload:
-        return payload
-    return text.strip() or f"HTTP {status} with an empty body"
 
 
 # --- streams ----------------------------------------------------------------------------
