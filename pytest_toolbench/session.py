@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import hashlib
+import shlex
 import threading
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -104,8 +105,7 @@ class SessionRuntime:
         endpoint = self.settings.endpoint_for(case_run.loaded.case.endpoint, case_run.api)
         path = self.cassette_path(case_run)
         # From where pytest was started, not the rootdir (which the node id is relative to).
-        hint = _printable(
-            f"pytest '{case_run.display_file}::{case_run.label}' --toolbench-record")
+        hint = _printable(self._record_command(case_run))
         replaying = self.settings.mode is Mode.REPLAY or (
             self.settings.mode is Mode.MISSING and path.exists())
         if replaying and not path.exists():
@@ -130,6 +130,16 @@ class SessionRuntime:
         if recording and not _endpoint_failed(result):
             cassette.save()  # an endpoint failure keeps the old cassette: it replays nothing
         return result
+
+    def _record_command(self, case_run: CaseRun) -> str:
+        """The command that records ``case_run``'s cassette. The item exists only with the
+        flags that made it: a model or API the command line forced on every case."""
+        forced = "".join(
+            f" --toolbench-{flag} {shlex.quote(value)}"
+            for flag, value, given in (("model", case_run.model, self.settings.models),
+                                       ("api", case_run.api, self.settings.apis))
+            if given and value is not None)
+        return f"pytest '{case_run.display_file}::{case_run.label}' --toolbench-record{forced}"
 
     async def _replay(self, case_run: CaseRun, endpoint: ResolvedEndpoint, replayer: Replayer,
                       scrubber: Scrubber) -> CaseResult:

@@ -279,3 +279,16 @@ def test_summary_gives_a_pass_rate_per_api(pytester: pytest.Pytester,
         "*chat*1/1*100%*", "*messages*0/1*0%*"])
     cases = json.loads(report.read_text())["cases"]
     assert sorted(case["api"] for case in cases) == ["chat", "messages"]
+
+
+def test_the_record_command_names_the_forced_model_and_api(pytester: pytest.Pytester) -> None:
+    """An item a flag made exists only with that flag: the command that records its
+    cassette must give it again."""
+    write_case(pytester, TEXT_CASE)
+    result = run(pytester, "--toolbench-api=chat,responses", "--toolbench-model=m 1")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines([
+        "*record it with: pytest 'wire.case.yaml::hello[[]m 1[]]' --toolbench-record"
+        " --toolbench-model 'm 1' --toolbench-api chat",
+        "*record it with: pytest 'wire.case.yaml::hello[[]m 1-responses[]]'"
+        " --toolbench-record --toolbench-model 'm 1' --toolbench-api responses"])
