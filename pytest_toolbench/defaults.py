@@ -1,4 +1,5 @@
-"""Default limits that both the settings and the code they configure need to know.
+"""Defaults, and the wire APIs' names, that both the settings and the code they configure
+need to know.
 
 A leaf module: it imports nothing, so reading a default loads no library (the plugin
 resolves its settings in every pytest run, case files or not).
@@ -19,3 +20,14 @@ API_NAMES: Final = tuple(API_PATHS)
 DEFAULT_KEY_ENVS: Final = {"chat": "OPENAI_API_KEY", "responses": "OPENAI_API_KEY",
                            "messages": "ANTHROPIC_API_KEY"}
 """Where each API's key is read from when no setting names the variable."""
+
+
+def api_names(text: str) -> tuple[str, ...]:
+    """``"chat, responses"``: the wire APIs a comma-separated list names, each once, in the
+    order given; ValueError naming the first unknown one. The command line, the ini and
+    ``toolbench conform --api`` all read API lists with it."""
+    names = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+    unknown = next((name for name in names if name not in API_PATHS), None)
+    if unknown is not None:
+        raise ValueError(f"unknown API {unknown!r}; choose from {', '.join(API_NAMES)}")
+    return names

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .defaults import API_NAMES, DEFAULT_KEY_ENVS
+from .defaults import DEFAULT_KEY_ENVS, api_names
 from .defaults import MATCH_TIMEOUT_S as DEFAULT_MATCH_TIMEOUT_S
 from .transport.breaker import DEFAULT_COOLDOWN_S, DEFAULT_THRESHOLD
 from .transport.limits import DEFAULT_MAX_REPLY_BYTES, DEFAULT_MAX_STREAM_EVENTS, ReplyLimits
@@ -224,15 +224,10 @@ class Settings:
 def _apis(given: Given) -> tuple[str, ...]:
     """``chat,responses``: the named wire APIs, each once, in the order given."""
     value, name = given
-    apis: list[str] = []
-    for api in (part.strip() for part in (value or "").split(",")):
-        if not api or api in apis:
-            continue
-        if api not in API_NAMES:
-            raise pytest.UsageError(
-                f"{name}: unknown API {api!r}; choose from {', '.join(API_NAMES)}")
-        apis.append(api)
-    return tuple(apis)
+    try:
+        return api_names(value or "")
+    except ValueError as error:
+        raise pytest.UsageError(f"{name}: {error}") from None
 
 
 def _globs(value: str | None) -> tuple[str, ...]:

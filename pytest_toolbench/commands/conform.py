@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from ..atomic import write_atomic
+from ..defaults import api_names
 from ..transport.cassette import Cassette
 from ..transport.errors import ReplayError
 from .argtypes import positive_float, positive_int
@@ -205,12 +206,12 @@ def _interactions(folder: Path, api: str) -> list[Any]:
 
 
 def _api_list(value: str) -> tuple[str, ...]:
-    apis = tuple(dict.fromkeys(part.strip() for part in value.split(",") if part.strip()))
-    unknown = [api for api in apis if api not in APIS]
-    if unknown or not apis:
-        raise argparse.ArgumentTypeError(
-            f"unknown API {', '.join(map(repr, unknown)) or repr(value)}; choose from"
-            f" {', '.join(APIS)}")
+    try:
+        apis = api_names(value)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    if not apis:
+        raise argparse.ArgumentTypeError(f"no API named; choose from {', '.join(APIS)}")
     return apis
 
 

@@ -14,6 +14,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..defaults import API_PATHS, DEFAULT_KEY_ENVS
 from ..records import Reply
 
 if TYPE_CHECKING:
@@ -78,12 +79,20 @@ class WireApi(ABC):
 
     name: str
     """As cases and flags name it: ``chat``, ``responses``, ``messages``."""
-    path: str
-    """Where requests go, below the base URL (``chat/completions``)."""
-    key_env: str
-    """The environment variable the API key is read from when no setting names one."""
     title: str
     """The API's name as people say it, for messages."""
+
+    @property
+    def path(self) -> str:
+        """Where requests go, below the base URL (``chat/completions``): the one table in
+        ``defaults``, which cassettes read too."""
+        return API_PATHS[self.name]
+
+    @property
+    def key_env(self) -> str:
+        """The environment variable the API key is read from when no setting names one
+        (the settings read the same table)."""
+        return DEFAULT_KEY_ENVS[self.name]
 
     def headers(self, api_key: str | None) -> dict[str, str]:
         """Headers of every request: the credentials, and what the API requires."""

@@ -18,8 +18,6 @@ if TYPE_CHECKING:
 
 class ChatCompletions(WireApi):
     name = "chat"
-    path = "chat/completions"
-    key_env = "OPENAI_API_KEY"
     title = "chat completions"
 
     def request(self, parts: RequestParts) -> dict[str, Any]:

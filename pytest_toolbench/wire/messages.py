@@ -106,8 +106,6 @@ _TITLE = "the messages API (Anthropic Messages)"
 
 class MessagesApi(WireApi):
     name = "messages"
-    path = "messages"
-    key_env = "ANTHROPIC_API_KEY"
     title = "Messages API"
 
     def headers(self, api_key: str | None) -> dict[str, str]:

@@ -45,8 +45,6 @@ __all__ = ["RESPONSES", "ResponsesApi"]
 
 class ResponsesApi(WireApi):
     name = "responses"
-    path = "responses"
-    key_env = "OPENAI_API_KEY"
     title = "Responses API"
 
     def request(self, parts: RequestParts) -> dict[str, Any]:
