@@ -161,9 +161,7 @@ async def run_stage(case_run: CaseRun, ctx: RunContext, conversation: Conversati
 
 
 def _restore(conversation: Conversation, before: Conversation) -> None:
-    fresh = before.snapshot()
-    conversation.messages, conversation.pending = fresh.messages, fresh.pending
-    conversation.variables, conversation.native = fresh.variables, fresh.native
+    vars(conversation).update(vars(before.snapshot()))  # every field, as snapshot copies them
 
 
 class StageRunner:
@@ -295,10 +293,10 @@ class StageRunner:
         return turn
 
     def _keep(self, interaction: Interaction) -> None:
-        """While recording, the client hands over every exchange, retried ones too; the
-        cassette keeps them scrubbed. Otherwise the client keeps none (``sink=None``)."""
-        if self.ctx.sink is not None:
-            self.ctx.sink(self.ctx.scrubber.interaction(interaction))
+        """While recording (only then is it the client's sink), the client hands over every
+        exchange, retried ones too; the cassette keeps them scrubbed."""
+        assert self.ctx.sink is not None
+        self.ctx.sink(self.ctx.scrubber.interaction(interaction))
 
     def _body(self, streamed: bool) -> dict[str, Any]:
         """The request, in the words of the API the case speaks."""
