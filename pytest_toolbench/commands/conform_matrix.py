@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..defaults import API_NAMES
-from ..records import Interaction, Reply
+from ..records import Interaction
 from ..wire import wire_api
 
 __all__ = [
@@ -140,7 +140,8 @@ def _check_reasoning(cell: Cell, interactions: Sequence[Interaction], api: str) 
     if api == "chat":  # the raw fields, so reasoning sent as <think> content is seen
         reasoning, content = _reasoning_and_content(interactions)
     else:
-        replies = [_read(interaction, api) for interaction in interactions]
+        wire = wire_api(api)
+        replies = [wire.read_interaction(interaction) for interaction in interactions]
         reasoning = "".join(reply.reasoning or "" for reply in replies).strip()
         content = "".join(reply.text for reply in replies)
     if "<think>" in content or "</think>" in content:
@@ -158,19 +159,6 @@ def _check_reasoning(cell: Cell, interactions: Sequence[Interaction], api: str) 
 
 _WHERE = {"chat": "reasoning_content or reasoning", "responses": "reasoning items",
           "messages": "thinking blocks"}
-
-
-def _read(interaction: Interaction, api: str) -> Reply:
-    """A recorded exchange read back as ``api``'s reply."""
-    wire = wire_api(api)
-    if interaction.events is None:
-        body = interaction.body if isinstance(interaction.body, str) else \
-            json.dumps(interaction.body)
-        return wire.read_body(interaction.status, body, interaction.content_type)
-    reader = wire.stream_reader()
-    for event in interaction.events:
-        reader.add(event, event.offset_ms)
-    return reader.finish()
 
 
 def _leaks(reasoning: str, content: str) -> bool:

@@ -20,7 +20,6 @@ told.
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,17 +115,8 @@ def read_cassette_case(path: Path, relative: str) -> CassetteCase:
 
 
 def _reply(wire: WireApi, interaction: Interaction) -> Reply:
-    """The exchange's reply as its API's reader reads it (and as replay gives it)."""
-    if interaction.events is not None:
-        reader = wire.stream_reader()
-        for event in interaction.events:
-            reader.add(event, event.offset_ms)
-        reply = reader.finish()
-    else:
-        body = interaction.body
-        text = body if isinstance(body, str) else json.dumps(body, ensure_ascii=False)
-        reply = wire.read_body(interaction.status, text, interaction.content_type)
-    reply.status = interaction.status
+    """The exchange's reply as its API's reader reads it, with its recorded latency."""
+    reply = wire.read_interaction(interaction)
     reply.latency_ms = interaction.elapsed_ms
     return reply
 

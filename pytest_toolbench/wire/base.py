@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..defaults import API_PATHS, DEFAULT_KEY_ENVS
-from ..records import Reply
+from ..records import Interaction, Reply
 
 if TYPE_CHECKING:
     from ..casefile.schema import AllowedTools, Case, Tool, ToolChoiceFunction
@@ -109,6 +109,21 @@ class WireApi(ABC):
     @abstractmethod
     def stream_reader(self) -> StreamReader:
         """A reader for one streamed response."""
+
+    def read_interaction(self, interaction: Interaction) -> Reply:
+        """A recorded exchange (a cassette's) read back as this API's reply, whole or event
+        by event, as replay would give it."""
+        if interaction.events is None:
+            body = interaction.body
+            text = body if isinstance(body, str) else json.dumps(body, ensure_ascii=False)
+            reply = self.read_body(interaction.status, text, interaction.content_type)
+        else:
+            reader = self.stream_reader()
+            for event in interaction.events:
+                reader.add(event, event.offset_ms)
+            reply = reader.finish()
+        reply.status = interaction.status
+        return reply
 
     def unsupported(self, case: Case) -> list[Unsupported]:
         """What ``case`` asks that this API cannot express (none by default)."""
