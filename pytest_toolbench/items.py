@@ -164,8 +164,8 @@ class CaseReports:
             record = CaseRecord.of(item.unrun_result(), item.nodeid, _outcome(report))
         else:
             return report
-        # Plain data on the report: it travels to the xdist controller, which rebuilds it.
-        report.toolbench = record.to_json()  # type: ignore[attr-defined]
+        # JSON text on the report: it travels to the xdist controller, which rebuilds it.
+        report.toolbench = record.to_text()  # type: ignore[attr-defined]
         return report
 
 

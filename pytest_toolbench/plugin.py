@@ -8,6 +8,7 @@ collected, and ``collect`` then registers the hooks that concern case items.
 from __future__ import annotations
 
 import fnmatch
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -67,20 +68,37 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 
 class SessionReports:
-    """Gathers the case records of the session (from xdist workers too) and reports them."""
+    """Gathers the case records of the session (from xdist workers too) and reports them.
+
+    A record arrives as JSON text on its test report and is kept as that text (one string
+    a case, which garbage collection never walks) until the reports at the end read it.
+    """
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.records: list[CaseRecord] = []
+        self._arrived: list[tuple[str, list[str]]] = []
+        """Each case's record as JSON text, with the names of its item's marks."""
+        self._records: list[CaseRecord] | None = None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        data = getattr(report, "toolbench", None)  # plain data: it may come from a worker
-        if data is not None:
-            from .report.json_report import CaseRecord, marks_from_keywords
+        text = getattr(report, "toolbench", None)  # JSON text: it may come from a worker
+        if text is not None:
+            from .report.json_report import marks_from_keywords
 
             # The report's keywords name the item's marks, here as in the xdist controller.
             marks = marks_from_keywords(report.keywords, self.config.getini("markers"))
-            self.records.append(CaseRecord.from_json({**data, "marks": marks}))
+            self._arrived.append((text, marks))
+            self._records = None
+
+    @property
+    def records(self) -> list[CaseRecord]:
+        """The session's case records, in the order their reports arrived."""
+        if self._records is None:
+            from .report.json_report import CaseRecord
+
+            self._records = [replace(CaseRecord.from_text(text), marks=marks)
+                             for text, marks in self._arrived]
+        return self._records
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.records or self.config.get_verbosity() < 0:

@@ -216,13 +216,24 @@ class CaseRecord:
         return [(name, value) for name, value in known.items() if value is not None]
 
     def to_json(self) -> dict[str, Any]:
-        """Plain JSON data: what crosses pytest-xdist and what the report file holds."""
+        """Plain JSON data: what the report file holds."""
         data: dict[str, Any] = _adapter(CaseRecord).dump_python(self, mode="json")
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> CaseRecord:
         record: CaseRecord = _adapter(CaseRecord).validate_python(data)
+        return record
+
+    def to_text(self) -> str:
+        """The record as JSON text: what a test report carries, across pytest-xdist too.
+        Text rather than data: until the session ends, each case costs it one string, not
+        a tree of dicts and lists that every garbage collection walks."""
+        return _adapter(CaseRecord).dump_json(self).decode()
+
+    @classmethod
+    def from_text(cls, text: str) -> CaseRecord:
+        record: CaseRecord = _adapter(CaseRecord).validate_json(text)
         return record
 
 
@@ -262,8 +273,12 @@ def _round(ms: float | None) -> float | None:
 def _jsonable(value: Any) -> Any:
     """Round-trip through JSON: a tool call an expectation saw as the model made it (name
     and arguments, the shape the expectation gives), anything else JSON cannot hold as its
-    repr, as the failure text shows them."""
-    return json.loads(json.dumps(value, default=json_value))
+    repr, as the failure text shows them (``inf`` and ``nan`` too: strict JSON has none)."""
+    return json.loads(json.dumps(value, default=json_value), parse_constant=_NON_FINITE.get)
+
+
+_NON_FINITE = {"Infinity": "inf", "-Infinity": "-inf", "NaN": "nan"}
+"""What ``json.dumps`` writes for floats strict JSON cannot hold -> their repr."""
 
 
 def write_report(path: Path, records: list[CaseRecord], summary: dict[str, int]) -> None:
