@@ -1,9 +1,12 @@
-"""The session's runtime: an event loop in a thread, one live client per endpoint, cassettes.
+"""The session's runtime: where cases run, one live client per endpoint, cassettes.
 
-pytest runs items one by one on its own thread; each item hands its case to this loop and
-waits. Live and record cases may be started ahead (``--toolbench-concurrency``) so up to N
-run at once while pytest still reports them in order. A replayed case gets a client of its
-own over its own cassette, closed when the case ends.
+pytest runs items one by one on its own thread. A replayed case runs there too, to the
+end, on a loop of that thread: its answers are in its cassette, nothing is worth running
+beside it, and it gets a client of its own over that cassette, closed when the case ends.
+Live and record cases run on an event loop in a thread of their own, which keeps running
+while pytest reports: cases started ahead (``--toolbench-concurrency``) wait for their
+servers there, so up to N run at once while pytest still reports them in order, and their
+clients' connection pools and breakers, one per endpoint, live on that loop.
 """
 
 from __future__ import annotations
@@ -35,13 +38,17 @@ class SessionRuntime:
         self.settings = settings
         self.start_dir = start_dir
         """Where pytest was started: messages show paths relative to it, as the user typed."""
+        self._here: asyncio.Runner | None = None
+        """The loop on pytest's own thread that replayed cases run on."""
         self._loop: asyncio.AbstractEventLoop | None = None
+        """The loop of live and record cases, run by ``_thread``."""
         self._thread: threading.Thread | None = None
         self._clients: dict[ResolvedEndpoint, ApiClient] = {}
         """The live clients, one per endpoint: its connection pool and breaker are shared."""
         self._breakers: dict[str, CircuitBreaker] = {}
         self._started: dict[str, concurrent.futures.Future[CaseResult]] = {}
         self._log_scrubber = LogScrubber()
+        self._log_scrubber.install()  # until the session ends: httpx logs each URL
 
     # -- running -------------------------------------------------------------------------
 
@@ -51,16 +58,30 @@ class SessionRuntime:
             self._started[case_run.nodeid] = self._submit(self._execute(case_run))
 
     def result(self, case_run: CaseRun) -> CaseResult:
-        """Wait for ``case_run`` (starting it if nobody did) and return what it did."""
+        """Run ``case_run``, or wait for it if it was started ahead, and return what it did."""
+        if case_run.nodeid not in self._started and self._replays(case_run):
+            return self._run_here(self._execute(case_run))
         self.start(case_run)
         result = self._started[case_run.nodeid].result()  # on Ctrl-C, close() cancels it
         del self._started[case_run.nodeid]
         return result
 
+    def _replays(self, case_run: CaseRun) -> bool:
+        """Whether ``case_run``'s answers come from its cassette (or it fails for want of
+        one): never a live request."""
+        mode = self.settings.mode
+        return mode is Mode.REPLAY or (mode is Mode.MISSING and
+                                       self.cassette_path(case_run).exists())
+
+    def _run_here(self, coroutine: Coroutine[Any, Any, CaseResult]) -> CaseResult:
+        """Run ``coroutine`` to the end on pytest's own thread (Ctrl-C cancels it there)."""
+        if self._here is None:
+            self._here = asyncio.Runner()
+        return self._here.run(coroutine)
+
     def _submit(self, coroutine: Coroutine[Any, Any, CaseResult]
                 ) -> concurrent.futures.Future[CaseResult]:
         if self._loop is None:
-            self._log_scrubber.install()  # from the first case on: httpx logs each URL
             self._loop = asyncio.new_event_loop()
             self._thread = threading.Thread(target=self._loop.run_forever,
                                             name="toolbench-loop", daemon=True)
@@ -69,15 +90,18 @@ class SessionRuntime:
 
     def close(self) -> None:
         """Cancel every case still running (started ahead and never asked for, or cut off by
-        Ctrl-C), close the clients, stop the loop.
+        Ctrl-C), close the clients, stop the loops.
 
         The cases are cancelled and awaited on the loop before it stops: a task left pending
         would be destroyed with the loop, and asyncio would say so on stderr.
         """
         self._started.clear()
+        self._log_scrubber.remove()
+        if self._here is not None:
+            self._here.close()  # what a Ctrl-C left on it is cancelled and awaited
+            self._here = None
         if self._loop is None:
             return
-        self._log_scrubber.remove()
         shutdown = asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop)
         try:
             shutdown.result(timeout=_CANCEL_WAIT_S + 5)
