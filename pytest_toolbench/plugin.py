@@ -120,6 +120,12 @@ class SessionReports:
         counts = {outcome: outcomes.count(outcome) for outcome in sorted(set(outcomes))}
         write_report(path, self.records, {"cases": len(self.records), **counts})
 
+    def pytest_unconfigure(self) -> None:
+        """The reports are written: the records need not outlive the session (pytest's
+        last garbage collections would walk them all)."""
+        self._arrived.clear()
+        self._records = None
+
     def _write_html(self) -> None:
         path = self.config.stash[SETTINGS_KEY].html
         if path is None or hasattr(self.config, "workerinput"):

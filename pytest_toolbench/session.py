@@ -38,7 +38,7 @@ class SessionRuntime:
         self.settings = settings
         self.start_dir = start_dir
         """Where pytest was started: messages show paths relative to it, as the user typed."""
-        self._here: asyncio.Runner | None = None
+        self._here: asyncio.AbstractEventLoop | None = None
         """The loop on pytest's own thread that replayed cases run on."""
         self._loop: asyncio.AbstractEventLoop | None = None
         """The loop of live and record cases, run by ``_thread``."""
@@ -74,10 +74,16 @@ class SessionRuntime:
                                        self.cassette_path(case_run).exists())
 
     def _run_here(self, coroutine: Coroutine[Any, Any, CaseResult]) -> CaseResult:
-        """Run ``coroutine`` to the end on pytest's own thread (Ctrl-C cancels it there)."""
+        """Run ``coroutine`` to the end on pytest's own thread.
+
+        A loop of its own rather than ``asyncio.Runner``, which sets and restores a SIGINT
+        handler around every run (more than a replayed case costs). Ctrl-C raises
+        KeyboardInterrupt out of the loop, as anywhere in pytest; ``close()`` cancels and
+        awaits what it left.
+        """
         if self._here is None:
-            self._here = asyncio.Runner()
-        return self._here.run(coroutine)
+            self._here = asyncio.new_event_loop()
+        return self._here.run_until_complete(coroutine)
 
     def _submit(self, coroutine: Coroutine[Any, Any, CaseResult]
                 ) -> concurrent.futures.Future[CaseResult]:
@@ -98,7 +104,9 @@ class SessionRuntime:
         self._started.clear()
         self._log_scrubber.remove()
         if self._here is not None:
-            self._here.close()  # what a Ctrl-C left on it is cancelled and awaited
+            self._here.run_until_complete(_cancel_other_tasks())  # what a Ctrl-C left
+            self._here.run_until_complete(self._here.shutdown_asyncgens())
+            self._here.close()
             self._here = None
         if self._loop is None:
             return

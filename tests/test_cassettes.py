@@ -372,6 +372,41 @@ def test_replay_speed(pytester: pytest.Pytester, chat_server: ChatServer, speed:
     assert elapsed_ms >= low_ms
 
 
+def test_ctrl_c_during_a_replayed_case_stops_the_session_cleanly(
+        pytester: pytest.Pytester, chat_server: ChatServer) -> None:
+    """Replayed cases run on pytest's own thread: Ctrl-C in the middle of one (here waiting
+    out a recorded 4 s pause) ends the session as pytest's own interrupt, at once, with
+    nothing left pending on the loop."""
+    chat_server.set_handler(lambda request: sse_reply(
+        [*chunks_for("slow")[:2], SSEPause(4), *chunks_for("slow")[2:]]))
+    pytester.makefile(".case.yaml", t=textwrap.dedent(f"""\
+        name: paused
+        endpoint: {{base_url: "{chat_server.base_url}", retries: 0, timeout_s: 30}}
+        stages: [{{name: ask, user: hi, stream: true, expect: {{text: slow}}}}]
+        """))
+    pytester.runpytest("--toolbench-record").assert_outcomes(passed=1)
+    chat_server.close()  # replay must not need it
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v",
+         "--toolbench-replay-speed=1"],
+        cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert process.stdout is not None
+    shown = ""
+    while "t.case.yaml::paused" not in shown and process.poll() is None:
+        shown += process.stdout.read(1)  # pytest names the item as it starts it
+    time.sleep(0.5)  # into the recorded pause
+    os.kill(process.pid, signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=15)
+
+    assert process.returncode == pytest.ExitCode.INTERRUPTED
+    assert "KeyboardInterrupt" in shown + stdout
+    assert "no tests ran" in stdout  # the case was cut off, not waited for
+    for leftover in ("Task was destroyed", "was never awaited", "Traceback"):
+        assert leftover not in stderr
+
+
 # -- xdist -------------------------------------------------------------------------------
 
 def test_recording_under_xdist_writes_every_cassette(pytester: pytest.Pytester,

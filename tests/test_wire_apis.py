@@ -288,7 +288,7 @@ def test_the_record_command_names_the_forced_model_and_api(pytester: pytest.Pyte
     result = run(pytester, "--toolbench-api=chat,responses", "--toolbench-model=m 1")
     result.assert_outcomes(failed=2)
     result.stdout.fnmatch_lines([
-        "*record it with: pytest 'wire.case.yaml::hello[[]m 1[]]' --toolbench-record"
-        " --toolbench-model 'm 1' --toolbench-api chat",
-        "*record it with: pytest 'wire.case.yaml::hello[[]m 1-responses[]]'"
-        " --toolbench-record --toolbench-model 'm 1' --toolbench-api responses"])
+        ("*record it with: pytest 'wire.case.yaml::hello[[]m 1[]]' --toolbench-record"
+         " --toolbench-model 'm 1' --toolbench-api chat"),
+        ("*record it with: pytest 'wire.case.yaml::hello[[]m 1-responses[]]'"
+         " --toolbench-record --toolbench-model 'm 1' --toolbench-api responses")])
