@@ -90,9 +90,9 @@ class SessionReports:
             self._arrived.append((text, marks))
             self._records = None
 
-    @property
     def records(self) -> list[CaseRecord]:
-        """The session's case records, in the order their reports arrived."""
+        """The session's case records, in the order their reports arrived. (A method: pluggy
+        reads every attribute of a plugin when it is registered.)"""
         if self._records is None:
             from .report.json_report import CaseRecord
 
@@ -101,13 +101,14 @@ class SessionReports:
         return self._records
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if not self.records or self.config.get_verbosity() < 0:
+        if not self._arrived or self.config.get_verbosity() < 0:
             return
         from .report.summary import render_summary
 
         writer = terminalreporter._tw
         terminalreporter.write_sep("=", "toolbench summary")
-        terminalreporter.write(render_summary(self.records, writer.fullwidth, writer.hasmarkup))
+        terminalreporter.write(render_summary(self.records(), writer.fullwidth,
+                                              writer.hasmarkup))
 
     def pytest_sessionfinish(self) -> None:
         self._write_html()
@@ -116,9 +117,10 @@ class SessionReports:
             return  # xdist workers send their records to the controller, which writes once
         from .report.json_report import write_report
 
-        outcomes = [record.outcome for record in self.records]
+        records = self.records()
+        outcomes = [record.outcome for record in records]
         counts = {outcome: outcomes.count(outcome) for outcome in sorted(set(outcomes))}
-        write_report(path, self.records, {"cases": len(self.records), **counts})
+        write_report(path, records, {"cases": len(records), **counts})
 
     def pytest_unconfigure(self) -> None:
         """The reports are written: the records need not outlive the session (pytest's
@@ -132,4 +134,4 @@ class SessionReports:
             return  # as for the JSON report, the xdist controller writes the one file
         from .report.html import write_session_html
 
-        write_session_html(path, self.records)
+        write_session_html(path, self.records())

@@ -362,3 +362,30 @@ def test_heavy_matcher_libraries_are_imported_only_by_the_matchers_that_need_the
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([f"jsonschema imported: {jsonschema}",
                                  f"regex imported: {regex}"])
+
+
+PLUGIN_IMPORTS = """\
+import sys
+
+
+def pytest_terminal_summary(terminalreporter):
+    ours = sorted(name for name in sys.modules if name.startswith("pytest_toolbench."))
+    terminalreporter.write_line(f"toolbench modules: {' '.join(ours)}")
+"""
+
+
+def test_a_session_without_case_files_loads_only_the_plugin_and_its_settings(
+        pytester: pytest.Pytester) -> None:
+    """The plugin's machinery (pydantic models, YAML, the runner, the report records) comes
+    with the first case file; pluggy reading the plugin's attributes must not bring it."""
+    pytester.makeconftest(PLUGIN_IMPORTS)
+    pytester.makepyfile(test_plain="def test_plain():\n    assert True\n")
+
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+
+    result.assert_outcomes(passed=1)
+    line = next(line for line in result.stdout.lines if line.startswith("toolbench modules:"))
+    loaded = set(line.split(":", 1)[1].split())
+    assert "pytest_toolbench.plugin" in loaded
+    assert loaded.isdisjoint({"pytest_toolbench.items", "pytest_toolbench.casefile.schema",
+                              "pytest_toolbench.report.json_report", "pytest_toolbench.session"})
