@@ -1,9 +1,10 @@
 """Profile a pytest run in every thread, not only the main one.
 
-``python -m cProfile -m pytest`` sees the main thread alone; toolbench runs cases on its
-event-loop thread, so there the main thread only shows waiting (``lock.acquire``) and
-GIL hand-overs (``socket.send`` of ``call_soon_threadsafe``). This wraps every thread's
-``run`` in its own profiler and merges the stats.
+``python -m cProfile -m pytest`` sees the main thread alone. Replayed cases run there, but
+live and record cases run on toolbench's event-loop thread, where the main thread only
+shows waiting (``lock.acquire``) and GIL hand-overs (``socket.send`` of
+``call_soon_threadsafe``). This wraps every thread's ``run`` in its own profiler and
+merges the stats.
 
     python benchmarks/profile_threads.py --top 30 -- DIR -q -p no:cacheprovider
 """
