@@ -6,6 +6,7 @@ These are plain dataclasses shared by the transport (which fills them), the exec
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -269,7 +270,9 @@ class CaseResult:
         """Sum of ``usage.total_tokens``; ``None`` when no reply reported it (a stream
         without a usage chunk): unknown, not zero."""
         counts = [(r.usage or {}).get("total_tokens") for r in self.replies]
-        known = [int(count) for count in counts if isinstance(count, (int, float))]
+        # What a server sent: a count, or anything (true, "12", Infinity), which is no count.
+        known = [int(count) for count in counts if isinstance(count, (int, float))
+                 and not isinstance(count, bool) and math.isfinite(count)]
         return sum(known) if known else None
 
     @property

@@ -401,3 +401,34 @@ def test_a_case_record_survives_the_trip_to_the_xdist_controller(
     assert record.outcome == "failed" and record.runs[0].stages[1].passed is False
     assert record.to_json() == data
     assert CaseRecord.from_json(record.to_json()) == record
+
+
+def test_numbers_strict_json_cannot_hold_are_written_as_their_repr(
+        pytester: pytest.Pytester, chat_server: ChatServer) -> None:
+    """A server that answers with ``Infinity`` (Python's json reads it): the failing value
+    is reported as ``inf``, and the report stays strict JSON that any reader loads."""
+    body = completion(text="hello", usage={"prompt_tokens": 1, "completion_tokens": 1,
+                                           "total_tokens": 2})
+    body["usage"]["total_tokens"] = float("inf")  # json.dumps writes Infinity
+    chat_server.set_handler(lambda request: json_reply(body))
+    pytester.makefile(".case.yaml", t=f"""\
+name: endless
+endpoint: {{base_url: '{chat_server.base_url}'}}
+stages:
+  - {{name: ask, user: hi, expect: {{usage: {{total_tokens: {{$lt: 100}}}}}}}}
+""")
+    report = pytester.path / "report.json"
+
+    result = pytester.runpytest("--toolbench-live", f"--toolbench-report={report}")
+
+    result.assert_outcomes(failed=1)
+    text = report.read_text(encoding="utf-8")
+    assert "Infinity" not in text
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"not strict JSON: {constant}")
+
+    data = json.loads(text, parse_constant=refuse)
+    (failure,) = data["cases"][0]["runs"][0]["stages"][0]["attempts"][0]["failures"]
+    assert failure["key_path"] == ["stages", 0, "expect", "usage", "total_tokens"]
+    assert failure["actual"] == "inf"

@@ -52,7 +52,8 @@ class ReplyRecord:
     text: str
     tool_calls: list[ToolCallRecord]
     usage: dict[str, Any] | None
-    """The usage object as the server sent it."""
+    """The usage object as the server sent it (a number strict JSON cannot hold, which
+    Python's JSON reader lets through, as its repr)."""
     error: str | None
     latency_ms: float
     ttft_ms: float | None
@@ -69,7 +70,8 @@ class ReplyRecord:
             reply.status, reply.finish_reason, reply.text,
             [ToolCallRecord(c.id, c.name, c.arguments_raw, c.arguments_error,
                             _round(c.completed_ms)) for c in reply.tool_calls],
-            reply.usage, reply.error, round(reply.latency_ms, 1), _round(reply.ttft_ms),
+            _jsonable(reply.usage), reply.error, round(reply.latency_ms, 1),
+            _round(reply.ttft_ms),
             None if stream is None else StreamRecord(stream.done, stream.chunks, stream.usage),
             list(reply.problems), reply.api_finish_reason, reply.reasoning)
 
