@@ -271,8 +271,9 @@ class CaseResult:
         without a usage chunk): unknown, not zero."""
         counts = [(r.usage or {}).get("total_tokens") for r in self.replies]
         # What a server sent: a count, or anything (true, "12", Infinity), which is no count.
-        known = [int(count) for count in counts if isinstance(count, (int, float))
-                 and not isinstance(count, bool) and math.isfinite(count)]
+        known = [int(count) for count in counts
+                 if (isinstance(count, int) and not isinstance(count, bool))
+                 or (isinstance(count, float) and math.isfinite(count))]
         return sum(known) if known else None
 
     @property

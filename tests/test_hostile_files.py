@@ -344,6 +344,22 @@ def test_a_case_the_plugin_breaks_off_is_failed_in_the_report_and_the_summary(
     result.stdout.fnmatch_lines(["*toolbench summary*", "*broken*failed*", "*fine*passed*"])
 
 
+@pytest.mark.parametrize("model", ["m[/]", "[bold red]loud"])
+def test_model_names_are_shown_as_written_never_read_as_markup(
+        pytester: pytest.Pytester, echoing: ChatServer, model: str) -> None:
+    """The summary is drawn with rich, whose markup uses square brackets: a model named
+    ``m[/]`` once stopped the session with an internal error at its very end."""
+    pytester.makefile(".case.yaml", s=f"name: c\n{endpoint(echoing)}\n"
+                                      "stages: [{name: s, user: hi, expect: {text: hi}}]\n")
+
+    result = pytester.runpytest("--toolbench-live", "--toolbench-model", model, "-rN")
+
+    result.assert_outcomes(passed=1)
+    assert "INTERNALERROR" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["*toolbench summary*",
+                                 f"toolbench (model: {model.replace('[', '[[]')})*"])
+
+
 # -- 4. what re-recording leaves on disk --------------------------------------------------
 
 def test_a_5xx_while_re_recording_keeps_the_previous_cassette(

@@ -40,8 +40,22 @@ from pytest_toolbench.matchers import (
     compile_matcher,
     compile_tool_calls,
 )
-from pytest_toolbench.records import Reply, ToolCall
+from pytest_toolbench.records import (
+    CaseResult,
+    Failure,
+    Reply,
+    RunResult,
+    StageAttempt,
+    StageResult,
+    ToolCall,
+    Turn,
+)
+from pytest_toolbench.report.failure import render_failure
+from pytest_toolbench.report.html import render_html
+from pytest_toolbench.report.json_report import CaseRecord
+from pytest_toolbench.report.summary import render_summary
 from pytest_toolbench.transport.sse import SSEDecoder, SSEEvent
+from pytest_toolbench.wire import wire_api
 from pytest_toolbench.wire.chat_reader import StreamAssembler, parse_completion
 
 # Reporting a failing example makes hypothesis import libcst, which warns as it imports
@@ -917,3 +931,63 @@ def test_random_tool_call_matchers_never_raise(spec: Any, calls: Any) -> None:
     matcher = _compile_or_error(compile_tool_calls, spec)
     if matcher is not None:
         _assert_mismatches(matcher.match(calls))
+
+
+# --- a hostile reply, from its bytes to every report ----------------------------------------
+
+SERVER_VALUES = JSON_VALUES | HUGE
+"""What a server may put in any field: Python's JSON reader also lets NaN and Infinity in."""
+USAGE_NAMES = ["prompt_tokens", "completion_tokens", "total_tokens", "input_tokens",
+               "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"]
+SERVER_USAGE = st.dictionaries(st.sampled_from(USAGE_NAMES), SERVER_VALUES) | SERVER_VALUES
+SERVER_FINISH = st.sampled_from(["stop", "tool_calls", "length", "completed", "incomplete",
+                                 "end_turn", "tool_use", "max_tokens"]) | SERVER_VALUES
+
+
+def _reply_body(api: str, text: Any, arguments: Any, finish: Any, usage: Any) -> dict[str, Any]:
+    """A reply of ``api`` with these values where a text, arguments, a finish reason and a
+    usage object belong."""
+    if api == "responses":
+        return {"object": "response", "status": finish, "usage": usage, "output": [
+            {"type": "message", "content": [{"type": "output_text", "text": text}]},
+            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": arguments}]}
+    if api == "messages":
+        return {"type": "message", "role": "assistant", "stop_reason": finish, "usage": usage,
+                "content": [{"type": "text", "text": text},
+                            {"type": "tool_use", "id": "c1", "name": "f", "input": arguments}]}
+    return {"usage": usage, "choices": [{"index": 0, "finish_reason": finish, "message": {
+        "role": "assistant", "content": text, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": arguments}}]}}]}
+
+
+def _strict(constant: str) -> None:
+    raise AssertionError(f"not strict JSON: {constant}")
+
+
+@settings(PROPERTY, max_examples=examples(300))
+@given(st.sampled_from(["chat", "responses", "messages"]), SERVER_VALUES, SERVER_VALUES,
+       SERVER_FINISH, SERVER_USAGE)
+def test_any_reply_body_is_read_reported_and_shown_without_raising(
+        api: str, text: Any, arguments: Any, finish: Any, usage: Any) -> None:
+    """Whatever a server puts in a reply's fields, the reply is read, the case's record
+    made, carried as text and written as strict JSON, and its failure, the summary and the
+    HTML page shown."""
+    raw = json.dumps(_reply_body(api, text, arguments, finish, usage)).encode()
+    reply = wire_api(api).read_body(200, raw, "application/json")
+    failure = Failure("usage did not match", ("stages", 0, "expect", "usage"), 4,
+                      expected={"$lt": 10}, actual=reply.usage)
+    attempt = StageAttempt("ask", 1, turns=[Turn({"model": "m"}, False, reply)],
+                           failures=[failure])
+    result = CaseResult("hostile", "m", "t.case.yaml", 1, api=api,
+                        runs=[RunResult(1, stages=[StageResult("ask", [attempt])])])
+
+    record = CaseRecord.of(result, f"t.case.yaml::hostile[m-{api}]", "failed")
+    text_form = record.to_text()
+    json.loads(text_form, parse_constant=_strict)
+    assert CaseRecord.from_text(text_form).to_json() == record.to_json()
+    json.dumps(record.to_json(), allow_nan=False)  # the JSON report's file
+    assert "usage did not match" in render_failure(result, "hostile")
+    assert "hostile" in render_summary([record], 120, color=False)
+    page = render_html({"version": 1, "summary": {"cases": 1, "failed": 1},
+                        "cases": [record.to_json()]})
+    assert "hostile" in page

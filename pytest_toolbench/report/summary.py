@@ -9,6 +9,7 @@ from collections.abc import Callable
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from .json_report import CaseRecord
 
@@ -41,8 +42,8 @@ def _case_table(records: list[CaseRecord], models: list[str], apis: list[str]) -
     title = f"toolbench ({', '.join(named)})" if named else "toolbench"
     columns = [c for c in COLUMNS
                if (c != "model" or len(models) > 1) and (c != "api" or len(apis) > 1)]
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD,
-                  pad_edge=False, padding=(0, 0))
+    table = Table(title=Text(title, style="table.title"), title_justify="left",
+                  box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0))
     # Figures never wrap; names fold, down to a readable width, when the terminal is narrow.
     for column in columns:
         numeric = column not in ("case", "model", "api", "outcome")
@@ -50,9 +51,10 @@ def _case_table(records: list[CaseRecord], models: list[str], apis: list[str]) -
                          no_wrap=numeric or column == "outcome", overflow="fold",
                          min_width={"case": 12, "model": 8}.get(column))
     for record in records:
-        cells = {
-            "case": record.case, "model": record.model or "-", "api": record.api,
-            "outcome": _outcome(record),
+        cells: dict[str, str | Text] = {
+            # Names are text, never markup: a model called "m[/]" must not break the table.
+            "case": Text(record.case), "model": Text(record.model or "-"),
+            "api": Text(record.api), "outcome": _outcome(record),
             "stages": str(record.stages), "turns": str(record.turns),
             "calls": str(record.tool_calls), "tokens": _count(record.total_tokens),
             "latency": _ms(record.latency_ms), "ttft": _ms(record.ttft_ms),
@@ -83,13 +85,23 @@ def _rate_table(records: list[CaseRecord], what: str, key: Callable[[CaseRecord]
     table.add_column("runs passed", justify="right")
     table.add_column("pass rate", justify="right")
     for name, (passed, total) in sorted(passes.items()):
-        table.add_row(name, f"{passed}/{total}", f"{passed / total:.0%}" if total else "-")
+        table.add_row(Text(name), f"{passed}/{total}", f"{passed / total:.0%}" if total else "-")
     return table
 
 
 def _count(value: int | None) -> str:
-    """Unknown (no reply reported usage) is ``-``; a reported 0 stays 0."""
-    return "-" if value is None else str(value)
+    """Unknown (no reply reported usage) is ``-``; a reported 0 stays 0; a count too long
+    for its column (a server's nonsense) in powers of ten, so the table still fits."""
+    if value is None:
+        return "-"
+    text = str(value)
+    digits = text.lstrip("-")
+    if len(digits) <= _MAX_DIGITS:
+        return text
+    return f"{text[:len(text) - len(digits)]}{digits[0]}.{digits[1:3]}e{len(digits) - 1}"
+
+
+_MAX_DIGITS = 9
 
 
 def _ms(value: float | None) -> str:
