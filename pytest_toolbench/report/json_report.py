@@ -2,10 +2,10 @@
 
 ``CaseRecord.of(result, nodeid, outcome)`` is the one place a case's result becomes its
 record; the summary table, the junit properties and the ``--toolbench-report`` file all
-read these typed fields. Records cross pytest-xdist as plain JSON data (``to_json`` in the
-worker, ``from_json`` in the controller), so the summary and the report are complete
-under ``-n``. The report's shape is documented in docs/report.md; field order here is the
-order of the keys there.
+read these typed fields. A record crosses pytest-xdist, and waits in the session, as JSON
+text (``to_text`` in the worker, ``from_text`` when the reports are written), so the
+summary and the report are complete under ``-n``. The report's shape is documented in
+docs/report.md; field order here is the order of the keys there.
 """
 
 from __future__ import annotations
