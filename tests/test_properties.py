@@ -54,6 +54,8 @@ from pytest_toolbench.report.failure import render_failure
 from pytest_toolbench.report.html import render_html
 from pytest_toolbench.report.json_report import CaseRecord
 from pytest_toolbench.report.summary import render_summary
+from pytest_toolbench.transport.client import _request_content
+from pytest_toolbench.transport.errors import UnsendableRequest
 from pytest_toolbench.transport.sse import SSEDecoder, SSEEvent
 from pytest_toolbench.wire import wire_api
 from pytest_toolbench.wire.chat_reader import StreamAssembler, parse_completion
@@ -944,20 +946,25 @@ SERVER_FINISH = st.sampled_from(["stop", "tool_calls", "length", "completed", "i
                                  "end_turn", "tool_use", "max_tokens"]) | SERVER_VALUES
 
 
-def _reply_body(api: str, text: Any, arguments: Any, finish: Any, usage: Any) -> dict[str, Any]:
-    """A reply of ``api`` with these values where a text, arguments, a finish reason and a
-    usage object belong."""
+def _reply_body(api: str, text: Any, call: tuple[Any, Any, Any], finish: Any, usage: Any
+                ) -> dict[str, Any]:
+    """A reply of ``api`` with these values where a text, a tool call (id, name, arguments),
+    a finish reason and a usage object belong."""
+    call_id, name, arguments = call
     if api == "responses":
         return {"object": "response", "status": finish, "usage": usage, "output": [
             {"type": "message", "content": [{"type": "output_text", "text": text}]},
-            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": arguments}]}
+            {"type": "function_call", "call_id": call_id, "name": name,
+             "arguments": arguments}]}
     if api == "messages":
         return {"type": "message", "role": "assistant", "stop_reason": finish, "usage": usage,
                 "content": [{"type": "text", "text": text},
-                            {"type": "tool_use", "id": "c1", "name": "f", "input": arguments}]}
+                            {"type": "tool_use", "id": call_id, "name": name,
+                             "input": arguments}]}
     return {"usage": usage, "choices": [{"index": 0, "finish_reason": finish, "message": {
         "role": "assistant", "content": text, "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": arguments}}]}}]}
+            {"id": call_id, "type": "function",
+             "function": {"name": name, "arguments": arguments}}]}}]}
 
 
 def _strict(constant: str) -> None:
@@ -965,15 +972,23 @@ def _strict(constant: str) -> None:
 
 
 @settings(PROPERTY, max_examples=examples(300))
-@given(st.sampled_from(["chat", "responses", "messages"]), SERVER_VALUES, SERVER_VALUES,
+@given(st.sampled_from(["chat", "responses", "messages"]), SERVER_VALUES,
+       st.tuples(SERVER_VALUES, st.just("get_weather") | SERVER_VALUES,
+                 st.just('{"city": "Paris"}') | SERVER_VALUES),
        SERVER_FINISH, SERVER_USAGE)
 def test_any_reply_body_is_read_reported_and_shown_without_raising(
-        api: str, text: Any, arguments: Any, finish: Any, usage: Any) -> None:
+        api: str, text: Any, call: tuple[Any, Any, Any], finish: Any, usage: Any) -> None:
     """Whatever a server puts in a reply's fields, the reply is read, the case's record
     made, carried as text and written as strict JSON, and its failure, the summary and the
     HTML page shown."""
-    raw = json.dumps(_reply_body(api, text, arguments, finish, usage)).encode()
+    raw = json.dumps(_reply_body(api, text, call, finish, usage)).encode()
     reply = wire_api(api).read_body(200, raw, "application/json")
+    # What the next request sends back of this reply is sent as strict JSON, or the case
+    # fails saying why it cannot be: nothing else may come out of making it.
+    try:
+        _request_content({"input": [reply.to_message(), reply.native_turn]})
+    except UnsendableRequest as refused:
+        assert "NaN or Infinity" in str(refused)
     failure = Failure("usage did not match", ("stages", 0, "expect", "usage"), 4,
                       expected={"$lt": 10}, actual=reply.usage)
     attempt = StageAttempt("ask", 1, turns=[Turn({"model": "m"}, False, reply)],

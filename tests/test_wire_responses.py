@@ -976,6 +976,27 @@ stages:
         {"type": "function_call_output", "call_id": "call_7", "output": '{"temp_c": 21}'}]
 
 
+def test_run_infinity_in_an_item_sent_back_fails_the_case_without_sending(
+        pytester: pytest.Pytester, chat_server: ChatServer) -> None:
+    """Output items go back as they came; one holding Infinity (which Python's JSON reader
+    accepts) cannot be sent as JSON: the case fails saying so, and nothing is sent."""
+    reasoning = {**reasoning_item(["Look it up."]), "confidence": float("inf")}
+    call = call_item("call_7", "get_weather", '{"city": "Paris"}')
+    chat_server.set_handler(lambda request: json_reply(response([reasoning, call])))
+    write_case(pytester, chat_server, WEATHER + """name: loop
+stages:
+  - {name: ask, user: Weather in Paris?, run_tools: true}
+""")
+
+    result = run_live(pytester)
+
+    result.assert_outcomes(failed=1)
+    assert "INTERNALERROR" not in result.stdout.str() and "Traceback" not in result.stdout.str()
+    result.stdout.fnmatch_lines(
+        ["*request not sendable: it holds NaN or Infinity*the server put them in its earlier*"])
+    assert len(chat_server.requests) == 1
+
+
 def test_run_parallel_calls_streamed(pytester: pytest.Pytester,
                                      chat_server: ChatServer) -> None:
     paris, lyon = '{"city": "Paris"}', '{"city": "Lyon"}'

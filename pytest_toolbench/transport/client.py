@@ -36,6 +36,7 @@ from .errors import (
     ReplayError,
     ReplyTooLarge,
     TransportError,
+    UnsendableRequest,
 )
 from .limits import ACCEPT_ENCODING, BoundedDecoder, DecodingFailed, ReplyLimits
 from .sse import DEFAULT_MAX_EVENT_CHARS, SSEDecoder, SSETooLarge
@@ -227,12 +228,13 @@ class ApiClient:
     ) -> PendingReply:
         """Send ``body`` to ``wire``'s path; return once the headers are in. Retries connect
         errors, 429 and 5xx."""
+        content = _request_content(body)
         self.breaker.check()
         retries: list[str] = []
         for attempt in range(self.config.retries + 1):
             last = attempt == self.config.retries
             try:
-                pending = await self._send_once(body, wire, stream, api_key, sink)
+                pending = await self._send_once(content, body, wire, stream, api_key, sink)
             except (ConnectFailed, ConnectionLost) as error:
                 if last:
                     self.breaker.record_failure(str(error))
@@ -258,16 +260,16 @@ class ApiClient:
             retries.append(await self._back_off(attempt, reason, pending.response))
         raise AssertionError("unreachable: the last attempt returns or raises")
 
-    async def _send_once(self, body: dict[str, Any], wire: WireApi, stream: bool,
-                         api_key: str | None, sink: InteractionSink | None) -> PendingReply:
+    async def _send_once(self, content: bytes, body: dict[str, Any], wire: WireApi,
+                         stream: bool, api_key: str | None, sink: InteractionSink | None
+                         ) -> PendingReply:
         headers = wire.headers(api_key)
         if stream:
             headers["Accept"] = "text/event-stream"
         request = self._client.build_request(
             "POST",
             _endpoint_url(self._base_url, wire.path),
-            # Strict JSON: a NaN that got this far is a bug, not something to send.
-            content=json.dumps(body, allow_nan=False).encode(),
+            content=content,
             headers={"Content-Type": "application/json", **headers},
         )
         started = time.perf_counter()
@@ -304,6 +306,16 @@ class ApiClient:
         delay = min(delay, self.config.timeout_s)
         await self._sleep(delay)
         return f"attempt {attempt + 1} failed ({reason}); retried after {delay:.2f} s"
+
+
+def _request_content(body: dict[str, Any]) -> bytes:
+    """``body`` as strict JSON, or UnsendableRequest: nothing that is not JSON is sent."""
+    try:
+        return json.dumps(body, allow_nan=False).encode()
+    except ValueError:
+        raise UnsendableRequest(
+            "it holds NaN or Infinity, which JSON has no word for; the server put them in"
+            " its earlier reply, which the request sends back as it came") from None
 
 
 @functools.lru_cache(maxsize=64)

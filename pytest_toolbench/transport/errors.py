@@ -6,7 +6,8 @@
       │     └── DeadlineExceeded  the whole reply took longer than the total deadline
       ├── ReplyTooLarge       the reply went past the size or stream-event limit
       ├── ConnectionLost      the connection was reset or closed mid-response
-      ├── ProtocolViolation   the bytes are not a chat-completions response
+      ├── ProtocolViolation   the bytes are not a response of the case's wire API
+      ├── UnsendableRequest   the request cannot be sent as JSON (nothing was sent)
       ├── CircuitOpen         the endpoint's circuit breaker is open
       └── ReplayError         replay could not answer (no cassette, different request...)
 """
@@ -51,6 +52,14 @@ class ConnectionLost(TransportError):
 
 class ProtocolViolation(TransportError):
     reason = "protocol violation"
+
+
+class UnsendableRequest(TransportError):
+    """The request holds NaN or Infinity, which JSON has no word for. Case files and tools
+    cannot put them there; a server can, in a reply the next request sends back as it came
+    (a Responses output item, a Messages content block): Python's JSON reader accepts them."""
+
+    reason = "request not sendable"
 
 
 class CircuitOpen(TransportError):
