@@ -982,7 +982,71 @@ def test_any_reply_body_is_read_reported_and_shown_without_raising(
     made, carried as text and written as strict JSON, and its failure, the summary and the
     HTML page shown."""
     raw = json.dumps(_reply_body(api, text, call, finish, usage)).encode()
-    reply = wire_api(api).read_body(200, raw, "application/json")
+    _report_everywhere(api, wire_api(api).read_body(200, raw, "application/json"))
+
+
+def _stream_events(api: str, kinds: list[str], data: st.DataObject) -> list[SSEEvent]:
+    """Events of ``api``'s stream, of these kinds in this order, any value in their fields."""
+    def value(strategy: st.SearchStrategy[Any] = SERVER_VALUES) -> Any:
+        return data.draw(strategy)
+    events: list[SSEEvent] = []
+    for kind in kinds:
+        if api == "chat":
+            delta = {"text": {"content": value()},
+                     "call": {"tool_calls": [{"index": value(st.integers(0, 2) | SERVER_VALUES),
+                                              "id": value(), "function": {
+                                                  "name": value(), "arguments": value()}}]},
+                     "end": {}, "usage": {}}[kind]
+            chunk: Any = {"choices": [{"index": 0, "delta": delta, "finish_reason": (
+                value(SERVER_FINISH) if kind == "end" else None)}]}
+            if kind == "usage":
+                chunk = {"choices": [], "usage": value(SERVER_USAGE)}
+            events.append(SSEEvent(json.dumps(chunk)))
+            continue
+        index = value(st.integers(0, 2) | SERVER_VALUES)
+        if api == "responses":
+            payload = {
+                "text": {"type": "response.output_text.delta", "output_index": index,
+                         "content_index": 0, "delta": value()},
+                "call": {"type": "response.output_item.added", "output_index": index,
+                         "item": {"type": "function_call", "call_id": value(),
+                                  "name": value(), "arguments": ""}},
+                "end": {"type": "response.function_call_arguments.delta",
+                        "output_index": index, "delta": value()},
+                "usage": {"type": "response.completed", "response": {
+                    "status": value(SERVER_FINISH), "usage": value(SERVER_USAGE),
+                    "output": value(st.lists(SERVER_VALUES, max_size=2))}},
+            }[kind]
+        else:
+            payload = {
+                "text": {"type": "content_block_delta", "index": index,
+                         "delta": {"type": "text_delta", "text": value()}},
+                "call": {"type": "content_block_start", "index": index, "content_block": {
+                    "type": "tool_use", "id": value(), "name": value(), "input": {}}},
+                "end": {"type": "content_block_delta", "index": index,
+                        "delta": {"type": "input_json_delta", "partial_json": value()}},
+                "usage": {"type": "message_delta", "usage": value(SERVER_USAGE),
+                          "delta": {"stop_reason": value(SERVER_FINISH)}},
+            }[kind]
+        events.append(SSEEvent(json.dumps(payload), event=str(payload["type"])))
+    return events
+
+
+@settings(STREAMING, max_examples=examples(300))
+@given(st.sampled_from(["chat", "responses", "messages"]),
+       st.lists(st.sampled_from(["text", "call", "end", "usage"]), max_size=6), st.data())
+def test_any_stream_is_read_reported_and_shown_without_raising(
+        api: str, kinds: list[str], data: st.DataObject) -> None:
+    """The same for streams: events of each API in any order, any value in their fields."""
+    reader = wire_api(api).stream_reader()
+    for number, event in enumerate(_stream_events(api, kinds, data)):
+        reader.add(event, float(number))
+    _report_everywhere(api, reader.finish(truncated=data.draw(st.booleans())))
+
+
+def _report_everywhere(api: str, reply: Reply) -> None:
+    """``reply`` through the next request, the record, its JSON text, the report file, the
+    failure text, the summary and the HTML page: nothing may raise on the way."""
     # What the next request sends back of this reply is sent as strict JSON, or the case
     # fails saying why it cannot be: nothing else may come out of making it.
     try:
