@@ -242,6 +242,9 @@ CORRUPTIONS: dict[str, tuple[Callable[[Path], object], str]] = {
     "request_not_json": (_rewrite(lambda d: d["interactions"][0]["request"].update(
                              json="{not json")),
                          "interactions[[]0[]].request.json: not JSON (Expecting property name*"),
+    "huge_elapsed": (_rewrite(lambda d: _response(d).update(elapsed_ms=10**400)),
+                     ("interactions[[]0[]].response.elapsed_ms: expected a finite number,"
+                      " got an integer 1000000000*")),
     "event_data_number": (_rewrite(_streamed_data),
                           ("interactions[[]0[]].response.events[[]0[]].data: expected a"
                            " string, got an integer 5")),

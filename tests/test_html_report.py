@@ -289,6 +289,25 @@ def test_toolbench_html_refuses_what_is_not_a_report(
     assert not other.with_suffix(".html").exists()
 
 
+def test_toolbench_html_names_the_case_and_key_that_no_session_could_have_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = tmp_path / "report.json"
+    case = {"nodeid": "a.case.yaml::a", "case": "a", "model": None, "file": "a.case.yaml",
+            "line": 1, "outcome": "passed", "passes": 1, "runs_total": 1,
+            "min_pass_rate": 1.0, "error": None, "stages": 1, "turns": 1, "tool_calls": 0,
+            "total_tokens": None, "latency_ms": None, "ttft_ms": None,
+            "runs": [{"number": 1, "passed": True, "error": None, "stages": "all of them"}]}
+    report.write_text(json.dumps({"version": 1, "summary": {}, "cases": [case]}),
+                      encoding="utf-8")
+
+    assert main(["html", str(report)]) == 2
+    assert capsys.readouterr().err == (
+        f"toolbench html: error: {report}: case a.case.yaml::a: runs.0.stages: Input should"
+        " be a valid list (not a case record of a toolbench JSON report)\n")
+    assert not report.with_suffix(".html").exists()
+
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 

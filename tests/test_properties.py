@@ -32,6 +32,8 @@ from hypothesis_profiles import THOROUGH_EXAMPLES
 
 from pytest_toolbench.casefile.load import CaseFileErrors, describe_errors, load_case_file
 from pytest_toolbench.casefile.schema import Case
+from pytest_toolbench.commands.diff_compare import Limits, compare_cases
+from pytest_toolbench.commands.html import ReportUnreadable, checked_report
 from pytest_toolbench.matchers import (
     MISSING,
     Matcher,
@@ -1070,3 +1072,90 @@ def _report_everywhere(api: str, reply: Reply) -> None:
     page = render_html({"version": 1, "summary": {"cases": 1, "failed": 1},
                         "cases": [record.to_json()]})
     assert "hostile" in page
+
+
+# --- toolbench diff on reports someone else wrote -------------------------------------------
+
+REPORT_KEYS = ["outcome", "turns", "latency_ms", "ttft_ms", "total_tokens", "runs", "stages",
+               "attempts", "name", "turns", "reply", "tool_calls", "arguments", "text",
+               "error", "finish_reason"]
+REPORT_VALUES = st.recursive(
+    SERVER_VALUES,
+    lambda inner: st.lists(inner, max_size=3)
+    | st.dictionaries(st.sampled_from(REPORT_KEYS), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(PROPERTY, max_examples=examples(500))
+@given(st.dictionaries(st.sampled_from(REPORT_KEYS), REPORT_VALUES, max_size=6),
+       st.dictionaries(st.sampled_from(REPORT_KEYS), REPORT_VALUES, max_size=6))
+def test_diff_compares_any_two_case_records_without_raising(old: Any, new: Any) -> None:
+    """Reports come from other runs, other versions, other hands: whatever two case records
+    hold, comparing them gives changes (texts), never an exception."""
+    changes = list(compare_cases("a.case.yaml::a", old, new, Limits(20.0, 100.0)))
+    assert all(isinstance(change.detail, str) for change in changes)
+
+
+def _base_record() -> dict[str, Any]:
+    """A case record as a session writes it: a streamed call, a text, usage, a failure."""
+    call = ToolCall(id="c1", name="get_weather", arguments_raw='{"city": "Paris"}',
+                    arguments={"city": "Paris"}, completed_ms=12.5)
+    reply = Reply(status=200, text="It is 21 C", tool_calls=[call], finish_reason="stop",
+                  usage={"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
+                  latency_ms=40.0, ttft_ms=10.0)
+    failure = Failure("text did not match", ("stages", 0, "expect", "text"), 4,
+                      expected="hello", actual="It is 21 C")
+    attempt = StageAttempt("ask", 1, trail=["idle", "sending", "failed"],
+                           turns=[Turn({"model": "m", "messages": []}, True, reply)],
+                           failures=[failure])
+    result = CaseResult("weather", "m", "t.case.yaml", 1,
+                        runs=[RunResult(1, stages=[StageResult("ask", [attempt])])])
+    return CaseRecord.of(result, "t.case.yaml::weather[m]", "failed").to_json()
+
+
+def _leaves(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _leaves(item, (*path, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _leaves(item, (*path, index))
+    yield path
+
+
+def _replaced(tree: Any, path: tuple[Any, ...], value: Any) -> Any:
+    """``tree`` with ``value`` at ``path`` (unchanged if an earlier change removed it)."""
+    if not path:
+        return value
+    key, rest = path[0], path[1:]
+    if isinstance(tree, dict) and key in tree:
+        return {**tree, key: _replaced(tree[key], rest, value)}
+    if isinstance(tree, list) and isinstance(key, int) and key < len(tree):
+        return [*tree[:key], _replaced(tree[key], rest, value), *tree[key + 1:]]
+    return tree
+
+
+BASE_RECORD = _base_record()
+LEAVES = [path for path in _leaves(BASE_RECORD) if path]
+
+
+@settings(PROPERTY, max_examples=examples(500))
+@given(st.lists(st.tuples(st.sampled_from(LEAVES), HUGE | SERVER_VALUES), min_size=1,
+                max_size=4))
+def test_the_html_page_of_any_valid_report_renders_without_raising(
+        changes: list[tuple[tuple[Any, ...], Any]]) -> None:
+    """``toolbench html`` reads reports from other runs, versions and hands: it checks each
+    case against the record type, and whatever values a valid case holds (any size, NaN,
+    Infinity, text where it does not matter), the page is drawn, never an exception."""
+    case = BASE_RECORD
+    for path, value in changes:
+        case = _replaced(case, path, value)
+    document = {"version": 1, "summary": {"cases": 1, "failed": 1}, "cases": [case]}
+    try:
+        checked = checked_report(document, Path("r.json"))
+    except ReportUnreadable as refused:
+        assert "r.json: case t.case.yaml::weather[m]" in str(refused) or "r.json" in str(refused)
+        return
+    page = render_html(checked)
+    assert page.startswith("<!DOCTYPE html>") and "weather" in page

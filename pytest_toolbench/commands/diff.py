@@ -65,9 +65,10 @@ def compare_reports(old: Path, new: Path, limits: Limits) -> Comparison:
     changes: list[Change] = []
     for nodeid in [*after, *(n for n in before if n not in after)]:
         if nodeid not in before:
-            changes.append(Change(nodeid, "case added", f"new case: {after[nodeid]['outcome']}"))
+            changes.append(Change(nodeid, "case added",
+                                  f"new case: {after[nodeid].get('outcome')}"))
         elif nodeid not in after:
-            changes.append(Change(nodeid, "case removed", f"was {before[nodeid]['outcome']}"))
+            changes.append(Change(nodeid, "case removed", f"was {before[nodeid].get('outcome')}"))
         else:
             changes.extend(compare_cases(nodeid, before[nodeid], after[nodeid], limits))
     return Comparison(old, new, changes, len(before.keys() & after.keys()))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -65,9 +66,20 @@ def compare_cases(nodeid: str, old: Data, new: Data, limits: Limits) -> Iterator
 
 def _final_stages(case: Data) -> dict[str, Data]:
     """Stage name -> the last attempt of that stage in the case's first run."""
-    runs = case.get("runs") or [{}]
-    return {stage["name"]: stage["attempts"][-1]
-            for stage in runs[0].get("stages", []) if stage.get("attempts")}
+    runs = _list(case.get("runs"))
+    stages = [_mapping(stage) for stage in _list(_mapping(runs[0] if runs else {}).get("stages"))]
+    return {str(stage.get("name")): _mapping(_list(stage.get("attempts"))[-1])
+            for stage in stages if _list(stage.get("attempts"))}
+
+
+def _mapping(value: Any) -> Data:
+    """``value`` if it is a mapping, else an empty one: a report may come from other hands,
+    and a part of the wrong shape compares as missing instead of stopping the diff."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _stage_changes(nodeid: str, stage: str, old: Data | None,
@@ -96,19 +108,20 @@ def _stage_changes(nodeid: str, stage: str, old: Data | None,
 
 
 def _turns(attempt: Data | None) -> list[Data]:
-    return [turn for turn in (attempt or {}).get("turns", []) if isinstance(turn, Mapping)]
+    return [turn for turn in _list(_mapping(attempt).get("turns")) if isinstance(turn, Mapping)]
 
 
 def _calls(attempt: Data | None) -> list[tuple[str, str]]:
     """(name, arguments) of every call in the attempt's replies, in order."""
     return [(str(call.get("name")), str(call.get("arguments", "")))
             for turn in _turns(attempt)
-            for call in (turn.get("reply") or {}).get("tool_calls", [])]
+            for call in _list(_mapping(turn.get("reply")).get("tool_calls"))
+            if isinstance(call, Mapping)]
 
 
 def _answer(attempt: Data) -> str:
     """The text of the attempt's last reply: what the stage ended with."""
-    replies = [turn["reply"] for turn in _turns(attempt) if turn.get("reply")]
+    replies = [_mapping(turn["reply"]) for turn in _turns(attempt) if turn.get("reply")]
     return str(replies[-1].get("text") or "") if replies else ""
 
 
@@ -117,7 +130,7 @@ def _error(attempt: Data) -> str | None:
     turns = _turns(attempt)
     if not turns:
         return None
-    reply = turns[-1].get("reply") or {}
+    reply = _mapping(turns[-1].get("reply"))
     error = turns[-1].get("error") or reply.get("error")
     status = reply.get("status")
     if error and isinstance(status, int) and not 200 <= status < 300:
@@ -129,7 +142,7 @@ def _parsed(arguments: str) -> Any:
     """Arguments compared as JSON values: spacing and key order are not changes."""
     try:
         return json.loads(arguments)
-    except ValueError:
+    except (ValueError, RecursionError):
         return arguments
 
 
@@ -183,16 +196,32 @@ def _elide(words: Sequence[str], first: bool, last: bool) -> str:
 
 
 def _figure_change(old: Any, new: Any, threshold: float, floor: float) -> str | None:
-    if not isinstance(old, (int, float)) or not isinstance(new, (int, float)):
-        return None if old == new else f"{_num(old)} -> {_num(new)}"
-    if abs(new - old) < max(floor, 1e-9):
+    before, after = _number(old), _number(new)
+    if before is None or after is None or not math.isfinite(before - after):
+        # Unknown, not a number, or past the floats: a change only if it shows as one.
+        return None if _num(old) == _num(new) else f"{_num(old)} -> {_num(new)}"
+    if abs(after - before) < max(floor, 1e-9):
         return None
-    percent = (new - old) / old * 100 if old else float("inf")
+    percent = (after - before) / before * 100 if before else math.inf
     if abs(percent) <= threshold:
         return None
-    return f"{_num(old)} -> {_num(new)} ({percent:+.0f}%)" if old else \
+    return f"{_num(old)} -> {_num(new)} ({percent:+.0f}%)" if before else \
         f"{_num(old)} -> {_num(new)}"
 
 
+def _number(value: Any) -> float | None:
+    """A figure as a float (an integer past the largest float as infinity); None when it is
+    not a number at all."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
 def _num(value: Any) -> str:
-    return "unknown" if value is None else f"{value:g}"
+    number = _number(value)
+    if number is not None:
+        return f"{number:g}"
+    return "unknown" if value is None else repr(value)[:40]

@@ -28,10 +28,31 @@ def load_report(path: Path) -> dict[str, Any]:
     except ValueError as exc:
         raise ReportUnreadable(f"{path} is not JSON: {exc}") from None
     if not isinstance(document, dict) or not isinstance(document.get("cases"), list) \
-            or not all(isinstance(case, dict) and "nodeid" in case for case in document["cases"]):
+            or not all(isinstance(case, dict) and isinstance(case.get("nodeid"), str)
+                       for case in document["cases"]):
         raise ReportUnreadable(f"{path} is not a toolbench JSON report (write one with "
                                "pytest --toolbench-report PATH)")
     return document
+
+
+def checked_report(document: dict[str, Any], path: Path) -> dict[str, Any]:
+    """``document`` with every case read as the record type a session writes (keys a
+    version before added filled with their defaults), or ReportUnreadable naming the first
+    case and key that is not one: the page is drawn only from what a session could write."""
+    from pydantic import ValidationError
+
+    from ..report.json_report import CaseRecord
+
+    cases = []
+    for case in document["cases"]:
+        try:
+            cases.append(CaseRecord.from_json(case).to_json())
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            where = ".".join(str(part) for part in error["loc"])
+            raise ReportUnreadable(f"{path}: case {case['nodeid']}: {where}: {error['msg']}"
+                                   " (not a case record of a toolbench JSON report)") from None
+    return {**document, "cases": cases}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,7 +72,7 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     output: Path = args.output or args.report.with_suffix(".html")
     try:
-        document = load_report(args.report)
+        document = checked_report(load_report(args.report), args.report)
         write_html(output, document, args.title or f"toolbench report: {args.report.name}")
     except ReportUnreadable as error:
         print(f"toolbench html: error: {error}", file=sys.stderr)

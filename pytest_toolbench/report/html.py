@@ -83,7 +83,7 @@ def _table(title: str, heading: str, key: Callable[[Data], str], cases: Sequence
 def _row(name: str, cases: Sequence[Data]) -> str:
     passed = sum(case.get("passes", 0) for case in cases)
     total = sum(case.get("runs_total", 0) for case in cases)
-    rate = f"{passed / total:.0%}" if total else "-"
+    rate = f"{passed / total:.0%}" if 0 <= passed <= total and total else "-"
     outcomes = sorted({case.get("outcome", "") for case in cases}, key=outcome_rank)
     tally = " ".join(f'<span class="badge o-{e(o)}">'
                      f"{sum(c.get('outcome') == o for c in cases)} {e(o)}</span>"

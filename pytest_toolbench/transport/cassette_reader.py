@@ -113,9 +113,14 @@ class _Fields:
 
     def number(self, key: str, default: Any = _REQUIRED) -> float:
         value = self.get(key, (int, float), default)
-        if not math.isfinite(value):
-            raise CassetteUnreadable(f"{self.at(key)}: expected a finite number, got {value}")
-        return float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an integer past the largest float
+            number = math.inf
+        if not math.isfinite(number):
+            raise CassetteUnreadable(f"{self.at(key)}: expected a finite number, got"
+                                     f" {_kind(value)}")
+        return number
 
     def json(self, key: str, kind: type | None = None) -> Any:
         """The JSON text at ``key``, parsed; a ``kind`` if one is given."""
