@@ -32,6 +32,8 @@ from hypothesis_profiles import THOROUGH_EXAMPLES
 
 from pytest_toolbench.casefile.load import CaseFileErrors, describe_errors, load_case_file
 from pytest_toolbench.casefile.schema import Case
+from pytest_toolbench.commands.bfcl import ImportSummary
+from pytest_toolbench.commands.bfcl import _convert_all as bfcl_convert_all
 from pytest_toolbench.commands.diff_compare import Limits, compare_cases
 from pytest_toolbench.commands.html import ReportUnreadable, checked_report
 from pytest_toolbench.matchers import (
@@ -1088,6 +1090,9 @@ REPORT_VALUES = st.recursive(
 
 
 @settings(PROPERTY, max_examples=examples(500))
+@example({"total_tokens": 5, "latency_ms": 10.0},
+         {"total_tokens": 10**400, "latency_ms": "fast"})
+@example({"runs": [{"stages": [{"name": "s", "attempts": [3]}]}]}, {"runs": 7})
 @given(st.dictionaries(st.sampled_from(REPORT_KEYS), REPORT_VALUES, max_size=6),
        st.dictionaries(st.sampled_from(REPORT_KEYS), REPORT_VALUES, max_size=6))
 def test_diff_compares_any_two_case_records_without_raising(old: Any, new: Any) -> None:
@@ -1141,6 +1146,7 @@ LEAVES = [path for path in _leaves(BASE_RECORD) if path]
 
 
 @settings(PROPERTY, max_examples=examples(500))
+@example([(("passes",), 10**400)])
 @given(st.lists(st.tuples(st.sampled_from(LEAVES), HUGE | SERVER_VALUES), min_size=1,
                 max_size=4))
 def test_the_html_page_of_any_valid_report_renders_without_raising(
@@ -1159,3 +1165,48 @@ def test_the_html_page_of_any_valid_report_renders_without_raising(
         return
     page = render_html(checked)
     assert page.startswith("<!DOCTYPE html>") and "weather" in page
+
+
+# --- BFCL records from a file someone else wrote --------------------------------------------
+
+BFCL_KEYS = ["name", "description", "parameters", "type", "properties", "required", "items",
+             "enum", "default", "role", "content"]
+BFCL_VALUES = st.recursive(
+    SERVER_VALUES | st.sampled_from(["dict", "integer", "float", "string", "array", "any",
+                                     "boolean", "tuple", "f", "user"]),
+    lambda inner: st.lists(inner, max_size=3)
+    | st.dictionaries(st.sampled_from(BFCL_KEYS), inner, max_size=4),
+    max_leaves=12,
+)
+BFCL_FUNCTION = st.fixed_dictionaries(
+    {"name": st.sampled_from(["f", "g.h"]) | BFCL_VALUES},
+    optional={"description": BFCL_VALUES, "parameters": st.fixed_dictionaries(
+        {"type": st.just("dict") | BFCL_VALUES},
+        optional={"properties": st.dictionaries(st.sampled_from(["a", "b"]), BFCL_VALUES,
+                                                max_size=2) | BFCL_VALUES,
+                  "required": BFCL_VALUES})})
+
+
+_BFCL_QUESTION = [[{"role": "user", "content": "hi"}]]
+
+
+@settings(PROPERTY, max_examples=examples(300))
+@example({"id": "simple_0", "question": _BFCL_QUESTION, "function": [  # a list of types
+    {"name": "f", "parameters": {"type": "dict", "properties": {"a": {"type": ["x"]}}}}]},
+    [{"f": {"a": [1]}}])
+@example({"id": "simple_0", "question": _BFCL_QUESTION, "function": [  # required: a number
+    {"name": "f", "parameters": {"type": "dict", "properties": {}, "required": 3}}]},
+    [{"f": {"a": [1]}}])
+@given(st.fixed_dictionaries(
+           {"id": st.just("simple_0") | BFCL_VALUES},
+           optional={"question": st.just([[{"role": "user", "content": "hi"}]]) | BFCL_VALUES,
+                     "function": st.lists(BFCL_FUNCTION, max_size=2) | BFCL_VALUES}),
+       st.just([{"f": {"a": [1]}}]) | BFCL_VALUES)
+def test_any_bfcl_record_converts_or_is_skipped_with_a_reason(record: Any, truth: Any) -> None:
+    """``toolbench import-bfcl`` reads files from elsewhere: a record it cannot map is
+    skipped with a reason, never an exception, and what it writes validates as a case."""
+    summary = ImportSummary(Path("out"))
+    cases = bfcl_convert_all([record], {"simple_0": truth}, "simple", summary)
+    assert len(cases) + len(summary.skipped) == 1
+    for case in cases:
+        Case.model_validate(case)

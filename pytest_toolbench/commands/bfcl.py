@@ -293,8 +293,8 @@ def json_schema(schema: Any, where: str) -> Any:
 
 
 def _json_type(name: Any, where: str) -> str:
-    translated = _TYPE_NAMES.get(name, name) if isinstance(name, str) else name
-    if translated not in _JSON_TYPES:
+    translated = _TYPE_NAMES.get(name, name) if isinstance(name, str) else None
+    if translated not in _JSON_TYPES:  # a list of types, a number...: not BFCL's own
         raise _Unmappable(f"{where} has type {name!r}, which has no JSON Schema equivalent")
     return str(translated)
 
@@ -330,6 +330,9 @@ def _arguments(answer: dict[str, Any], parameters: dict[str, Any], where: str) -
     """The call's arguments: exactly the answer's parameters that the schema defines."""
     properties: dict[str, Any] = parameters.get("properties", {})
     required = parameters.get("required", [])
+    if not isinstance(required, list) or not all(isinstance(name, str) for name in required):
+        raise _Unmappable(f"{where}: 'required' is not a list of parameter names:"
+                          f" {_short(required)}")
     unanswered = [name for name in required if name not in answer]
     if unanswered:
         raise _Unmappable(f"{where}: required parameter {unanswered[0]!r} has no answer")
