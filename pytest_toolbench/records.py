@@ -267,14 +267,7 @@ class CaseResult:
 
     @property
     def total_tokens(self) -> int | None:
-        """Sum of ``usage.total_tokens``; ``None`` when no reply reported it (a stream
-        without a usage chunk): unknown, not zero."""
-        counts = [(r.usage or {}).get("total_tokens") for r in self.replies]
-        # What a server sent: a count, or anything (true, "12", Infinity), which is no count.
-        known = [int(count) for count in counts
-                 if (isinstance(count, int) and not isinstance(count, bool))
-                 or (isinstance(count, float) and math.isfinite(count))]
-        return sum(known) if known else None
+        return total_tokens(self.replies)
 
     @property
     def tool_calls(self) -> int:
@@ -283,3 +276,14 @@ class CaseResult:
     @property
     def turns(self) -> int:
         return sum(len(run.turns) for run in self.runs)
+
+
+def total_tokens(replies: list[Reply]) -> int | None:
+    """Sum of the replies' ``usage.total_tokens``; ``None`` when no reply reported it (a
+    stream without a usage chunk): unknown, not zero."""
+    counts = [(reply.usage or {}).get("total_tokens") for reply in replies]
+    # What a server sent: a count, or anything (true, "12", Infinity), which is no count.
+    known = [int(count) for count in counts
+             if (isinstance(count, int) and not isinstance(count, bool))
+             or (isinstance(count, float) and math.isfinite(count))]
+    return sum(known) if known else None

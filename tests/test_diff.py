@@ -338,3 +338,29 @@ stages:
         " ! verdict       passed -> failed",
         "   error         hello: none -> HTTP 400: model not found",
         "   total_tokens  15 -> unknown"]
+
+
+def test_diff_of_cassettes_from_a_server_that_counts_in_infinity(
+    pytester: pytest.Pytester, chat_server: ChatServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A reply's usage as the server wrote it, Infinity and NaN included (Python's JSON
+    reader accepts both): the cassettes still compare, and such a count is no count."""
+    def counts(total: Any) -> Any:
+        def answer(request: Any) -> Any:
+            body = completion(text="hi", usage={"prompt_tokens": 1, "completion_tokens": 1,
+                                                "total_tokens": 2})
+            body["usage"]["total_tokens"] = total
+            return json_reply(body)
+        return answer
+    for folder, total in (("old", 12), ("new", float("inf"))):
+        chat_server.set_handler(counts(total))
+        pytester.makefile(".case.yaml", suite=(
+            f"name: hi\nendpoint: {{base_url: '{chat_server.base_url}'}}\n"
+            "stages: [{name: ask, user: hi}]\n"))
+        pytester.runpytest("--toolbench-record", f"--toolbench-cassette-dir={folder}"
+                           ).assert_outcomes(passed=1)
+
+    code, out = run(capsys, pytester.path / "old", pytester.path / "new")
+
+    assert code == 0
+    assert "   total_tokens  12 -> unknown" in out.splitlines()

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..records import Interaction, Reply
+from ..records import Interaction, Reply, total_tokens
 from ..report.json_report import ReplyRecord
 from ..transport.cassette import Cassette
 from ..transport.errors import ReplayError
@@ -123,15 +123,13 @@ def _reply(wire: WireApi, interaction: Interaction) -> Reply:
 
 def _record(path: str, api: str, replies: list[Reply]) -> dict[str, Any]:
     """The cassette as a case record: one stage per exchange, no verdict."""
-    tokens = [(r.usage or {}).get("total_tokens") for r in replies]
-    known = [int(t) for t in tokens if isinstance(t, (int, float))]
     stages = [{"name": f"exchange {number}", "passed": None, "attempts": [
         {"number": 1, "turns": [{"reply": dataclasses.asdict(ReplyRecord.of(reply))}]}]}
         for number, reply in enumerate(replies, 1)]
     return {"nodeid": path, "api": api, "outcome": None, "turns": len(replies),
             "latency_ms": round(sum(r.latency_ms for r in replies), 1) if replies else None,
             "ttft_ms": next((r.ttft_ms for r in replies if r.ttft_ms is not None), None),
-            "total_tokens": sum(known) if known else None,
+            "total_tokens": total_tokens(replies),
             "runs": [{"number": 1, "stages": stages}]}
 
 
