@@ -557,6 +557,20 @@ def test_completion_text_and_usage() -> None:
     assert reply.stream is None and reply.problems == [] and reply.error is None
 
 
+def test_a_refusal_is_the_text_whole_or_streamed() -> None:
+    """OpenAI sends a refusal in its own field, content null: it is the answer the model
+    gave instead, read as the text (as over the Responses API)."""
+    refused = "I can't help with that."
+    body = completion({"content": None, "refusal": refused}).encode()
+    assert parse_completion(200, body).text == refused
+    reply = assemble(chunk({"role": "assistant", "content": None, "refusal": ""}),
+                     chunk({"refusal": "I can't "}), chunk({"refusal": "help with that."}),
+                     chunk({}, finish="stop"))
+    assert (reply.text, reply.ttft_ms, reply.problems) == (refused, 20.0, [])
+    both = completion({"content": "Here it is.", "refusal": "unused"}).encode()
+    assert parse_completion(200, both).text == "Here it is."  # content, when there is some
+
+
 def test_completion_tool_calls_with_padding_object_arguments_and_legacy() -> None:
     body = completion(
         {

@@ -31,6 +31,8 @@ Other shapes real servers send, read as they mean:
   is 0 are a problem: which one is the reply cannot be told);
 - ``finish_reason: ""`` (relays): no finish reason, so it never hides a real one;
 - streamed ``delta.content`` as a list of text parts, as non-streamed messages allow;
+- a ``refusal`` (message or delta, OpenAI's) is the reply's text when there is no content:
+  the answer the model gave instead, as the Responses API's refusal part is read;
 - usage only in ``x_groq.usage`` (Groq).
 
 A ``tool_calls`` member of any other type is a problem: a call is never dropped unsaid.
@@ -322,6 +324,7 @@ class StreamAssembler:
 
     def __init__(self) -> None:
         self._text: list[str] = []
+        self._refusal: list[str] = []
         self._reasoning: list[str] = []
         self._tool_calls = _ToolCalls()
         self._legacy: _CallBuilder | None = None  # a ``function_call`` delta stream
@@ -366,7 +369,8 @@ class StreamAssembler:
             stream=StreamStats(done=self._done, chunks=self._chunks, usage=self._usage is not None),
             problems=self._problems,
         )
-        _set_text(reply, "".join(self._text), "".join(self._reasoning) or None)
+        _set_text(reply, "".join(self._text) or "".join(self._refusal),
+                  "".join(self._reasoning) or None)
         _set_finish_reason(reply, self._finish_reason)
         return reply
 
@@ -400,6 +404,10 @@ class StreamAssembler:
         content = _message_text(delta.get("content"))
         if content:
             self._text.append(content)
+            carried = True
+        refusal = delta.get("refusal")
+        if isinstance(refusal, str) and refusal:
+            self._refusal.append(refusal)
             carried = True
         reasoning = _reasoning_of(delta)
         if reasoning:
@@ -499,7 +507,9 @@ def _completion_reply(status: int, payload: Any) -> Reply:
     if choice is None or not isinstance(message, dict):
         reply.problems.append(f"response is not a chat completion: {_snippet(_dumps(payload))}")
         return reply
-    _set_text(reply, _message_text(message.get("content")), _reasoning_of(message) or None)
+    refusal = message.get("refusal")
+    text = _message_text(message.get("content")) or (refusal if isinstance(refusal, str) else "")
+    _set_text(reply, text, _reasoning_of(message) or None)
     reply.tool_calls = _message_calls(message, reply.problems)
     _set_finish_reason(reply, _finish_reason(choice))
     usage = payload.get("usage")
