@@ -59,18 +59,19 @@ class SessionRuntime:
 
     def result(self, case_run: CaseRun) -> CaseResult:
         """Run ``case_run``, or wait for it if it was started ahead, and return what it did."""
-        if case_run.nodeid not in self._started and self._replays(self.cassette_path(case_run)):
+        if case_run.nodeid not in self._started and self._replays(case_run):
             return self._run_here(self._execute(case_run))
         self.start(case_run)
         result = self._started[case_run.nodeid].result()  # on Ctrl-C, close() cancels it
         del self._started[case_run.nodeid]
         return result
 
-    def _replays(self, cassette: Path) -> bool:
-        """Whether a case's answers come from its ``cassette`` (or it fails for want of
+    def _replays(self, case_run: CaseRun) -> bool:
+        """Whether ``case_run``'s answers come from its cassette (or it fails for want of
         one): never a live request."""
         mode = self.settings.mode
-        return mode is Mode.REPLAY or (mode is Mode.MISSING and cassette.exists())
+        return mode is Mode.REPLAY or (mode is Mode.MISSING and
+                                       self.cassette_path(case_run).exists())
 
     def _run_here(self, coroutine: Coroutine[Any, Any, CaseResult]) -> CaseResult:
         """Run ``coroutine`` to the end on pytest's own thread.
@@ -137,7 +138,7 @@ class SessionRuntime:
         path = self.cassette_path(case_run)
         # From where pytest was started, not the rootdir (which the node id is relative to).
         hint = _printable(self._record_command(case_run))
-        replaying = self._replays(path)
+        replaying = self._replays(case_run)
         if replaying and not path.exists():
             return case_run.not_run(
                 f"no cassette at {self._show(path)}; record it with: {hint}")
