@@ -42,40 +42,23 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
-from json.scanner import make_scanner
-from typing import Any, cast
+from typing import Any
 
 from ..records import Reply, StreamStats, ToolCall
 from .base import JSON_ERRORS as _JSON_ERRORS
-from .base import Event, error_message, http_error, read_body_json, split_think
+from .base import (
+    Event,
+    arguments_json,
+    error_message,
+    http_error,
+    loads_event,
+    message_text,
+    read_body_json,
+    snippet,
+    split_think,
+)
 
 __all__ = ["StreamAssembler", "parse_completion"]
-
-_SNIPPET = 80
-# typeshed mistypes make_scanner's argument; it takes the decoder whose settings it copies.
-_scan_once: Callable[[str, int], tuple[Any, int]] = make_scanner(cast(Any, json.JSONDecoder()))
-
-
-def _loads(text: str) -> Any:
-    """``json.loads`` without its per-call overhead, which shows at 100k chunks a stream.
-
-    The C scanner reads one value from position 0; anything else (leading or trailing
-    whitespace, garbage, an error to report) goes through ``json.loads`` itself.
-    """
-    try:
-        value, end = _scan_once(text, 0)
-    except StopIteration:
-        return json.loads(text)  # raises the ValueError with json's own message
-    if end != len(text):
-        return json.loads(text)
-    return value
-
-
-def _snippet(text: str) -> str:
-    """``text`` cut to a length that fits in a one-line problem message."""
-    return repr(text if len(text) <= _SNIPPET else text[:_SNIPPET] + "...")
-
 
 def _dumps(value: Any) -> str:
     """``json.dumps`` of parsed server data; data nested just shallow enough for json to
@@ -155,14 +138,14 @@ class _CallBuilder:
                         completed_ms=self.completed_ms)
         if not self.name:
             problems.append(f"tool call {self.position} has no name")
-        try:
-            # Stripped first: llama.cpp pads arguments with spaces ("{ ... } ").
-            call.arguments = json.loads(raw.strip())
-        except _JSON_ERRORS as exc:
-            if not self._read_without_eos(call, problems):
-                # Not a problem of the response: the executor answers such a call with an
-                # error tool message, and checks decide (always for streams, SPEC section 6).
-                call.arguments_error = str(exc)
+        # Stripped first: llama.cpp pads arguments with spaces ("{ ... } ").
+        arguments, error = arguments_json(raw)
+        if error is None:
+            call.arguments = arguments
+        elif not self._read_without_eos(call, problems):
+            # Not a problem of the response: the executor answers such a call with an
+            # error tool message, and checks decide (always for streams, SPEC section 6).
+            call.arguments_error = error
         return call
 
     def _read_without_eos(self, call: ToolCall, problems: list[str]) -> bool:
@@ -170,10 +153,10 @@ class _CallBuilder:
         text, tokens = _without_eos(call.arguments_raw)
         if not tokens:
             return False
-        try:
-            call.arguments = json.loads(text.strip())
-        except _JSON_ERRORS:
+        arguments, error = arguments_json(text)
+        if error is not None:
             return False
+        call.arguments = arguments
         call.arguments_raw = text  # what goes back to the model: its arguments, no token
         problems.append(
             f"tool call {self.position} ({self.name or 'no name'}): its arguments end in the"
@@ -195,7 +178,7 @@ class _ToolCalls:
         ``offset_ms`` after the request was sent."""
         if not isinstance(item, dict):
             problems.append(
-                f"chunk {chunk}: tool-call delta is not an object: {_snippet(repr(item))}"
+                f"chunk {chunk}: tool-call delta is not an object: {snippet(repr(item))}"
             )
             return
         index = item.get("index")
@@ -223,7 +206,7 @@ class _ToolCalls:
     def add_whole(self, item: Any, problems: list[str]) -> None:
         """One complete call of a non-streamed message: always a call of its own."""
         if not isinstance(item, dict):
-            problems.append(f"tool call is not an object: {_snippet(repr(item))}")
+            problems.append(f"tool call is not an object: {snippet(repr(item))}")
             return
         self._open().merge(item, problems)
 
@@ -261,21 +244,8 @@ def _call_items(member: Any, problems: list[str], where: str) -> list[Any]:
         return [member]
     if member is not None:
         problems.append(f"{where}tool_calls is neither a list nor an object:"
-                        f" {_snippet(_dumps(member))}")
+                        f" {snippet(_dumps(member))}")
     return []
-
-
-def _message_text(content: Any) -> str:
-    """Message content as text: a string, or a list of ``{"type": "text"}`` parts."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            part["text"]
-            for part in content
-            if isinstance(part, dict) and isinstance(part.get("text"), str)
-        )
-    return ""
 
 
 def _reply_choice(choices: Any) -> dict[str, Any] | None:
@@ -349,9 +319,9 @@ class StreamAssembler:
             self._set_error(self._event_error(data))
             return
         try:
-            chunk = _loads(data)
+            chunk = loads_event(data)
         except _JSON_ERRORS as exc:
-            self._problems.append(f"chunk {self._chunks} is not JSON: {exc}: {_snippet(data)}")
+            self._problems.append(f"chunk {self._chunks} is not JSON: {exc}: {snippet(data)}")
             return
         self._read_chunk(chunk, offset_ms)
 
@@ -377,7 +347,7 @@ class StreamAssembler:
     def _read_chunk(self, chunk: Any, offset_ms: float) -> None:
         if not isinstance(chunk, dict):
             self._problems.append(
-                f"chunk {self._chunks} is not a JSON object: {_snippet(str(chunk))}"
+                f"chunk {self._chunks} is not a JSON object: {snippet(str(chunk))}"
             )
             return
         if chunk.get("error") is not None:
@@ -401,7 +371,7 @@ class StreamAssembler:
     def _read_delta(self, delta: dict[str, Any], offset_ms: float) -> bool:
         """Apply one delta; true when it carried content or a tool-call delta."""
         carried = False
-        content = _message_text(delta.get("content"))
+        content = message_text(delta.get("content"))
         if content:
             self._text.append(content)
             carried = True
@@ -487,7 +457,7 @@ def parse_completion(
         return Reply(status=status, error=http_error(status, whole))
     if whole.parse_error:
         problem = (f"response body ({content_type}) is not JSON: {whole.parse_error}:"
-                   f" {_snippet(whole.text)}")
+                   f" {snippet(whole.text)}")
         return Reply(status=status, problems=[problem])
     return _completion_reply(status, whole.payload)
 
@@ -505,10 +475,10 @@ def _completion_reply(status: int, payload: Any) -> Reply:
         reply.problems.append(f"response has {why}")
         return reply
     if choice is None or not isinstance(message, dict):
-        reply.problems.append(f"response is not a chat completion: {_snippet(_dumps(payload))}")
+        reply.problems.append(f"response is not a chat completion: {snippet(_dumps(payload))}")
         return reply
     refusal = message.get("refusal")
-    text = _message_text(message.get("content")) or (refusal if isinstance(refusal, str) else "")
+    text = message_text(message.get("content")) or (refusal if isinstance(refusal, str) else "")
     _set_text(reply, text, _reasoning_of(message) or None)
     reply.tool_calls = _message_calls(message, reply.problems)
     _set_finish_reason(reply, _finish_reason(choice))

@@ -79,6 +79,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..records import Reply
 from .base import (
+    JSON_ERRORS,
     RequestParts,
     StreamReader,
     Unsupported,
@@ -281,7 +282,7 @@ def _input(arguments: Any) -> dict[str, Any]:
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments)
-        except (ValueError, RecursionError):
+        except JSON_ERRORS:
             return {}
     return arguments if isinstance(arguments, dict) else {}
 

@@ -29,17 +29,18 @@ What servers do differently, read as they mean (llama.cpp's ``llama-server`` amo
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
 from ..records import Reply, StreamStats, ToolCall
 from .base import (
+    JSON_ERRORS,
     Event,
     arguments_json,
     dumps,
     error_message,
     http_error,
+    loads_event,
     read_body_json,
     snippet,
     split_think,
@@ -163,7 +164,7 @@ def _input_text(block: _Block, streamed: bool, where: str, problems: list[str]) 
     """The JSON text of the input a block opened with (a stream's starts as ``{}``)."""
     value = block.start_input
     if isinstance(value, dict):
-        return json.dumps(value, ensure_ascii=False)
+        return dumps(value)
     if value is None:
         if not streamed:
             problems.append(f"{where}: tool_use input: {block.label()} has no input; read as {{}}")
@@ -365,8 +366,8 @@ class MessageStream:
     def _payload(self, event: Event) -> dict[str, Any] | None:
         """The event's data as an object with a ``type``; None (after saying why) if not."""
         try:
-            payload = json.loads(event.data)
-        except (ValueError, RecursionError) as exc:
+            payload = loads_event(event.data)
+        except JSON_ERRORS as exc:
             if event.event == "error":  # an error in plain text is still the error
                 self._on_error({"error": event.data.strip()}, 0.0)
             else:
@@ -388,7 +389,7 @@ class MessageStream:
         if named is not None and named != kind:
             self._problems.append(f"{STREAM}: event type: event {self._events} is named"
                                   f" {named!r} but its data says type {kind!r}")
-        return {**payload, "type": kind}
+        return payload if payload.get("type") == kind else {**payload, "type": kind}
 
     def _on_message_start(self, payload: dict[str, Any], offset_ms: float) -> None:
         if self._started:

@@ -53,7 +53,6 @@ Arguments that are not JSON set ``ToolCall.arguments_error``; the checks fail st
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,6 +65,7 @@ from .base import (
     dumps,
     error_message,
     http_error,
+    loads_event,
     read_body_json,
     snippet,
     split_think,
@@ -419,7 +419,7 @@ class ResponsesStream:
 
     def _payload(self, event: Event) -> dict[str, Any] | None:
         try:
-            payload = json.loads(event.data)
+            payload = loads_event(event.data)
         except _JSON_ERRORS as exc:
             if event.event == "error":  # an error event in plain text is still the error
                 self._set_error(event.data.strip() or "an error event with no data")
