@@ -24,6 +24,7 @@ from support.chat_server import (
     completion,
     json_reply,
     sse_reply,
+    text_reply,
 )
 
 from pytest_toolbench.records import Interaction
@@ -489,3 +490,24 @@ def test_only_a_recording_keeps_exchanges_with_the_results(
     result.assert_outcomes(passed=3, failed=1)
     kept = 5 if mode == "--toolbench-record" else 0  # the agent case sends two requests
     result.stdout.fnmatch_lines([f"exchanges kept with the results: {kept}"])
+
+
+def test_recording_a_body_nested_too_deep_for_json_keeps_it_as_text(
+        pytester: pytest.Pytester, chat_server: ChatServer) -> None:
+    """A 2xx body nested deeper than Python's JSON reader goes: the case fails on it as a
+    problem of the reply, and the cassette keeps the body as the text it was."""
+    deep = "[" * 100_000 + "]" * 100_000
+    chat_server.set_handler(lambda request: text_reply(deep, content_type="application/json"))
+    pytester.makefile(".case.yaml", t=f"""\
+name: deep
+endpoint: {{base_url: '{chat_server.base_url}', retries: 0}}
+stages: [{{name: ask, user: hi}}]
+""")
+
+    result = pytester.runpytest("--toolbench-record")
+
+    result.assert_outcomes(failed=1)
+    assert "internal error" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["*response body (application/json) is not JSON:*"])
+    saved = yaml.safe_load((pytester.path / "__cassettes__/t/deep.yaml").read_text())
+    assert saved["interactions"][0]["response"]["text"] == deep

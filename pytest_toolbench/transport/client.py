@@ -26,6 +26,7 @@ import httpx
 
 from ..records import Interaction, Reply, StreamEvent
 from ..wire import WireApi
+from ..wire.base import JSON_ERRORS
 from .breaker import CircuitBreaker
 from .errors import (
     ConnectFailed,
@@ -380,10 +381,12 @@ def _is_event_stream(response: httpx.Response) -> bool:
 
 
 def _body_for_cassette(raw: bytes) -> Any:
+    """The body as the cassette keeps it: its JSON, or the text it was (not JSON, or nested
+    deeper than the JSON reader goes)."""
     text = raw.decode("utf-8", errors="replace")
     try:
         return json.loads(text)
-    except ValueError:
+    except JSON_ERRORS:
         return text
 
 
