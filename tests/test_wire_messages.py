@@ -511,6 +511,12 @@ def test_stream_error_as_llama_server_sends_it() -> None:
     assert (untyped.error, plain.error) == ("slot unavailable", "context exceeded")
 
 
+def test_stream_error_event_without_data_still_says_so() -> None:
+    """An empty error event fails the stage with a reason, as over the Responses API."""
+    reply = read_stream([started(), StreamEvent("", 20.0, "error")])
+    assert reply.error == "an error event with no data"
+
+
 def test_stream_cut_before_message_stop() -> None:
     """Seen by ``stream.done`` (which ``expect.stream.done`` checks), not as a problem: a
     case may turn that check off; nor are the open block and the missing stop_reason."""

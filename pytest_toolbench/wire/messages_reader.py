@@ -369,7 +369,8 @@ class MessageStream:
             payload = loads_event(event.data)
         except JSON_ERRORS as exc:
             if event.event == "error":  # an error in plain text is still the error
-                self._on_error({"error": event.data.strip()}, 0.0)
+                self._on_error({"error": event.data.strip() or "an error event with no data"},
+                               0.0)
             else:
                 self._problems.append(f"{STREAM}: JSON: event {self._events} is not JSON:"
                                       f" {exc}: {snippet(event.data)}")
