@@ -21,7 +21,7 @@ from .lookahead import LOOKAHEAD_KEY
 from .marks import MarkRefused, case_marks
 from .records import CaseResult
 from .report.failure import render_failure
-from .report.json_report import CaseRecord
+from .report.json_report import CaseRecord, marks_from_keywords
 from .run.runner import CaseRun, case_label
 from .session import SessionRuntime
 from .settings import SETTINGS_KEY
@@ -154,17 +154,19 @@ class CaseReports:
             # The plugin broke off the run with an unexpected exception: the case must
             # still be in the reports, failed, or a gate that reads them could pass.
             item.result = item.broken_result(call.excinfo)
+        marks = marks_from_keywords(report.keywords, item.config.getini("markers"))
         if call.when == "call" and item.result is not None:
-            record = CaseRecord.of(item.result, item.nodeid, _outcome(report))
+            record = CaseRecord.of(item.result, item.nodeid, _outcome(report), marks)
             item.result = None  # the report carries the record; the item lives to the end
             for figure in record.figures():
                 report.user_properties.append(figure)
                 item.user_properties.append(figure)  # junitxml reads teardown's
         elif call.when == "setup" and report.skipped:  # a skipped case never runs: report it
-            record = CaseRecord.of(item.unrun_result(), item.nodeid, _outcome(report))
+            record = CaseRecord.of(item.unrun_result(), item.nodeid, _outcome(report), marks)
         else:
             return report
         # JSON text on the report: it travels to the xdist controller, which rebuilds it.
+        # The marks go in it: bfcl marks are registered where their cases are collected.
         report.toolbench = record.to_text()  # type: ignore[attr-defined]
         return report
 

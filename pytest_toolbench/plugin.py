@@ -8,7 +8,6 @@ collected, and ``collect`` then registers the hooks that concern case items.
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -76,18 +75,14 @@ class SessionReports:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self._arrived: list[tuple[str, list[str]]] = []
-        """Each case's record as JSON text, with the names of its item's marks."""
+        self._arrived: list[str] = []
+        """Each case's record as JSON text."""
         self._records: list[CaseRecord] | None = None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         text = getattr(report, "toolbench", None)  # JSON text: it may come from a worker
         if text is not None:
-            from .report.json_report import marks_from_keywords
-
-            # The report's keywords name the item's marks, here as in the xdist controller.
-            marks = marks_from_keywords(report.keywords, self.config.getini("markers"))
-            self._arrived.append((text, marks))
+            self._arrived.append(text)
             self._records = None
 
     def records(self) -> list[CaseRecord]:
@@ -96,8 +91,7 @@ class SessionReports:
         if self._records is None:
             from .report.json_report import CaseRecord
 
-            self._records = [replace(CaseRecord.from_text(text), marks=marks)
-                             for text, marks in self._arrived]
+            self._records = [CaseRecord.from_text(text) for text in self._arrived]
         return self._records
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:

@@ -432,3 +432,19 @@ stages:
     (failure,) = data["cases"][0]["runs"][0]["stages"][0]["attempts"][0]["failures"]
     assert failure["key_path"] == ["stages", 0, "expect", "usage", "total_tokens"]
     assert failure["actual"] == "inf"
+
+
+def test_marks_registered_where_cases_are_collected_reach_the_report_under_xdist(
+        pytester: pytest.Pytester) -> None:
+    """import-bfcl's marks are registered by the worker that collects their cases; each
+    record carries its marks from there to the controller that writes the report."""
+    pytester.makefile(".case.yaml", b="name: c\nmarks: [bfcl, bfcl_simple]\n"
+                                      "stages: [{name: s, user: hi}]\n")
+    report = pytester.path / "report.json"
+
+    result = pytester.runpytest_subprocess("-n", "2", f"--toolbench-report={report}",
+                                           "-p", "no:cacheprovider", timeout=60)
+
+    result.assert_outcomes(failed=1)  # no cassette: what matters here is the record
+    (case,) = load(report)["cases"]
+    assert case["marks"] == ["bfcl", "bfcl_simple"]

@@ -11,7 +11,6 @@ docs/report.md; field order here is the order of the keys there.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
@@ -194,11 +193,12 @@ class CaseRecord:
     api: str = "chat"
     """The wire API the case spoke: chat, responses or messages."""
     marks: list[str] = field(default_factory=list)
-    """The names of the item's marks (the case's ``marks``, pytest's ``skip``...); the
-    session reads them from each test report's keywords (``marks_from_keywords``)."""
+    """The names of the item's marks (the case's ``marks``, pytest's ``skip``...), read
+    from its test report's keywords (``marks_from_keywords``) where the item ran."""
 
     @classmethod
-    def of(cls, result: CaseResult, nodeid: str, outcome: str) -> CaseRecord:
+    def of(cls, result: CaseResult, nodeid: str, outcome: str,
+           marks: list[str] | None = None) -> CaseRecord:
         return cls(
             nodeid=nodeid, case=result.case, model=result.model, file=result.file,
             line=result.line, outcome=outcome, passes=result.passes,
@@ -208,7 +208,7 @@ class CaseRecord:
             turns=result.turns, tool_calls=result.tool_calls,
             total_tokens=result.total_tokens, latency_ms=_round(result.latency_ms),
             ttft_ms=_round(result.ttft_ms), runs=[RunRecord.of(run) for run in result.runs],
-            api=result.api)
+            api=result.api, marks=list(marks or []))
 
     def figures(self) -> list[tuple[str, int | float]]:
         """The figures junitxml carries as properties: the known ones only."""
@@ -240,8 +240,6 @@ class CaseRecord:
 
 
 BUILTIN_MARKS = frozenset({"skip", "skipif", "xfail"})
-_IMPORTED_MARK = re.compile(r"bfcl(?:_\w+)?")
-"""``toolbench import-bfcl``'s marks, registered as met: in a worker, not the controller."""
 
 
 def marks_from_keywords(keywords: Iterable[str], registered: Sequence[str]) -> list[str]:
@@ -252,7 +250,7 @@ def marks_from_keywords(keywords: Iterable[str], registered: Sequence[str]) -> l
     """
     names = _registered_names(tuple(registered))
     return sorted(name for name in set(keywords)
-                  if name in names or name in BUILTIN_MARKS or _IMPORTED_MARK.fullmatch(name))
+                  if name in names or name in BUILTIN_MARKS)
 
 
 @lru_cache(maxsize=8)
