@@ -105,27 +105,22 @@ class SessionReports:
                                               writer.hasmarkup))
 
     def pytest_sessionfinish(self) -> None:
-        self._write_html()
-        path = self.config.stash[SETTINGS_KEY].report
-        if path is None or hasattr(self.config, "workerinput"):
+        settings = self.config.stash[SETTINGS_KEY]
+        if hasattr(self.config, "workerinput") or (settings.report is None
+                                                    and settings.html is None):
             return  # xdist workers send their records to the controller, which writes once
-        from .report.json_report import write_report
+        from .report.json_report import report_document, write_report
 
-        records = self.records()
-        outcomes = [record.outcome for record in records]
-        counts = {outcome: outcomes.count(outcome) for outcome in sorted(set(outcomes))}
-        write_report(path, records, {"cases": len(records), **counts})
+        document = report_document(self.records())  # one document for both files
+        if settings.html is not None:
+            from .report.html import write_html
+
+            write_html(settings.html, document)
+        if settings.report is not None:
+            write_report(settings.report, document)
 
     def pytest_unconfigure(self) -> None:
         """The reports are written: the records need not outlive the session (pytest's
         last garbage collections would walk them all)."""
         self._arrived.clear()
         self._records = None
-
-    def _write_html(self) -> None:
-        path = self.config.stash[SETTINGS_KEY].html
-        if path is None or hasattr(self.config, "workerinput"):
-            return  # as for the JSON report, the xdist controller writes the one file
-        from .report.html import write_session_html
-
-        write_session_html(path, self.records())

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from ..atomic import write_atomic
 from .html_case import api_of, model_of, outcome_rank, render_case
@@ -39,15 +38,6 @@ def render_html(document: Data, title: str = "toolbench report") -> str:
 def write_html(path: Path, document: Data, title: str = "toolbench report") -> None:
     """Write the page atomically, like the JSON report: no reader sees half a page."""
     write_atomic(path, render_html(document, title))
-
-
-def write_session_html(path: Path, records: Sequence[Any]) -> None:
-    """The session's page: its case records (``CaseRecord`` or their JSON data), as the
-    JSON report holds them."""
-    cases = [dict(r if isinstance(r, Mapping) else r.to_json()) for r in records]
-    outcomes = [case["outcome"] for case in cases]
-    summary = {"cases": len(cases), **{o: outcomes.count(o) for o in sorted(set(outcomes))}}
-    write_html(path, {"version": 1, "summary": summary, "cases": cases})
 
 
 def _failures_first(case: Data) -> int:

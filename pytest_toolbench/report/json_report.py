@@ -281,8 +281,15 @@ _NON_FINITE = {"Infinity": "inf", "-Infinity": "-inf", "NaN": "nan"}
 """What ``json.dumps`` writes for floats strict JSON cannot hold -> their repr."""
 
 
-def write_report(path: Path, records: list[CaseRecord], summary: dict[str, int]) -> None:
+def report_document(records: list[CaseRecord]) -> dict[str, Any]:
+    """The JSON report's document, which the HTML page is drawn from too: the format's
+    version, how many cases ended with each outcome, and each case's record as data."""
+    cases = [record.to_json() for record in records]
+    outcomes = [case["outcome"] for case in cases]
+    summary = {"cases": len(cases), **{o: outcomes.count(o) for o in sorted(set(outcomes))}}
+    return {"version": REPORT_VERSION, "summary": summary, "cases": cases}
+
+
+def write_report(path: Path, document: dict[str, Any]) -> None:
     """Write the report atomically: an interrupted run leaves the previous one whole."""
-    document = {"version": REPORT_VERSION, "summary": summary,
-                "cases": [record.to_json() for record in records]}
     write_atomic(path, json.dumps(document, indent=2, ensure_ascii=False))
