@@ -52,6 +52,7 @@ except ImportError:  # pragma: no cover - depends on how PyYAML was built
     from yaml import SafeDumper as _SafeDumper  # type: ignore[assignment]
 
 from ..casefile.schema import Case
+from ..report.failure import plural
 from .argtypes import positive_int
 
 __all__ = ["BfclError", "ImportSummary", "SkippedRecord", "import_bfcl", "json_schema", "main"]
@@ -118,11 +119,11 @@ class ImportSummary:
         """The report ``main`` prints: counts first, then each skipped record."""
         by_category = ", ".join(f"{name}: {count}"
                                 for name, count in sorted(self.categories.items()))
-        lines = [f"wrote {_plural(self.cases, 'case')} in {_plural(len(self.files), 'file')} "
+        lines = [f"wrote {plural(self.cases, 'case')} in {plural(len(self.files), 'file')} "
                  f"to {self.out_dir}" + (f" ({by_category})" if by_category else "")]
         lines += [f"note: {note}" for note in self.notes]
         if self.skipped:
-            lines.append(f"skipped {_plural(len(self.skipped), 'record')}:")
+            lines.append(f"skipped {plural(len(self.skipped), 'record')}:")
             lines += [f"  {record.id}: {record.reason}" for record in self.skipped]
         return "\n".join(lines)
 
@@ -566,10 +567,6 @@ def _inline(spec: Any) -> Any:
 def _short(value: Any) -> str:
     text = json.dumps(value, ensure_ascii=False, default=repr)
     return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 # ---------------------------------------------------------------------------- command line

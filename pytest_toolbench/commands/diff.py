@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..atomic import write_atomic
+from ..report.failure import plural
 from .diff_compare import Change, Data, Limits, compare_cases
 from .html import ReportUnreadable, load_report
 
@@ -44,15 +45,11 @@ class Comparison:
     def tally(self) -> str:
         cases = len({change.nodeid for change in self.changes})
         if not self.cassettes:
-            return (f"{_n(self.compared, 'case')} compared, {cases} changed, "
-                    f"{_n(self.regressed, 'verdict')} regressed")
+            return (f"{plural(self.compared, 'case')} compared, {cases} changed, "
+                    f"{plural(self.regressed, 'verdict')} regressed")
         paired = ", paired by case name (no path is in both folders)" if self.by_name else ""
-        return (f"{_n(self.compared, 'cassette')} compared{paired}, {cases} changed; "
+        return (f"{plural(self.compared, 'cassette')} compared{paired}, {cases} changed; "
                 "cassettes hold no verdicts, so none is compared")
-
-
-def _n(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 # ---------------------------------------------------------------------------- comparing
@@ -104,7 +101,7 @@ def compare_folders(old: Path, new: Path, limits: Limits) -> Comparison:
 def _exchanges(record: Data | None, error: str | None) -> str:
     if record is None:
         return f"unreadable: {error}"
-    return f"{record['turns']} exchange{'' if record['turns'] == 1 else 's'}"
+    return plural(record["turns"], "exchange")
 
 
 # ---------------------------------------------------------------------------- output
