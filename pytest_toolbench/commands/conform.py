@@ -187,21 +187,25 @@ def _pytest_args(args: argparse.Namespace, scratch: Path, report: Path) -> list[
 def _rows(report: Mapping[str, Any], cassettes: Path, apis: Sequence[str]) -> list[Row]:
     records = {(record["case"], record.get("api", "chat")): record
                for record in report.get("cases", ())}
-    return [(name, probe.title,
-             {api: judge(probe, records.get((name, api)),
-                         _interactions(cassettes / name, api), api) for api in apis})
-            for name, probe in PROBES.items()]
+    rows: list[Row] = []
+    for name, probe in PROBES.items():
+        recorded = _interactions(cassettes / name)
+        rows.append((name, probe.title, {
+            api: judge(probe, records.get((name, api)), recorded.get(api, []), api)
+            for api in apis}))
+    return rows
 
 
-def _interactions(folder: Path, api: str) -> list[Any]:
-    """The probe's recorded exchanges over ``api`` (none when nothing was recorded, e.g.
-    after a 5xx). Each API's cassette says which API it holds."""
-    found: list[Any] = []
+def _interactions(folder: Path) -> dict[str, list[Any]]:
+    """The probe's recorded exchanges by API, each cassette read once (an API is missing
+    when nothing was recorded, e.g. after a 5xx). Each cassette says which API it holds."""
+    found: dict[str, list[Any]] = {}
     for path in sorted(folder.glob("*.yaml")) if folder.is_dir() else ():
         try:
-            found.extend(Cassette.load(path, api=api).interactions)
+            cassette = Cassette.load(path, api=None)
         except ReplayError:
-            continue  # another API's cassette of the same probe
+            continue  # unreadable: the probe's own record says what went wrong
+        found.setdefault(cassette.api, []).extend(cassette.interactions)
     return found
 
 

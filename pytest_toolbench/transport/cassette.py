@@ -76,20 +76,20 @@ class Cassette:
         """Read the cassette at ``path``, which must hold the exchanges of ``api`` (None:
         of whichever API it says it holds); raise ReplayError saying why it cannot be
         replayed."""
+        again = f"; re-record it with: {rerecord_hint}" if rerecord_hint else ""
         try:
             recorded_api, interactions = read_cassette(path.read_text(encoding="utf-8"),
                                                        FORMAT_VERSION)
         except OSError as exc:
-            raise ReplayError(f"cassette unreadable: {shown or path}: {exc.strerror or exc};"
-                              f" re-record it with: {rerecord_hint}") from None
+            raise ReplayError(f"cassette unreadable: {shown or path}:"
+                              f" {exc.strerror or exc}{again}") from None
         except ValueError as exc:  # CassetteUnreadable, or bytes that are not UTF-8
-            raise ReplayError(f"cassette unreadable: {shown or path}: {exc}; re-record it with: "
-                              f"{rerecord_hint}") from None
+            raise ReplayError(f"cassette unreadable: {shown or path}: {exc}{again}") from None
         if api is not None and recorded_api != api:
             raise ReplayError(
                 f"{shown or path} holds the {recorded_api} API's exchanges, and this case"
                 f" speaks the {api} API: a cassette replays only the API it was recorded"
-                f" with; record this one with: {rerecord_hint}")
+                f" with{f'; record this one with: {rerecord_hint}' if rerecord_hint else ''}")
         return cls(path, interactions, rerecord_hint=rerecord_hint, shown=shown,
                    api=recorded_api)
 
