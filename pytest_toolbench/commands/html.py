@@ -12,8 +12,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..report.html import write_html
-
 
 class ReportUnreadable(Exception):
     """The file is missing, not JSON, or not a toolbench JSON report."""
@@ -72,6 +70,8 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     output: Path = args.output or args.report.with_suffix(".html")
     try:
+        from ..report.html import write_html  # here: toolbench diff reads reports too
+
         document = checked_report(load_report(args.report), args.report)
         write_html(output, document, args.title or f"toolbench report: {args.report.name}")
     except ReportUnreadable as error:

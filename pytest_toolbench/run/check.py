@@ -80,8 +80,8 @@ def _check(expect: Expect, outcome: Outcome, base: KeyPath, line_of: LineOf,
         failures.extend(_check_stream(stream, outcome.reply, (*base, "stream"), line_of))
     for reply in outcome.replies:
         failures.extend(_protocol_failures(reply, base, line_of))
-        cut = reply.stream is not None and not reply.stream.done
-        if reply is not outcome.reply and stream.done and reply.stream is not None and cut:
+        if (reply is not outcome.reply and stream.done and reply.stream is not None
+                and not reply.stream.done):
             failures.append(_plain(f"an earlier stream of the stage ended without"
                                    f" {reply.stream.end}", (*base, "stream", "done"), line_of))
     return failures

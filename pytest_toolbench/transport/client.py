@@ -200,7 +200,6 @@ class ApiClient:
         self._jitter = jitter
         self.breaker = breaker or CircuitBreaker()
         self._sleep = sleep
-        self._base_url = config.base_url
         base_url, query = _split_base_url(config.base_url)
         self._client = httpx.AsyncClient(
             base_url=base_url,
@@ -269,7 +268,7 @@ class ApiClient:
             headers["Accept"] = "text/event-stream"
         request = self._client.build_request(
             "POST",
-            _endpoint_url(self._base_url, wire.path),
+            _endpoint_url(self.config.base_url, wire.path),
             content=content,
             headers={"Content-Type": "application/json", **headers},
         )
