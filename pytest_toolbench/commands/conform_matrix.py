@@ -22,6 +22,7 @@ from typing import Any
 
 from ..defaults import API_NAMES
 from ..records import Interaction
+from ..report.html_page import page
 from ..wire import wire_api
 
 __all__ = [
@@ -424,13 +425,10 @@ def render_html(rows: Sequence[Row], about: Mapping[str, Any]) -> str:
         + "".join(_html_cell(cells[api]) for api in apis) + "</tr>"
         for name, title, cells in rows)
     facts = ", ".join(f"{key}: {value}" for key, value in about.items() if value is not None)
-    return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none';"
-        " style-src 'unsafe-inline'\"><title>toolbench conform</title>"
-        f"<style>{_HTML_STYLE}</style></head><body><h1>toolbench conform</h1>"
-        f"<p>{html.escape(facts)}</p><table><tr><th>probe</th><th>checks</th>{head}</tr>\n"
-        f"{body}</table></body></html>\n")
+    return page("toolbench conform", (
+        f"<h1>toolbench conform</h1><p>{html.escape(facts)}</p>"
+        f"<table><tr><th>probe</th><th>checks</th>{head}</tr>\n{body}</table>"),
+        css=_HTML_STYLE)
 
 
 def _html_cell(cell: Cell) -> str:

@@ -20,13 +20,14 @@ Data = Mapping[str, Any]
 """A JSON object of a report: a case, run, stage, attempt, turn, reply or tool run."""
 
 
-def page(title: str, body: str, script: str | None = None) -> str:
-    """A whole self-contained page: the report's CSS, ``body``, and ``script`` if any."""
+def page(title: str, body: str, script: str | None = None, css: str | None = None) -> str:
+    """A whole self-contained page: ``css`` (by default the report's), ``body``, and
+    ``script`` if any."""
     tag = f"<script>{script}</script>\n" if script else ""
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'
             f'<meta http-equiv="Content-Security-Policy" content="{_policy(script)}">\n'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-            f"<title>{escape(title)}</title>\n<style>{asset('report.css')}</style></head>\n"
+            f"<title>{escape(title)}</title>\n<style>{asset('report.css') if css is None else css}</style></head>\n"
             f"<body>\n{body}\n{tag}</body></html>\n")
 
 
