@@ -154,19 +154,21 @@ class CaseReports:
             # The plugin broke off the run with an unexpected exception: the case must
             # still be in the reports, failed, or a gate that reads them could pass.
             item.result = item.broken_result(call.excinfo)
-        marks = marks_from_keywords(report.keywords, item.config.getini("markers"))
         if call.when == "call" and item.result is not None:
-            record = CaseRecord.of(item.result, item.nodeid, _outcome(report), marks)
+            result = item.result
             item.result = None  # the report carries the record; the item lives to the end
-            for figure in record.figures():
-                report.user_properties.append(figure)
-                item.user_properties.append(figure)  # junitxml reads teardown's
         elif call.when == "setup" and report.skipped:  # a skipped case never runs: report it
-            record = CaseRecord.of(item.unrun_result(), item.nodeid, _outcome(report), marks)
+            result = item.unrun_result()
         else:
             return report
+        # The marks go in the record: bfcl marks are registered where their cases are
+        # collected, which under xdist is a worker, not the controller that writes reports.
+        marks = marks_from_keywords(report.keywords, item.config.getini("markers"))
+        record = CaseRecord.of(result, item.nodeid, _outcome(report), marks)
+        for figure in record.figures() if call.when == "call" else ():
+            report.user_properties.append(figure)
+            item.user_properties.append(figure)  # junitxml reads teardown's
         # JSON text on the report: it travels to the xdist controller, which rebuilds it.
-        # The marks go in it: bfcl marks are registered where their cases are collected.
         report.toolbench = record.to_text()  # type: ignore[attr-defined]
         return report
 
