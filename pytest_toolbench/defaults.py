@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from typing import Final
 
+CASSETTE_FOLDER: Final = "__cassettes__"
+"""The folder beside each case file that holds its cassettes (unless ``cassette_dir``)."""
+
 MATCH_TIMEOUT_S: Final = 10.0
 """How long the checks of one stage may run (``--toolbench-match-timeout``)."""
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from .defaults import CASSETTE_FOLDER
 from .lookahead import LOOKAHEAD_KEY, Lookahead
 from .settings import DEFAULT_FILES, OPTIONS, SETTINGS_KEY, Settings
 
@@ -49,6 +50,12 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> CaseFile |
 
         return CaseFile.from_parent(parent, path=file_path)
     return None
+
+
+def pytest_ignore_collect(collection_path: Path) -> bool | None:
+    """Cassette folders hold recorded answers, never tests: pytest does not walk them (a
+    suite of a thousand cases has a thousand cassettes). None: the others decide."""
+    return True if collection_path.name == CASSETTE_FOLDER else None
 
 
 @pytest.hookimpl(trylast=True)

@@ -20,6 +20,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+from .defaults import CASSETTE_FOLDER
 from .records import CaseResult
 from .run.runner import CaseRun, RunContext, run_case
 from .scrubbing import LogScrubber, Scrubber, endpoint_secrets
@@ -217,7 +218,7 @@ class SessionRuntime:
     def cassette_path(self, case_run: CaseRun) -> Path:
         """``<cassette dir>/<file stem>/<case>[<model>].yaml``, always inside that folder."""
         file = case_run.loaded.file
-        directory = self.settings.cassette_dir or (file.parent / "__cassettes__")
+        directory = self.settings.cassette_dir or (file.parent / CASSETTE_FOLDER)
         stem = file.name.split(".case.")[0]
         return directory / stem / f"{cassette_file_stem(case_run.label)}.yaml"
 

@@ -90,6 +90,24 @@ def test_ini_toolbench_files_changes_the_globs(pytester: pytest.Pytester) -> Non
     result.stdout.fnmatch_lines(["usual.case.yaml::default_glob", "1 test collected*"])
 
 
+
+def test_cassette_folders_are_not_collected(pytester: pytest.Pytester) -> None:
+    """Cassettes are data: a test module or case file left in a ``__cassettes__`` folder
+    is not collected, and pytest does not walk the folders at all."""
+    pytester.makefile(".case.yaml", cases="name: kept\nstages: [{name: ask, user: hi}]\n")
+    stray = pytester.mkdir("__cassettes__") / "cases"
+    stray.mkdir()
+    (stray / "stray.case.yaml").write_text("name: stray\nstages: [{name: ask, user: hi}]\n")
+    (stray / "test_stray.py").write_text("def test_stray():\n    pass\n")
+    (pytester.path / "test_beside.py").write_text("def test_beside():\n    pass\n")
+
+    result = pytester.runpytest("--collect-only", "-q")
+
+    result.stdout.fnmatch_lines(["cases.case.yaml::kept", "test_beside.py::test_beside",
+                                 "2 tests collected*"])
+    assert "stray" not in result.stdout.str()
+    assert result.ret == pytest.ExitCode.OK
+
 def test_marks_select_skip_and_xfail(pytester: pytest.Pytester, echoing: ChatServer) -> None:
     pytester.makeini("[pytest]\nmarkers =\n    smoke: quick checks\n    slow: long ones\n")
     url = echoing.base_url

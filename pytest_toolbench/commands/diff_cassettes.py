@@ -25,13 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..defaults import CASSETTE_FOLDER
 from ..records import Interaction, Reply, total_tokens
 from ..report.json_report import ReplyRecord
 from ..transport.cassette import Cassette
 from ..transport.errors import ReplayError
 from ..wire import WireApi, wire_api
 
-CASSETTE_FOLDER = "__cassettes__"
 _BRACKETS = re.compile(r"\[[^\[\]]*\]$")
 
 
