@@ -19,9 +19,10 @@ import pytest
 from .casefile.load import CaseFileErrors, LoadedCase, describe_errors, load_case_file
 from .lookahead import LOOKAHEAD_KEY
 from .marks import MarkRefused, case_marks
+from .plugin import records_read
 from .records import CaseResult
 from .report.failure import render_failure
-from .report.json_report import CaseRecord, marks_from_keywords
+from .report.json_report import CaseRecord, case_figures, marks_from_keywords
 from .run.runner import CaseRun, case_label
 from .session import SessionRuntime
 from .settings import SETTINGS_KEY
@@ -138,11 +139,15 @@ def _start_session(config: pytest.Config) -> None:
     runtime = SessionRuntime(config.stash[SETTINGS_KEY], Path(config.invocation_params.dir))
     config.stash[RUNTIME_KEY] = runtime
     config.add_cleanup(runtime.close)
-    config.pluginmanager.register(CaseReports(), "toolbench-case-reports")
+    config.pluginmanager.register(CaseReports(records_read(config)), "toolbench-case-reports")
 
 
 class CaseReports:
-    """Hooks on case items: each one's test report carries its case record."""
+    """Hooks on case items: each one's test report carries its figures (for junit) and,
+    when the session reads them (``records``), its case record."""
+
+    def __init__(self, records: bool) -> None:
+        self.records = records
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]
@@ -161,15 +166,16 @@ class CaseReports:
             result = item.unrun_result()
         else:
             return report
-        # The marks go in the record: bfcl marks are registered where their cases are
-        # collected, which under xdist is a worker, not the controller that writes reports.
-        marks = marks_from_keywords(report.keywords, item.config.getini("markers"))
-        record = CaseRecord.of(result, item.nodeid, _outcome(report), marks)
-        for figure in record.figures() if call.when == "call" else ():
+        for figure in case_figures(result) if call.when == "call" else ():
             report.user_properties.append(figure)
             item.user_properties.append(figure)  # junitxml reads teardown's
-        # JSON text on the report: it travels to the xdist controller, which rebuilds it.
-        report.toolbench = record.to_text()  # type: ignore[attr-defined]
+        if self.records:
+            # The marks go in the record: bfcl marks are registered where their cases are
+            # collected, which under xdist is a worker, not the controller that reports.
+            marks = marks_from_keywords(report.keywords, item.config.getini("markers"))
+            record = CaseRecord.of(result, item.nodeid, _outcome(report), marks)
+            # JSON text on the report: it travels to the xdist controller, which reads it.
+            report.toolbench = record.to_text()  # type: ignore[attr-defined]
         return report
 
 

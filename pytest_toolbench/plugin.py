@@ -73,6 +73,18 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"toolbench: mode={settings.mode.value}, answers from {where}"
 
 
+def records_read(config: pytest.Config) -> bool:
+    """Whether the session reads its case records: the summary, which ``-q`` hides, or a
+    report file. When nothing does, items make none (a record costs a replayed case about
+    as much as its request)."""
+    settings = config.stash[SETTINGS_KEY]
+    return _summary_shown(config) or settings.report is not None or settings.html is not None
+
+
+def _summary_shown(config: pytest.Config) -> bool:
+    return config.get_verbosity() >= 0
+
+
 class SessionReports:
     """Gathers the case records of the session (from xdist workers too) and reports them.
 
@@ -102,7 +114,7 @@ class SessionReports:
         return self._records
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if not self._arrived or self.config.get_verbosity() < 0:
+        if not self._arrived or not _summary_shown(self.config):
             return
         from .report.summary import render_summary
 

@@ -87,14 +87,15 @@ def test_report_holds_every_case_stage_and_attempt(
     assert [p.name for p in report.parent.iterdir()] == ["report.json"]  # no temp file left
 
 
+@pytest.mark.parametrize("verbosity", [[], ["-q"]], ids=["default", "quiet"])
 def test_report_is_complete_under_xdist(
-    pytester: pytest.Pytester, chat_server: ChatServer
+    pytester: pytest.Pytester, chat_server: ChatServer, verbosity: list[str]
 ) -> None:
     serve(chat_server)
     pytester.makefile(".case.yaml", suite=CASES.format(url=chat_server.base_url))
     report = pytester.path / "report.json"
     result = pytester.runpytest_subprocess("--toolbench-live", "-n", "2",
-                                           f"--toolbench-report={report}")
+                                           f"--toolbench-report={report}", *verbosity)
     result.assert_outcomes(passed=2, failed=1)
     cases = load(report)["cases"]
     assert sorted(case["nodeid"] for case in cases) == [
@@ -142,13 +143,37 @@ def test_the_session_keeps_each_case_as_its_record_not_its_whole_result(
     assert sent["request"]["messages"] == [{"role": "user", "content": "Weather in Paris?"}]
 
 
-def test_junitxml_carries_figures_as_properties(
+def test_quiet_runs_hide_the_summary_and_still_write_the_report(
     pytester: pytest.Pytester, chat_server: ChatServer
+) -> None:
+    """Under ``-q`` no summary is shown; the report file, when asked for, still holds every
+    case in full."""
+    serve(chat_server)
+    pytester.makefile(".case.yaml", suite=CASES.format(url=chat_server.base_url))
+    report = pytester.path / "report.json"
+
+    result = pytester.runpytest("--toolbench-live", "-q", f"--toolbench-report={report}")
+
+    result.assert_outcomes(passed=2, failed=1)
+    assert "toolbench summary" not in result.stdout.str()
+    document = load(report)
+    assert document["summary"] == {"cases": 3, "failed": 1, "passed": 2}
+    by_id = {case["nodeid"]: case for case in document["cases"]}
+    turn = by_id["suite.case.yaml::chat[m1]"]["runs"][0]["stages"][0]["attempts"][0]["turns"][0]
+    assert turn["reply"]["text"] == "hello"
+
+    result = pytester.runpytest("--toolbench-live")  # without -q, the summary is there
+    result.stdout.fnmatch_lines(["*toolbench summary*"])
+
+
+@pytest.mark.parametrize("verbosity", [[], ["-q"]], ids=["default", "quiet"])
+def test_junitxml_carries_figures_as_properties(
+    pytester: pytest.Pytester, chat_server: ChatServer, verbosity: list[str]
 ) -> None:
     serve(chat_server)
     pytester.makefile(".case.yaml", suite=CASES.format(url=chat_server.base_url))
     junit = pytester.path / "junit.xml"
-    pytester.runpytest("--toolbench-live", f"--junitxml={junit}")
+    pytester.runpytest("--toolbench-live", f"--junitxml={junit}", *verbosity)
     xml = junit.read_text(encoding="utf-8")
     assert '<testcase classname="suite.case.yaml" name="chat[m1]"' in xml
     assert '<property name="total_tokens" value="15" />' in xml

@@ -1,11 +1,12 @@
 """Case records: what the session reports of each case, typed, built in one place.
 
 ``CaseRecord.of(result, nodeid, outcome)`` is the one place a case's result becomes its
-record; the summary table, the junit properties and the ``--toolbench-report`` file all
-read these typed fields. A record crosses pytest-xdist, and waits in the session, as JSON
-text (``to_text`` in the worker, ``from_text`` when the reports are written), so the
-summary and the report are complete under ``-n``. The report's shape is documented in
-docs/report.md; field order here is the order of the keys there.
+record; the summary table and the ``--toolbench-report`` file read these typed fields
+(``case_figures`` gives junit the same figures). A record crosses pytest-xdist, and waits
+in the session, as JSON text (``to_text`` in the worker, ``from_text`` when the reports
+are written), so the summary and the report are complete under ``-n``; when the session
+reads no record (``-q`` and no report file), none is made. The report's shape is
+documented in docs/report.md; field order here is the order of the keys there.
 """
 
 from __future__ import annotations
@@ -210,13 +211,6 @@ class CaseRecord:
             ttft_ms=_round(result.ttft_ms), runs=[RunRecord.of(run) for run in result.runs],
             api=result.api, marks=list(marks or []))
 
-    def figures(self) -> list[tuple[str, int | float]]:
-        """The figures junitxml carries as properties: the known ones only."""
-        known = {"latency_ms": self.latency_ms, "ttft_ms": self.ttft_ms,
-                 "total_tokens": self.total_tokens, "tool_calls": self.tool_calls,
-                 "turns": self.turns}
-        return [(name, value) for name, value in known.items() if value is not None]
-
     def to_json(self) -> dict[str, Any]:
         """Plain JSON data: what the report file holds."""
         data: dict[str, Any] = _adapter(CaseRecord).dump_python(self, mode="json")
@@ -237,6 +231,15 @@ class CaseRecord:
     def from_text(cls, text: str) -> CaseRecord:
         record: CaseRecord = _adapter(CaseRecord).validate_json(text)
         return record
+
+
+def case_figures(result: CaseResult) -> list[tuple[str, int | float]]:
+    """The figures junitxml carries as properties, as the record shows them: the known
+    ones only."""
+    known = {"latency_ms": _round(result.latency_ms), "ttft_ms": _round(result.ttft_ms),
+             "total_tokens": result.total_tokens, "tool_calls": result.tool_calls,
+             "turns": result.turns}
+    return [(name, value) for name, value in known.items() if value is not None]
 
 
 BUILTIN_MARKS = frozenset({"skip", "skipif", "xfail"})
