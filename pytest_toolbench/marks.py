@@ -10,8 +10,10 @@ registered as they are met, so a generated suite needs no ini of its own.
 
 from __future__ import annotations
 
+import functools
 import re
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +42,7 @@ def case_marks(config: pytest.Config, loaded: LoadedCase) -> list[pytest.MarkDec
     for index, mark in enumerate(loaded.case.marks):
         name, value = _entry(mark)
         _register_imported(config, name)
-        decorator = _named(name, loaded.file, loaded.line_of("marks", index))
+        decorator = _named(name, loaded.file, functools.partial(loaded.line_of, "marks", index))
         decorators.append(_applied(decorator, name, value))
     return decorators
 
@@ -62,19 +64,20 @@ def _applied(decorator: pytest.MarkDecorator, name: str, value: Any) -> pytest.M
     return decorator if value is None else decorator(value)
 
 
-def _named(name: str, file: Path, line: int) -> pytest.MarkDecorator:
-    """``pytest.mark.NAME``, any unknown-mark warning issued again at ``file:line``."""
+def _named(name: str, file: Path, line_of: Callable[[], int]) -> pytest.MarkDecorator:
+    """``pytest.mark.NAME``, any unknown-mark warning issued again at ``file:line``
+    (``line_of()``: looked up only when there is something to say)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", pytest.PytestUnknownMarkWarning)
         try:
             decorator: pytest.MarkDecorator = getattr(pytest.mark, name)
         except pytest.fail.Exception as refusal:  # --strict-markers
-            raise MarkRefused(line, refusal.msg or str(refusal)) from None
+            raise MarkRefused(line_of(), refusal.msg or str(refusal)) from None
     for warning in caught:
         try:
-            warnings.warn_explicit(warning.message, warning.category, str(file), line)
+            warnings.warn_explicit(warning.message, warning.category, str(file), line_of())
         except Warning as error:  # -W error, or filterwarnings = error
-            raise MarkRefused(line, f"{type(error).__name__}: {error}") from None
+            raise MarkRefused(line_of(), f"{type(error).__name__}: {error}") from None
     return decorator
 
 

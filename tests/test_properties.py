@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 from hypothesis_profiles import THOROUGH_EXAMPLES
 
 from pytest_toolbench.casefile.load import CaseFileErrors, describe_errors, load_case_file
+from pytest_toolbench.casefile.loader import CaseFileError, load_documents
 from pytest_toolbench.casefile.schema import Case
 from pytest_toolbench.commands.bfcl import ImportSummary
 from pytest_toolbench.commands.bfcl import _convert_all as bfcl_convert_all
@@ -538,6 +539,41 @@ def test_broken_files_are_collection_errors_without_tracebacks(
     assert "pytest_toolbench/" not in output
     assert f"{len(BROKEN_FILES)} errors" in output
 
+
+
+_ANCHOR = st.sampled_from(["", "", "&a ", "&b "])
+FLOW_YAML = st.recursive(
+    st.sampled_from(["x", "1", "2.5", "true", "null", "'q'", "*a", "*b", "[]", "{}"]),
+    lambda inner: (
+        st.tuples(_ANCHOR, st.lists(inner, max_size=4)).map(
+            lambda parts: f"{parts[0]}[{', '.join(parts[1])}]")
+        | st.tuples(_ANCHOR, st.lists(st.tuples(st.sampled_from("abc"), inner), max_size=4))
+        .map(lambda parts: f"{parts[0]}{{{', '.join(f'{k}: {v}' for k, v in parts[1])}}}")),
+    max_leaves=30)
+"""Flow YAML with anchors and aliases (shared, recursive or undefined) and repeated keys."""
+
+
+@settings(PROPERTY, max_examples=examples(600))
+@given(FLOW_YAML, FLOW_YAML)
+@example("&a [1, *a]", "x")  # an alias inside its anchor
+@example("{a: 1, a: 2}", "x")  # a duplicate key
+@example("&a [x, x]", "[*a, *a, {b: *a}]")  # shared: counted and mapped at each use
+def test_case_files_load_as_pyyaml_reads_them_or_name_the_limit_passed(
+        first: str, second: str) -> None:
+    """Case files are built by a fast builder that keeps the limits (nesting, values,
+    duplicate keys, recursive aliases) itself; lines are mapped only when a message needs
+    them. What it loads is what PyYAML loads, and what it refuses is named at its line."""
+    text = f"name: n\nv: {first}\nw: {second}\n"
+    try:
+        (document,) = load_documents(Path("f.case.yaml"), text)
+    except CaseFileError as error:
+        if not error.message.startswith("YAML syntax error"):  # an undefined alias
+            assert error.message.startswith(("duplicate key", "an alias inside")), error
+            assert error.line in (2, 3) and error.key_path[0] in ("v", "w"), error
+        return
+    assert document.data == yaml.load(text, Loader=yaml.CSafeLoader)
+    assert document.line_of(("v",)) == 2 and document.line_of(("w",)) == 3
+    assert all(1 <= line <= 3 for line in document.lines.values())
 
 # --- 2. SSE decoding and reassembly ---------------------------------------------------------
 

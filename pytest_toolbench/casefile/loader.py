@@ -6,7 +6,9 @@ errors, matcher errors and failing expectations all look their key path up here.
 
 from __future__ import annotations
 
+import itertools
 import os
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,9 +79,23 @@ class Document:
     """One YAML document of a case file."""
 
     data: Any
-    lines: dict[KeyPath, int] = field(default_factory=dict)
-    """Key path -> 1-based line of the key (for mappings) or the item (for sequences)."""
     start_line: int = 1
+    source: str = ""
+    """The text of the whole file, which the document's lines are mapped from."""
+    index: int = 0
+    """Which of the file's documents this is (empty ones not counted)."""
+    _lines: dict[KeyPath, int] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def lines(self) -> dict[KeyPath, int]:
+        """Key path -> 1-based line of the key (for mappings) or the item (for sequences).
+
+        Mapped when first asked for: only messages need lines, and most cases never print
+        one, so collection keeps no map per case (it cost as much as building the data).
+        """
+        if self._lines is None:
+            self._lines = map_lines(self.source, self.index)
+        return self._lines
 
     def line_of(self, path: Sequence[str | int]) -> int:
         """The line of ``path``, or of its nearest ancestor that the file spells out."""
@@ -160,14 +176,40 @@ def _compose(file: Path, source: str) -> list[Document]:
     documents: list[Document] = []
     budget = MAX_VALUES  # for the whole file: many documents must not add up past it
     try:
-        for node in _nodes(loader):
-            if not _is_empty(node):
-                document, values = _document(file, loader, node, last_line, budget)
-                documents.append(document)
-                budget -= values
+        for node in _documents(loader):
+            data, values = _build(file, loader, node, budget)
+            start_line = min(node.start_mark.line + 1, last_line)
+            documents.append(Document(data, start_line, source, len(documents)))
+            budget -= values
         return documents
     finally:
         loader.dispose()
+
+
+def map_lines(source: str, index: int) -> dict[KeyPath, int]:
+    """The line map of document ``index`` of ``source`` (text that loaded as a case file)."""
+    if not source:
+        return {}
+    loader = _Loader(source)
+    try:
+        node = next(itertools.islice(_documents(loader), index, None), None)
+        if node is None:
+            return {}
+        mapper = _LineMapper(budget=MAX_VALUES)
+        mapper.map(node, ())
+    finally:
+        loader.dispose()
+    # libyaml marks an empty value at the very end of the text on a line past the last.
+    last_line = len(source.splitlines()) or 1
+    return {path: min(line, last_line) for path, line in mapper.lines.items()}
+
+
+def _documents(loader: Any) -> Iterator[yaml.Node]:
+    """The composed documents, but for empty ones (like the one a final ``---`` opens)."""
+    while loader.check_node():
+        node = loader.get_node()
+        if node is not None and not _is_empty(node):
+            yield node
 
 
 def _is_empty(node: yaml.Node) -> bool:
@@ -220,31 +262,33 @@ def _too_many(limit: int, *, expanded: bool) -> str:
             " that many (bulk data belongs in a python tool that reads it)")
 
 
-def _nodes(loader: Any) -> Iterator[yaml.Node]:
-    while loader.check_node():
-        node = loader.get_node()
-        if node is not None:
-            yield node
-
-
-def _document(file: Path, loader: Any, node: yaml.Node, last_line: int, budget: int
-              ) -> tuple[Document, int]:
-    """The document of ``node``, and how many values it holds (aliases expanded)."""
-    mapper = _LineMapper(budget)
-    _depth, values = mapper.map(node, ())
-    # libyaml marks an empty value at the very end of the text on a line past the last.
-    lines = {path: min(line, last_line) for path, line in mapper.lines.items()}
+def _build(file: Path, loader: Any, node: yaml.Node, budget: int) -> tuple[Any, int]:
+    """The data of document ``node`` and how many values it holds (aliases expanded),
+    within the limits: at most ``budget`` values and ``_MAX_DEPTH`` levels, no duplicate
+    key, no alias inside itself. When it is not, the line map says what and where."""
     try:
-        data = construct_plain(loader, node)
-    except (ValueError, TypeError, LookupError, AttributeError):
-        # PyYAML's constructors let these out on values such as 2024-02-30, !!int x or an
-        # integer of over 4,300 digits: name the first scalar that cannot be read.
+        return _PlainBuilder(loader, budget, _MAX_DEPTH).build_document(node)
+    except _OverLimit:
+        _LineMapper(budget).map(node, ())  # raises the YamlProblem that says where
+        raise YamlProblem("the file passes a limit of case files") from None
+    except _NotPlain:  # a tag or a merge key: PyYAML's constructor, once the limits hold
+        pass
+    except _CONSTRUCTOR_ERRORS:
         raise _unreadable(file, node) from None
-    start_line = min(node.start_mark.line + 1, last_line)
-    return Document(data=data, lines=lines, start_line=start_line), values
+    _depth, values = _LineMapper(budget).map(node, ())
+    try:
+        return loader.construct_document(node), values
+    except _CONSTRUCTOR_ERRORS:
+        raise _unreadable(file, node) from None
+
+
+_CONSTRUCTOR_ERRORS = (ValueError, TypeError, LookupError, AttributeError)
+"""What PyYAML's constructors let out on values such as 2024-02-30, ``!!int x`` or an
+integer of over 4,300 digits."""
 
 
 def _unreadable(file: Path, root: yaml.Node) -> CaseFileError:
+    """The error that names the first scalar of ``root`` that cannot be read."""
     nodes, seen = [root], set()
     while nodes:
         node = nodes.pop()
@@ -271,8 +315,10 @@ _IN_PROGRESS = (-1, -1)
 
 class _LineMapper:
     """One walk over a composed document: the line of every key and item, by key path, and
-    the checks that need the whole graph: duplicate keys, recursive aliases, nesting deeper
-    than ``_MAX_DEPTH`` and more than ``budget`` values once aliases are expanded.
+    the checks that need the whole graph, each refusal at its line: duplicate keys,
+    recursive aliases, nesting deeper than ``_MAX_DEPTH`` and more than ``budget`` values
+    once aliases are expanded. (``_PlainBuilder`` keeps the same limits without the lines;
+    this walk says where they are passed.)
 
     The depth and value count of every node are kept by id, so an alias costs one look-up
     however often it is used (a billion-laughs file stays linear, and is refused at the
@@ -344,17 +390,23 @@ class _NotPlain(Exception):
     """A node the fast path leaves to PyYAML's constructor."""
 
 
+class _OverLimit(Exception):
+    """A document past a limit (too deep, too many values, a duplicate key, an alias inside
+    itself): ``_LineMapper`` says which, and where."""
+
+
 def construct_plain(loader: Any, node: yaml.Node) -> Any:
     """``loader.construct_document(node)``, several times faster on JSON-like data.
 
     PyYAML's general constructor spends most of its time on bookkeeping that maps with
     string keys, lists and scalars do not need, and case files and cassettes are nothing
-    else; anything more (an explicit tag, a merge key ``<<``, a key that is not a string)
-    goes to it whole, so the result is always the one it would give. Aliases stay shared.
+    else; anything more (an explicit tag, a merge key ``<<``, a key that is not a string,
+    a duplicate key, a recursive alias) goes to it whole, so the result is always the one
+    it would give. Aliases stay shared.
     """
     try:
-        return _PlainBuilder(loader).build(node)
-    except _NotPlain:
+        return _PlainBuilder(loader).build_document(node)[0]
+    except (_NotPlain, _OverLimit):
         return loader.construct_document(node)
 
 
@@ -376,34 +428,85 @@ def load_yaml(text: str) -> Any:
 
 
 class _PlainBuilder:
-    def __init__(self, loader: Any) -> None:
+    """Plain data from a composed document, counting its values and levels on the way, as
+    ``_LineMapper`` counts them: an alias counts its anchor's values again, and reaches as
+    deep as its anchor does below where it is used. Past ``max_values`` or ``max_depth``
+    it stops (``_OverLimit``)."""
+
+    def __init__(self, loader: Any, max_values: int = sys.maxsize,
+                 max_depth: int = sys.maxsize) -> None:
         self.loader = loader
         self.constructors: dict[str, Any] = loader.yaml_constructors
-        self.built: dict[int, Any] = {}  # id(collection node) -> value: aliases share it
+        self.max_values = max_values
+        self.max_depth = max_depth
+        self.values = 0
+        """Values built so far: keys, items and scalars, aliases expanded."""
+        self.deepest = 0
+        """The deepest level reached inside the collection being built."""
+        self.built: dict[int, Any] = {}
+        """id(collection node) -> its value: the aliases of a node share it."""
+        self.measured: dict[int, tuple[int, int]] = {}
+        """id(collection node) -> (levels below it, values in it), once it is built."""
 
-    def build(self, node: yaml.Node) -> Any:
+    def build_document(self, node: yaml.Node) -> tuple[Any, int]:
+        """The document's data and how many values it holds."""
+        return self.build(node, 0), self.values
+
+    def build(self, node: yaml.Node, depth: int) -> Any:
+        self.values += 1
         if type(node) is yaml.ScalarNode:
+            if depth > self.deepest:
+                self.deepest = depth
+                if depth > self.max_depth:
+                    raise _OverLimit
             if node.tag == _STR_TAG:
                 return node.value
             if node.tag not in _SCALAR_TAGS:
                 raise _NotPlain
             return self.constructors[node.tag](self.loader, node)
-        if id(node) in self.built:
-            return self.built[id(node)]
+        key = id(node)
+        if key in self.built:
+            return self._again(key, depth)
+        if depth > self.max_depth or self.values > self.max_values:
+            raise _OverLimit
+        values, outer_deepest = self.values - 1, self.deepest
+        self.deepest = depth
+        value: Any
         if type(node) is yaml.SequenceNode and node.tag == _SEQ_TAG:
-            items: list[Any] = []
-            self.built[id(node)] = items
-            items.extend([self.build(item) for item in node.value])
-            return items
-        if type(node) is yaml.MappingNode and node.tag == _MAP_TAG:
-            return self._mapping(node)
-        raise _NotPlain
+            value = []
+            self.built[key] = value
+            value.extend([self.build(item, depth + 1) for item in node.value])
+        elif type(node) is yaml.MappingNode and node.tag == _MAP_TAG:
+            value = self._mapping(node, key, depth)
+        else:
+            raise _NotPlain
+        if self.values > self.max_values:
+            raise _OverLimit
+        self.measured[key] = (self.deepest - depth, self.values - values)
+        self.deepest = max(self.deepest, outer_deepest)
+        return value
 
-    def _mapping(self, node: yaml.MappingNode) -> dict[str, Any]:
+    def _again(self, key: int, depth: int) -> Any:
+        """A collection met before, through an alias: one value, its values counted again."""
+        measure = self.measured.get(key)
+        if measure is None:  # an alias inside the collection it refers to
+            raise _OverLimit
+        levels, values = measure
+        self.values += values - 1  # ``build`` counted it once already
+        self.deepest = max(self.deepest, depth + levels)
+        if depth + levels > self.max_depth or self.values > self.max_values:
+            raise _OverLimit
+        return self.built[key]
+
+    def _mapping(self, node: yaml.MappingNode, key: int, depth: int) -> dict[str, Any]:
         mapping: dict[str, Any] = {}
-        self.built[id(node)] = mapping
+        self.built[key] = mapping
+        self.values += len(node.value)  # the keys
         for key_node, value_node in node.value:
             if type(key_node) is not yaml.ScalarNode or key_node.tag != _STR_TAG:
                 raise _NotPlain
-            mapping[key_node.value] = self.build(value_node)
+            name = key_node.value
+            if name in mapping:
+                raise _OverLimit  # a duplicate key
+            mapping[name] = self.build(value_node, depth + 1)
         return mapping
