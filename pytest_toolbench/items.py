@@ -3,7 +3,8 @@
 The plugin imports this module when it meets the first case file, and everything heavy
 (pydantic, httpx, PyYAML, transitions) comes with it; a session with no case file loads
 none of it. jsonschema comes with the first ``$schema``, the regex package with the first
-``$regex`` that ``re`` cannot be trusted with, rich with the first summary.
+``$regex`` that ``re`` cannot be trusted with, rich with the first summary, the case
+records with the first one a summary or report reads.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from .marks import MarkRefused, case_marks
 from .plugin import records_read
 from .records import CaseResult
 from .report.failure import render_failure
-from .report.json_report import CaseRecord, case_figures, marks_from_keywords
 from .run.runner import CaseRun, case_label
 from .session import SessionRuntime
 from .settings import SETTINGS_KEY
@@ -166,10 +166,12 @@ class CaseReports:
             result = item.unrun_result()
         else:
             return report
-        for figure in case_figures(result) if call.when == "call" else ():
+        for figure in result.figures() if call.when == "call" else ():
             report.user_properties.append(figure)
             item.user_properties.append(figure)  # junitxml reads teardown's
         if self.records:
+            from .report.json_report import CaseRecord, marks_from_keywords
+
             # The marks go in the record: bfcl marks are registered where their cases are
             # collected, which under xdist is a worker, not the controller that reports.
             marks = marks_from_keywords(report.keywords, item.config.getini("markers"))

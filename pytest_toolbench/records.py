@@ -277,6 +277,16 @@ class CaseResult:
     def turns(self) -> int:
         return sum(len(run.turns) for run in self.runs)
 
+    def figures(self) -> list[tuple[str, int | float]]:
+        """The figures junitxml carries as properties, the known ones only, as the case
+        record shows them (times to 0.1 ms)."""
+        latency, ttft = self.latency_ms, self.ttft_ms
+        known = {"latency_ms": None if latency is None else round(latency, 1),
+                 "ttft_ms": None if ttft is None else round(ttft, 1),
+                 "total_tokens": self.total_tokens, "tool_calls": self.tool_calls,
+                 "turns": self.turns}
+        return [(name, value) for name, value in known.items() if value is not None]
+
 
 def total_tokens(replies: list[Reply]) -> int | None:
     """Sum of the replies' ``usage.total_tokens``; ``None`` when no reply reported it (a

@@ -14,9 +14,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import hashlib
+import math
+import os
 import shlex
 import threading
 from collections.abc import Callable, Coroutine
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +50,8 @@ class SessionRuntime:
         self._clients: dict[ResolvedEndpoint, ApiClient] = {}
         """The live clients, one per endpoint: its connection pool and breaker are shared."""
         self._breakers: dict[str, CircuitBreaker] = {}
+        self._folders: dict[Path, tuple[Path, str]] = {}
+        """Case file -> the folder of its cassettes, and that folder as messages show it."""
         self._started: dict[str, concurrent.futures.Future[CaseResult]] = {}
         self._log_scrubber = LogScrubber()
         self._log_scrubber.install()  # until the session ends: httpx logs each URL
@@ -136,17 +141,13 @@ class SessionRuntime:
 
     async def _execute(self, case_run: CaseRun) -> CaseResult:
         endpoint = self.settings.endpoint_for(case_run.loaded.case.endpoint, case_run.api)
-        path = self.cassette_path(case_run)
+        path, shown = self._cassette_location(case_run)
         # From where pytest was started, not the rootdir (which the node id is relative to).
         hint = _printable(self._record_command(case_run))
         replaying = self._replays(case_run)
-        if replaying and not path.exists():
-            return case_run.not_run(
-                f"no cassette at {self._show(path)}; record it with: {hint}")
         try:
-            cassette = (Cassette.load(path, hint, self._show(path), case_run.api) if replaying
-                        else Cassette(path, rerecord_hint=hint, shown=self._show(path),
-                                      api=case_run.api))
+            cassette = (Cassette.load(path, hint, shown, case_run.api) if replaying
+                        else Cassette(path, rerecord_hint=hint, shown=shown, api=case_run.api))
         except ReplayError as error:
             return case_run.not_run(str(error))
         secrets = endpoint_secrets(endpoint.api_key(), endpoint.headers, endpoint.base_url)
@@ -200,9 +201,13 @@ class SessionRuntime:
     def _replay_client(self, endpoint: ResolvedEndpoint, replayer: Replayer) -> ApiClient:
         """A client for one replayed case: cheap (no connection pool, no TLS context, no
         proxies from the environment), and its breaker its own, since replay never reaches
-        the endpoint whose circuit live cases share."""
+        the endpoint whose circuit live cases share. Instant replay has no deadline to
+        watch: every answer is there at once."""
+        config = _client_config(endpoint)
+        if not self.settings.replay_speed:
+            config = replace(config, limits=replace(config.limits, deadline_s=math.inf))
         return ApiClient(
-            _client_config(endpoint), transport=replayer.transport(),
+            config, transport=replayer.transport(),
             breaker=self._new_breaker(),
             sleep=asyncio.sleep if self.settings.replay_speed else _no_sleep, jitter=False)
 
@@ -217,10 +222,19 @@ class SessionRuntime:
 
     def cassette_path(self, case_run: CaseRun) -> Path:
         """``<cassette dir>/<file stem>/<case>[<model>].yaml``, always inside that folder."""
+        return self._cassette_location(case_run)[0]
+
+    def _cassette_location(self, case_run: CaseRun) -> tuple[Path, str]:
+        """The cassette's path, and the path as messages show it (relative to where pytest
+        was started). The folder is worked out once per case file, not once per case."""
         file = case_run.loaded.file
-        directory = self.settings.cassette_dir or (file.parent / CASSETTE_FOLDER)
-        stem = file.name.split(".case.")[0]
-        return directory / stem / f"{cassette_file_stem(case_run.label)}.yaml"
+        if file not in self._folders:
+            directory = self.settings.cassette_dir or (file.parent / CASSETTE_FOLDER)
+            folder = directory / file.name.split(".case.")[0]
+            self._folders[file] = (folder, self._show(folder))
+        folder, shown = self._folders[file]
+        name = f"{cassette_file_stem(case_run.label)}.yaml"
+        return folder / name, os.path.join(shown, name)
 
     def _show(self, path: Path) -> str:
         try:
@@ -248,6 +262,8 @@ def _printable(text: str) -> str:
     """``text`` with control characters escaped (``\\x00``, ``\\n``): the re-record hint goes
     into messages and into the cassette's first line, a YAML comment that a line break in a
     model or file name would end."""
+    if text.isprintable():
+        return text
     return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
 
 
@@ -260,9 +276,11 @@ def cassette_file_stem(label: str) -> str:
     """``label`` (``case[model]``) as one file name: path separators, control characters
     (NUL...), surrogates and ``%`` are %-encoded, so no model name can reach outside the
     cassette folder; a name too long for the file system is cut and told apart by a hash."""
-    stem = "".join(f"%{ord(char):02X}" if char in _UNSAFE_IN_FILE_NAMES
-                   or "\ud800" <= char <= "\udfff" else char  # surrogates: not UTF-8
-                   for char in label)
+    safe = label.isprintable() and not any(char in label for char in "/\\%")  # most are
+    stem = label if safe else "".join(
+        f"%{ord(char):02X}" if char in _UNSAFE_IN_FILE_NAMES
+        or "\ud800" <= char <= "\udfff" else char  # surrogates: not UTF-8
+        for char in label)
     if len(stem.encode()) <= _MAX_STEM_BYTES:
         return stem
     digest = hashlib.sha256(label.encode(errors="surrogatepass")).hexdigest()[:16]

@@ -2,7 +2,7 @@
 
 ``CaseRecord.of(result, nodeid, outcome)`` is the one place a case's result becomes its
 record; the summary table and the ``--toolbench-report`` file read these typed fields
-(``case_figures`` gives junit the same figures). A record crosses pytest-xdist, and waits
+(``CaseResult.figures`` gives junit the same figures). A record crosses pytest-xdist, and waits
 in the session, as JSON text (``to_text`` in the worker, ``from_text`` when the reports
 are written), so the summary and the report are complete under ``-n``; when the session
 reads no record (``-q`` and no report file), none is made. The report's shape is
@@ -231,15 +231,6 @@ class CaseRecord:
     def from_text(cls, text: str) -> CaseRecord:
         record: CaseRecord = _adapter(CaseRecord).validate_json(text)
         return record
-
-
-def case_figures(result: CaseResult) -> list[tuple[str, int | float]]:
-    """The figures junitxml carries as properties, as the record shows them: the known
-    ones only."""
-    known = {"latency_ms": _round(result.latency_ms), "ttft_ms": _round(result.ttft_ms),
-             "total_tokens": result.total_tokens, "tool_calls": result.tool_calls,
-             "turns": result.turns}
-    return [(name, value) for name, value in known.items() if value is not None]
 
 
 BUILTIN_MARKS = frozenset({"skip", "skipif", "xfail"})

@@ -15,6 +15,7 @@ import asyncio
 import email.utils
 import functools
 import json
+import math
 import random
 import sys
 import time
@@ -346,10 +347,13 @@ T = TypeVar("T")
 if sys.version_info >= (3, 11):
     async def _within(awaitable: Coroutine[Any, Any, T], seconds: float) -> T:
         """``awaitable`` within ``seconds`` (TimeoutError past them), run in this task:
-        ``asyncio.wait_for`` would start a task for each wait, two a request."""
+        ``asyncio.wait_for`` would start a task for each wait, two a request. Infinite
+        seconds (instant replay) need no timer."""
         if seconds <= 0:  # as wait_for: out of time before it starts, whatever it is
             awaitable.close()
             raise asyncio.TimeoutError
+        if seconds == math.inf:
+            return await awaitable
         async with asyncio.timeout(seconds):
             return await awaitable
 else:  # pragma: no cover - asyncio.timeout is new in 3.11

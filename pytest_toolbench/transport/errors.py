@@ -9,7 +9,8 @@
       ├── ProtocolViolation   the bytes are not a response of the case's wire API
       ├── UnsendableRequest   the request cannot be sent as JSON (nothing was sent)
       ├── CircuitOpen         the endpoint's circuit breaker is open
-      └── ReplayError         replay could not answer (no cassette, different request...)
+      └── ReplayError         replay could not answer (unreadable cassette, different request...)
+            └── CassetteMissing   there is no cassette: the message is the command that records it
 """
 
 from __future__ import annotations
@@ -68,3 +69,11 @@ class CircuitOpen(TransportError):
 
 class ReplayError(TransportError):
     reason = "replay"
+
+
+class CassetteMissing(ReplayError):
+    """No cassette to replay: not a failed replay but one never recorded, so the message
+    stands alone (it names the command that records it)."""
+
+    def __str__(self) -> str:
+        return self.message
