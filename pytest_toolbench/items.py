@@ -42,12 +42,18 @@ class CaseFailed(Exception):
 class CaseFile(pytest.File):
     """A ``*.case.yaml`` file: one item per case, model and wire API."""
 
+    @functools.cached_property
+    def shown(self) -> Path:
+        """The file as the user would name it: relative to where pytest was started, when
+        it lies below it."""
+        return _display(self.config, self.path)
+
     def collect(self) -> Iterator[CaseItem]:
         _start_session(self.config)
         try:
             loaded = load_case_file(self.path)
         except CaseFileErrors as errors:
-            shown = _display(self.config, self.path)  # the file as the user would name it
+            shown = self.shown
             errors = CaseFileErrors([replace(error, file=shown) for error in errors.errors])
             raise self.CollectError(describe_errors(errors)) from None
         settings = self.config.stash[SETTINGS_KEY]
@@ -64,15 +70,13 @@ class CaseFile(pytest.File):
             return CaseItem.from_parent(self, name=name, loaded=case, model=model, api=api,
                                         nodeid=_item_nodeid(self, name))
         except MarkRefused as refusal:
-            shown = _display(self.config, self.path)
-            raise self.CollectError(f"{shown}:{refusal.line}: {refusal}") from None
+            raise self.CollectError(f"{self.shown}:{refusal.line}: {refusal}") from None
 
     def _check_apis(self, case: LoadedCase, apis: tuple[str, ...]) -> None:
         """What the case asks that one of its APIs cannot express: a collection error at
         its line."""
-        shown = _display(self.config, self.path)
-        problems = [f"{shown}:{case.document.line_of(problem.path)}: case {case.case.name!r}:"
-                    f" {problem.message}"
+        problems = [f"{self.shown}:{case.document.line_of(problem.path)}:"
+                    f" case {case.case.name!r}: {problem.message}"
                     for api in apis for problem in wire_api(api).unsupported(case.case)]
         if problems:
             raise self.CollectError("\n".join(problems))
@@ -93,8 +97,9 @@ class CaseItem(pytest.Item):
 
     @functools.cached_property
     def case_run(self) -> CaseRun:
-        return CaseRun(self.loaded, self.model, self.nodeid,
-                       str(_display(self.config, self.path)), self.api)
+        file = self.parent
+        assert isinstance(file, CaseFile)  # only case files make case items
+        return CaseRun(self.loaded, self.model, self.nodeid, str(file.shown), self.api)
 
     def runtest(self) -> None:
         runtime = self.config.stash[RUNTIME_KEY]

@@ -543,14 +543,16 @@ def test_broken_files_are_collection_errors_without_tracebacks(
 
 _ANCHOR = st.sampled_from(["", "", "&a ", "&b "])
 FLOW_YAML = st.recursive(
-    st.sampled_from(["x", "1", "2.5", "true", "null", "'q'", "*a", "*b", "[]", "{}"]),
+    st.sampled_from(["x", "1", "2.5", "true", "null", "'q'", "*a", "*b", "[]", "{}", "yes", "~",
+                     "0x1f", "1_000", ".inf", "-.5", "2024-01-01", "'1'", '"true"']),
     lambda inner: (
         st.tuples(_ANCHOR, st.lists(inner, max_size=4)).map(
             lambda parts: f"{parts[0]}[{', '.join(parts[1])}]")
         | st.tuples(_ANCHOR, st.lists(st.tuples(st.sampled_from("abc"), inner), max_size=4))
         .map(lambda parts: f"{parts[0]}{{{', '.join(f'{k}: {v}' for k, v in parts[1])}}}")),
     max_leaves=30)
-"""Flow YAML with anchors and aliases (shared, recursive or undefined) and repeated keys."""
+"""Flow YAML with anchors and aliases (shared, recursive or undefined), repeated keys, and
+scalars of every implicit type, plain and quoted."""
 
 
 @settings(PROPERTY, max_examples=examples(600))

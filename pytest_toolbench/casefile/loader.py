@@ -12,16 +12,49 @@ import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
 try:  # libyaml is several times faster; collection of large suites depends on it.
-    from yaml import CSafeLoader as _Loader
+    from yaml import CSafeLoader as _SafeLoader
 except ImportError:  # pragma: no cover - depends on how PyYAML was built
-    from yaml import SafeLoader as _Loader  # type: ignore[assignment]
+    from yaml import SafeLoader as _SafeLoader  # type: ignore[assignment]
 
 KeyPath = tuple[str | int, ...]
+
+
+class _Loader(_SafeLoader):
+    """The safe loader, resolving the tag of a plain scalar once per text.
+
+    No path resolvers are registered, so a plain scalar's tag (``str``, ``int``, ``bool``...)
+    depends on its text alone, and matching the resolvers' regular expressions cost more
+    than composing the node; case files and cassettes repeat the same keys and values."""
+
+    _plain_tags: ClassVar[dict[str, str]] = {}
+    """Plain scalar text -> its tag, for short texts, up to ``_PLAIN_TAGS_KEPT`` of them."""
+
+    def resolve(self, kind: type[yaml.Node], value: Any, implicit: Any) -> str:
+        if kind is not yaml.ScalarNode or not implicit[0]:  # not a plain scalar
+            resolved: str = _resolve(self, kind, value, implicit)
+            return resolved
+        known = self._plain_tags.get(value)
+        if known is not None:
+            return known
+        tag: str = _resolve(self, kind, value, implicit)
+        if len(value) <= 64 and len(self._plain_tags) < _PLAIN_TAGS_KEPT:
+            self._plain_tags[value] = tag
+        return tag
+
+    def descend_resolver(self, current_node: Any, current_index: Any) -> None:
+        """Nothing to follow: no path resolvers."""
+
+    def ascend_resolver(self) -> None:
+        """Nothing to follow: no path resolvers."""
+
+
+_PLAIN_TAGS_KEPT = 10_000
+_resolve: Any = _SafeLoader.resolve
 
 _MAX_DEPTH = 100
 """The deepest nesting a case file may have, aliases expanded. No case comes near it; much
