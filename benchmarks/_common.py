@@ -167,6 +167,18 @@ def repeat_runs(run: Callable[[], Timing], times: int, expect: int = 0) -> list[
     return timings
 
 
+def alternating_runs(sides: Sequence[Callable[[], Timing]], times: int,
+                     expect: int = 0) -> list[list[Timing]]:
+    """``times`` rounds that each run every side once, in turn: a shared machine's drift
+    in speed (other jobs, clock changes) falls on every side alike, which all of one side's
+    runs and then all of the other's do not promise."""
+    timings: list[list[Timing]] = [[] for _ in sides]
+    for _ in range(times):
+        for runs, run in zip(timings, sides):
+            runs.extend(repeat_runs(run, 1, expect))
+    return timings
+
+
 def median(values: Sequence[float]) -> float:
     return statistics.median(values)
 

@@ -10,9 +10,10 @@ sending the same request body through one shared ``httpx.Client`` whose transpor
 ``httpx.MockTransport(router.handler)`` of a respx router answering with the same reply,
 and checking the same things (finish reason, tool name, argument regex).
 
-Both run as ``python -m pytest DIR -q -p no:cacheprovider`` subprocesses; the figures are
-medians of --repeat runs (the baseline after one untimed run that writes its bytecode; the
-recording run already read the case files). Target: replay <= 1.5 x baseline.
+Both run as ``python -m pytest DIR -q -p no:cacheprovider`` subprocesses, the sides taking
+turns run by run; the figures are medians of --repeat runs (the baseline after one untimed
+run that writes its bytecode; the recording run already read the case files). Target:
+replay <= 1.5 x baseline.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from _common import (
     MODEL,
     TOOL_SCHEMA,
     Timing,
+    alternating_runs,
     clean_env,
     count_instructions,
     median,
@@ -192,13 +194,13 @@ def _body(city: str, stream: bool) -> str:
     return events + "data: [DONE]\n\n"
 
 
-def time_side(root: Path, repeat: int, warm_up: bool = False) -> list[Timing]:
-    """``repeat`` timed runs; ``warm_up``: one untimed run first (writes the bytecode of
-    Python test files, which every later run reads; case files were just written, so
-    they are in the page cache already)."""
-    if warm_up:
-        repeat_runs(lambda: run_pytest(PYTEST_ARGS, root), 1)
-    return repeat_runs(lambda: run_pytest(PYTEST_ARGS, root), repeat)
+def time_sides(cases: Path, baseline: Path, repeat: int) -> list[list[Timing]]:
+    """``repeat`` timed runs of each side, taking turns, after one untimed run of the
+    baseline (it writes the bytecode of its Python test files, which every later run reads;
+    the case files were just recorded, so they are in the page cache already)."""
+    repeat_runs(lambda: run_pytest(PYTEST_ARGS, baseline), 1)
+    return alternating_runs([lambda: run_pytest(PYTEST_ARGS, cases),
+                             lambda: run_pytest(PYTEST_ARGS, baseline)], repeat)
 
 
 def report(count: int, cases: list[Timing], baseline: list[Timing], stream: bool) -> None:
@@ -235,7 +237,8 @@ def _walls(timings: list[Timing]) -> str:
 
 
 def profile(root: Path, top: int) -> None:
-    """One replay run profiled in every thread (the cases run on the engine's loop thread)."""
+    """One replay run profiled in every thread (replayed cases run on pytest's own; live
+    ones would run on the session's loop thread)."""
     script = Path(__file__).with_name("profile_threads.py")
     command = [sys.executable, str(script), "--top", str(top), "--", *PYTEST_ARGS]
     subprocess.run(command, cwd=root, env=clean_env(), check=False)
@@ -244,8 +247,7 @@ def profile(root: Path, top: int) -> None:
 def run(base: Path, args: argparse.Namespace) -> None:
     count = prepare_cases(base / "cases", args)
     prepare_baseline(base / "baseline", args)
-    cases = time_side(base / "cases", args.repeat)
-    baseline = time_side(base / "baseline", args.repeat, warm_up=True)
+    cases, baseline = time_sides(base / "cases", base / "baseline", args.repeat)
     report(count, cases, baseline, args.stream)
     if args.instructions:
         report_instructions(base)
