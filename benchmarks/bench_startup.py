@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import clean_env, median, print_table, run_pytest
+from _common import clean_env, count_instructions, median, print_table, run_pytest
 
 TARGET_MS = 50.0
 HEAVY = ("pydantic", "rich", "httpx", "respx", "jsonschema", "transitions", "yaml")
@@ -25,6 +25,9 @@ PLAIN_TESTS = "\n".join(f"def test_{n}():\n    assert {n} + 1 > {n}\n" for n in 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=15, help="runs per side (default 15)")
+    parser.add_argument("--instructions", action="store_true",
+                        help="also count each side's instructions once under valgrind"
+                             " (cachegrind): a difference the machine's load does not move")
     return parser.parse_args()
 
 
@@ -55,6 +58,9 @@ def main() -> None:
         # brings httpx): only what the plugin adds counts against it.
         baseline_heavy = heavy_imports(root, ["-p", "no:toolbench"])
         heavy = [name for name in heavy_imports(root, []) if name not in baseline_heavy]
+        counts = ((count_instructions(base, root),
+                   count_instructions([*base, "-p", "no:toolbench"], root))
+                  if args.instructions else None)
     plugin_ms, plain_ms = median(with_plugin), median(without)
     cost = plugin_ms - plain_ms
     print_table(
@@ -65,6 +71,13 @@ def main() -> None:
           f" - {'met' if cost <= TARGET_MS else 'NOT met'}")
     print(f"heavy libraries the plugin imports without case files: {', '.join(heavy) or 'none'}"
           f" (imported by other plugins either way: {', '.join(baseline_heavy) or 'none'})")
+    if counts is not None and None not in counts:
+        ours, theirs = counts
+        assert ours is not None and theirs is not None
+        print(f"instructions: {ours / 1e9:.3f} G installed, {theirs / 1e9:.3f} G without:"
+              f" +{(ours - theirs) / 1e6:.0f} M ({100 * (ours - theirs) / theirs:.1f} %)")
+    elif counts is not None:
+        print("instructions: valgrind is not installed")
 
 
 if __name__ == "__main__":
