@@ -26,6 +26,7 @@ from support.chat_server import (
     sse_reply,
     text_reply,
 )
+from support.signals import interruptible_pytest
 
 from pytest_toolbench.records import Interaction
 from pytest_toolbench.records import Reply as ChatReply
@@ -389,8 +390,7 @@ def test_ctrl_c_during_a_replayed_case_stops_the_session_cleanly(
     chat_server.close()  # replay must not need it
 
     process = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v",
-         "--toolbench-replay-speed=1"],
+        [*interruptible_pytest(), "-p", "no:cacheprovider", "-v", "--toolbench-replay-speed=1"],
         cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert process.stdout is not None

@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 from collections.abc import Iterator
@@ -30,6 +29,7 @@ from support.chat_server import (
     sse_reply,
     start_chat_server,
 )
+from support.signals import interruptible_pytest
 
 HOSTILE_TOOLS = '''
 import asyncio
@@ -330,7 +330,7 @@ def test_ctrl_c_cancels_running_cases_quietly_and_promptly(
         tool_case(name, tool, chat_server, stream=stall == "stream")
         for name in ("first", "second")))
     process = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "--toolbench-live", "-p", "no:cacheprovider"],
+        [*interruptible_pytest(), "--toolbench-live", "-p", "no:cacheprovider"],
         cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_until_stalled(pytester, chat_server, stall)
