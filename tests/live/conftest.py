@@ -2,7 +2,8 @@
 (``local_server``) and llama.cpp's llama-server (``llama_server``, three wire APIs).
 
 Each server starts once per session, on a free loopback port, when a test first asks for
-it, and stops at the end. Without the extra the tier skips, unless
+it, and stops at the end. The tier's tests are one ``xdist_group``: under ``-n ... --dist
+loadgroup`` one worker runs them all and starts each server once. Without the extra the tier skips, unless
 ``TOOLBENCH_REQUIRE_LIVE=1`` (as in CI) makes that a failure: a suite that silently skips
 its only real endpoints proves nothing.
 """

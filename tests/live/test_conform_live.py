@@ -17,7 +17,7 @@ from pytest_toolbench.commands.cli import main as toolbench
 from pytest_toolbench.commands.conform_matrix import PROBES
 from pytest_toolbench.commands.local_server import LocalServer
 
-pytestmark = pytest.mark.live_server
+pytestmark = [pytest.mark.live_server, pytest.mark.xdist_group("model_servers")]
 
 
 def test_conform_completes_with_a_matrix(local_server: LocalServer, tmp_path: Path,

@@ -22,7 +22,7 @@ import yaml
 
 from pytest_toolbench.commands.local_server import LocalServer, free_port
 
-pytestmark = pytest.mark.live_server
+pytestmark = [pytest.mark.live_server, pytest.mark.xdist_group("model_servers")]
 
 FAKE_KEY = "sk-test-FAKE0123456789abcdefXYZ"
 WEATHER_TOOL = {

@@ -18,7 +18,7 @@ import pytest
 
 from pytest_toolbench.commands.local_server import free_port
 
-pytestmark = pytest.mark.live_server
+pytestmark = [pytest.mark.live_server, pytest.mark.xdist_group("model_servers")]
 
 EXPORT_LINE = re.compile(r"^\s*export TOOLBENCH_BASE_URL=(?P<url>\S+)\s*$")
 READY_TIMEOUT_S = 150.0

@@ -28,7 +28,7 @@ import pytest
 
 from pytest_toolbench.commands.local_server import LocalServer
 
-pytestmark = pytest.mark.live_server
+pytestmark = [pytest.mark.live_server, pytest.mark.xdist_group("model_servers")]
 
 APIS = ("chat", "responses", "messages")
 WEATHER_TOOL = """
