@@ -7,8 +7,9 @@ times ``python -m pytest DIR --collect-only -q -p no:cacheprovider`` and reads t
 child's peak RSS (``os.wait4``).
 
 Baseline, measured in the same run: the same number of trivial Python test functions in
-the same number of ``test_*.py`` files. Figures are medians of --repeat runs (the baseline
-after one untimed run that writes its bytecode). Target: under 10 s and under 500 MB.
+the same number of ``test_*.py`` files. Figures are medians of --repeat runs, the sides
+taking turns (each after one untimed run: the baseline's writes its bytecode). Target:
+under 10 s and under 500 MB.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from _common import (
     Timing,
+    alternating_runs,
     median,
     print_table,
     repeat_runs,
@@ -62,13 +64,14 @@ def write_baseline(root: Path, files: int, per_file: int) -> int:
     return index
 
 
-def time_side(root: Path, repeat: int, warm_up: bool = False) -> list[Timing]:
-    """``repeat`` timed runs; ``warm_up``: one untimed run first (writes the bytecode of
-    Python test files, which every later run reads; case files were just written, so
-    they are in the page cache already)."""
-    if warm_up:
-        repeat_runs(lambda: run_pytest(PYTEST_ARGS, root), 1)
-    return repeat_runs(lambda: run_pytest(PYTEST_ARGS, root), repeat)
+def time_sides(cases: Path, baseline: Path, repeat: int) -> list[list[Timing]]:
+    """``repeat`` timed runs of each side, taking turns, after one untimed run of each
+    (it writes the bytecode of the Python test files, which every later run reads, and
+    reads the case files into the page cache, as the baseline's run does its files)."""
+    for root in (cases, baseline):
+        repeat_runs(lambda root=root: run_pytest(PYTEST_ARGS, root), 1)
+    return alternating_runs([lambda: run_pytest(PYTEST_ARGS, cases),
+                             lambda: run_pytest(PYTEST_ARGS, baseline)], repeat)
 
 
 def check_count(timing: Timing, expected: int) -> None:
@@ -104,8 +107,7 @@ def main() -> None:
         cases_dir, baseline_dir = Path(base) / "cases", Path(base) / "baseline"
         count = write_case_suite(cases_dir, args.files, args.cases_per_file)
         write_baseline(baseline_dir, args.files, args.cases_per_file)
-        cases = time_side(cases_dir, args.repeat)
-        baseline = time_side(baseline_dir, args.repeat, warm_up=True)
+        cases, baseline = time_sides(cases_dir, baseline_dir, args.repeat)
         check_count(cases[0], count)
         check_count(baseline[0], count)
         report(count, args.files, cases, baseline)
