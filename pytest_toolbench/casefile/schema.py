@@ -27,6 +27,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.json_schema import GenerateJsonSchema
+from pydantic_core import core_schema
 
 from ..matchers import Matcher, compile_matcher, compile_tool_calls
 from .loader import KeyedError
@@ -101,7 +103,7 @@ class Endpoint(StrictModel):
     """Base URL of the OpenAI-compatible API, e.g. ``http://127.0.0.1:8080/v1``."""
     api_key_env: str | None = None
     """The NAME of the environment variable holding the API key; keys never appear in files."""
-    headers: dict[str, str] = {}
+    headers: dict[str, str] = Field(default_factory=dict)
     """Extra request headers."""
     timeout_s: float | None = Field(default=None, gt=0)
     """Connect and read timeout in seconds (the total deadline defaults to ten times it)."""
@@ -112,12 +114,17 @@ class Endpoint(StrictModel):
     (OpenAI's Responses API) or ``messages`` (Anthropic's Messages API)."""
 
 
+def _any_object() -> dict[str, JsonValue]:
+    """The parameters of a tool that declares none: an object, any properties."""
+    return {"type": "object", "properties": {}}
+
+
 class Tool(StrictModel):
     """A tool offered to the model, and how the agent loop answers its calls."""
 
     name: Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
     description: str = ""
-    parameters: dict[str, JsonValue] = {"type": "object", "properties": {}}
+    parameters: dict[str, JsonValue] = Field(default_factory=_any_object)
     """JSON Schema of the arguments, sent as the OpenAI function schema."""
     result: JsonValue = None
     """Canned result (any JSON; a string is sent as is)."""
@@ -249,17 +256,17 @@ class Stage(StrictModel):
     name: Name
     user: str | None = None
     """Shorthand for one user message."""
-    messages: list[dict[str, JsonValue]] = []
+    messages: list[dict[str, JsonValue]] = Field(default_factory=list)
     """Messages appended in order, after ``user``."""
     tool_choice: (Literal["auto", "none", "required"] | ToolChoiceFunction | AllowedTools
                   | None) = None
     stream: bool | Literal["both"] = False
     run_tools: bool = False
     max_turns: int = Field(default=5, ge=1)
-    params: dict[str, JsonValue] = {}
+    params: dict[str, JsonValue] = Field(default_factory=dict)
     """Merged over the case's params for this stage's requests."""
-    expect: Expect = Expect()
-    capture: dict[str, str] = {}
+    expect: Expect = Field(default_factory=Expect)
+    capture: dict[str, str] = Field(default_factory=dict)
     """Name -> path (``tool_calls.0.arguments.city``) saved for ``${name}`` in later stages."""
     retry: Retry | None = None
 
@@ -269,12 +276,12 @@ class Case(StrictModel):
 
     name: Name
     description: str = ""
-    marks: list[str | dict[str, Any]] = []
+    marks: list[str | dict[str, Any]] = Field(default_factory=list)
     model: str | list[str] | None = None
-    endpoint: Endpoint = Endpoint()
-    params: dict[str, JsonValue] = {}
+    endpoint: Endpoint = Field(default_factory=Endpoint)
+    params: dict[str, JsonValue] = Field(default_factory=dict)
     system: str | None = None
-    tools: list[Tool] = []
+    tools: list[Tool] = Field(default_factory=list)
     repeat: Repeat | None = None
     stages: list[Stage] = Field(min_length=1)
 
@@ -345,3 +352,16 @@ def _reject_duplicates(kind: str, names: list[str], key: str | None = "name") ->
             where: tuple[str | int, ...] = (index, key) if key else (index,)
             raise KeyedError(f"duplicate {kind} name {name!r}", where)  # names its own line
         seen.add(name)
+
+
+class CaseJsonSchema(GenerateJsonSchema):
+    """The case models' JSON Schema, with each default a factory makes shown as it is made.
+
+    Mutable defaults (``{}``, ``[]``, ``Endpoint()``) are factories: pydantic deep-copies a
+    default it cannot hash for every model it validates, four copies a case."""
+
+    def get_default_value(self, schema: core_schema.WithDefaultSchema) -> Any:
+        factory = schema.get("default_factory")
+        if factory is not None and not schema.get("default_factory_takes_data"):
+            return factory()  # type: ignore[call-arg]
+        return super().get_default_value(schema)

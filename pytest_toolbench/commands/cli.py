@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from ..casefile.load import CaseFileErrors, LoadedCase
-from ..casefile.schema import Case
+from ..casefile.schema import Case, CaseJsonSchema
 from ..items import CaseFile, CaseItem
 from ..report.failure import plural
 from ..report.graph import case_graph
@@ -204,7 +204,7 @@ def _matches(name: str, globs: Sequence[str]) -> bool:
 
 def case_schema() -> dict[str, Any]:
     """The JSON Schema of one case (one YAML document of a case file), from the models."""
-    generated = Case.model_json_schema()
+    generated = Case.model_json_schema(schema_generator=CaseJsonSchema)
     generated.pop("title", None)
     return {"$schema": SCHEMA_DIALECT, "$id": SCHEMA_ID, "title": SCHEMA_TITLE, **generated}
 
