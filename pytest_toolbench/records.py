@@ -280,12 +280,15 @@ class CaseResult:
     def figures(self) -> list[tuple[str, int | float]]:
         """The figures junitxml carries as properties, the known ones only, as the case
         record shows them (times to 0.1 ms)."""
-        latency, ttft = self.latency_ms, self.ttft_ms
-        known = {"latency_ms": None if latency is None else round(latency, 1),
-                 "ttft_ms": None if ttft is None else round(ttft, 1),
+        known = {"latency_ms": round_ms(self.latency_ms), "ttft_ms": round_ms(self.ttft_ms),
                  "total_tokens": self.total_tokens, "tool_calls": self.tool_calls,
                  "turns": self.turns}
         return [(name, value) for name, value in known.items() if value is not None]
+
+
+def round_ms(ms: float | None) -> float | None:
+    """Milliseconds to 0.1, as records show them; unknown stays ``None`` (null), never 0."""
+    return None if ms is None else round(ms, 1)
 
 
 def total_tokens(replies: list[Reply]) -> int | None:

@@ -61,16 +61,21 @@ class SessionRuntime:
     def start(self, case_run: CaseRun) -> None:
         """Start ``case_run`` now unless it already runs (used to run live cases ahead)."""
         if case_run.nodeid not in self._started:
-            self._started[case_run.nodeid] = self._submit(self._execute(case_run))
+            self._start(case_run, self._replays(case_run))
 
     def result(self, case_run: CaseRun) -> CaseResult:
         """Run ``case_run``, or wait for it if it was started ahead, and return what it did."""
-        if case_run.nodeid not in self._started and self._replays(case_run):
-            return self._run_here(self._execute(case_run))
-        self.start(case_run)
+        if case_run.nodeid not in self._started:
+            replaying = self._replays(case_run)
+            if replaying:
+                return self._run_here(self._execute(case_run, replaying))
+            self._start(case_run, replaying)
         result = self._started[case_run.nodeid].result()  # on Ctrl-C, close() cancels it
         del self._started[case_run.nodeid]
         return result
+
+    def _start(self, case_run: CaseRun, replaying: bool) -> None:
+        self._started[case_run.nodeid] = self._submit(self._execute(case_run, replaying))
 
     def _replays(self, case_run: CaseRun) -> bool:
         """Whether ``case_run``'s answers come from its cassette (or it fails for want of
@@ -139,12 +144,12 @@ class SessionRuntime:
 
     # -- one case ------------------------------------------------------------------------
 
-    async def _execute(self, case_run: CaseRun) -> CaseResult:
+    async def _execute(self, case_run: CaseRun, replaying: bool) -> CaseResult:
+        """Run ``case_run`` from its cassette (``replaying``: ``_replays`` decided) or live."""
         endpoint = self.settings.endpoint_for(case_run.loaded.case.endpoint, case_run.api)
         path, shown = self._cassette_location(case_run)
         # From where pytest was started, not the rootdir (which the node id is relative to).
         hint = _printable(self._record_command(case_run))
-        replaying = self._replays(case_run)
         try:
             cassette = (Cassette.load(path, hint, shown, case_run.api) if replaying
                         else Cassette(path, rerecord_hint=hint, shown=shown, api=case_run.api))

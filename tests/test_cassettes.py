@@ -352,17 +352,24 @@ def test_killed_recording_leaves_the_old_cassettes_whole(pytester: pytest.Pytest
 
 # -- replay timing -----------------------------------------------------------------------
 
-@pytest.mark.parametrize(("speed", "low_ms", "high_ms"), [("1", 400, 2000), ("0", 0, 200)])
-def test_replay_speed(pytester: pytest.Pytester, chat_server: ChatServer, speed: str,
-                      low_ms: float, high_ms: float) -> None:
+def record_a_paused_stream(pytester: pytest.Pytester, chat_server: ChatServer, *,
+                           pause_s: float, timeout_s: float) -> None:
+    """Record case ``paused`` of ``t.case.yaml``: a stream that pauses ``pause_s`` seconds
+    after its first two chunks."""
     chat_server.set_handler(lambda request: sse_reply(
-        [*chunks_for("slow")[:2], SSEPause(0.5), *chunks_for("slow")[2:]]))
+        [*chunks_for("slow")[:2], SSEPause(pause_s), *chunks_for("slow")[2:]]))
     pytester.makefile(".case.yaml", t=textwrap.dedent(f"""\
         name: paused
-        endpoint: {{base_url: "{chat_server.base_url}", retries: 0, timeout_s: 2}}
+        endpoint: {{base_url: "{chat_server.base_url}", retries: 0, timeout_s: {timeout_s}}}
         stages: [{{name: ask, user: hi, stream: true, expect: {{text: slow}}}}]
         """))
     pytester.runpytest("--toolbench-record").assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize(("speed", "low_ms", "high_ms"), [("1", 400, 2000), ("0", 0, 200)])
+def test_replay_speed(pytester: pytest.Pytester, chat_server: ChatServer, speed: str,
+                      low_ms: float, high_ms: float) -> None:
+    record_a_paused_stream(pytester, chat_server, pause_s=0.5, timeout_s=2)
 
     started = time.monotonic()
     result = pytester.runpytest(f"--toolbench-replay-speed={speed}", "--toolbench-report=r.json")
@@ -379,14 +386,7 @@ def test_ctrl_c_during_a_replayed_case_stops_the_session_cleanly(
     """Replayed cases run on pytest's own thread: Ctrl-C in the middle of one (here waiting
     out a recorded 4 s pause) ends the session as pytest's own interrupt, at once, with
     nothing left pending on the loop."""
-    chat_server.set_handler(lambda request: sse_reply(
-        [*chunks_for("slow")[:2], SSEPause(4), *chunks_for("slow")[2:]]))
-    pytester.makefile(".case.yaml", t=textwrap.dedent(f"""\
-        name: paused
-        endpoint: {{base_url: "{chat_server.base_url}", retries: 0, timeout_s: 30}}
-        stages: [{{name: ask, user: hi, stream: true, expect: {{text: slow}}}}]
-        """))
-    pytester.runpytest("--toolbench-record").assert_outcomes(passed=1)
+    record_a_paused_stream(pytester, chat_server, pause_s=4, timeout_s=30)
     chat_server.close()  # replay must not need it
 
     process = subprocess.Popen(

@@ -21,7 +21,16 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from ..atomic import write_atomic
-from ..records import CaseResult, Failure, Reply, RunResult, StageAttempt, ToolRun, Turn
+from ..records import (
+    CaseResult,
+    Failure,
+    Reply,
+    RunResult,
+    StageAttempt,
+    ToolRun,
+    Turn,
+    round_ms,
+)
 from .failure import json_value
 
 REPORT_VERSION = 1
@@ -69,9 +78,9 @@ class ReplyRecord:
         return cls(
             reply.status, reply.finish_reason, reply.text,
             [ToolCallRecord(c.id, c.name, c.arguments_raw, c.arguments_error,
-                            _round(c.completed_ms)) for c in reply.tool_calls],
+                            round_ms(c.completed_ms)) for c in reply.tool_calls],
             _jsonable(reply.usage), reply.error, round(reply.latency_ms, 1),
-            _round(reply.ttft_ms),
+            round_ms(reply.ttft_ms),
             None if stream is None else StreamRecord(stream.done, stream.chunks, stream.usage),
             list(reply.problems), reply.api_finish_reason, reply.reasoning)
 
@@ -207,8 +216,8 @@ class CaseRecord:
             error=result.error,
             stages=max((len(run.stages) for run in result.runs), default=0),
             turns=result.turns, tool_calls=result.tool_calls,
-            total_tokens=result.total_tokens, latency_ms=_round(result.latency_ms),
-            ttft_ms=_round(result.ttft_ms), runs=[RunRecord.of(run) for run in result.runs],
+            total_tokens=result.total_tokens, latency_ms=round_ms(result.latency_ms),
+            ttft_ms=round_ms(result.ttft_ms), runs=[RunRecord.of(run) for run in result.runs],
             api=result.api, marks=list(marks or []))
 
     def to_json(self) -> dict[str, Any]:
@@ -257,11 +266,6 @@ def _registered_names(registered: tuple[str, ...]) -> frozenset[str]:
 def _adapter(kind: type[CaseRecord]) -> TypeAdapter[CaseRecord]:
     """Built once (it compiles a validator), on the first record that needs it."""
     return TypeAdapter(kind)
-
-
-def _round(ms: float | None) -> float | None:
-    """Milliseconds to 0.1; unknown stays ``None`` (null), never 0."""
-    return None if ms is None else round(ms, 1)
 
 
 def _jsonable(value: Any) -> Any:

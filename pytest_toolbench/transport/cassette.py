@@ -76,24 +76,27 @@ class Cassette:
         """Read the cassette at ``path``, which must hold the exchanges of ``api`` (None:
         of whichever API it says it holds); raise ReplayError saying why it cannot be
         replayed (there is none, it is unreadable, it holds another API)."""
-        again = f"; re-record it with: {rerecord_hint}" if rerecord_hint else ""
+        def hint(words: str) -> str:
+            return f"; {words}: {rerecord_hint}" if rerecord_hint else ""
+
         try:
             with open(path, "rb", buffering=0) as file:  # a third of read_text's cost
                 text = file.read().decode()
             recorded_api, interactions = read_cassette(text, FORMAT_VERSION)
         except (FileNotFoundError, NotADirectoryError):
-            record = f"; record it with: {rerecord_hint}" if rerecord_hint else ""
-            raise CassetteMissing(f"no cassette at {shown or path}{record}") from None
+            raise CassetteMissing(f"no cassette at {shown or path}{hint('record it with')}") \
+                from None
         except OSError as exc:
-            raise ReplayError(f"cassette unreadable: {shown or path}:"
-                              f" {exc.strerror or exc}{again}") from None
+            raise ReplayError(f"cassette unreadable: {shown or path}: {exc.strerror or exc}"
+                              f"{hint('re-record it with')}") from None
         except ValueError as exc:  # CassetteUnreadable, or bytes that are not UTF-8
-            raise ReplayError(f"cassette unreadable: {shown or path}: {exc}{again}") from None
+            raise ReplayError(f"cassette unreadable: {shown or path}: {exc}"
+                              f"{hint('re-record it with')}") from None
         if api is not None and recorded_api != api:
             raise ReplayError(
                 f"{shown or path} holds the {recorded_api} API's exchanges, and this case"
                 f" speaks the {api} API: a cassette replays only the API it was recorded"
-                f" with{f'; record this one with: {rerecord_hint}' if rerecord_hint else ''}")
+                f" with{hint('record this one with')}")
         return cls(path, interactions, rerecord_hint=rerecord_hint, shown=shown,
                    api=recorded_api)
 
