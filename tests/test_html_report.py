@@ -268,7 +268,9 @@ def test_stream_timeline_marks_when_each_calls_arguments_completed(
         "runs"][0]["stages"][0]["attempts"][0]["turns"][0]["reply"]
     first, then = (call["completed_ms"] for call in reply["tool_calls"])
     assert first < 300 <= then  # the pause came between them
-    assert then + 200 <= reply["latency_ms"]  # and another before the stream's end
+    # and another before the stream's end: 200 ms on the server's clock; the client stamps
+    # each chunk when it reads it, which a busy machine (an xdist neighbour) can delay
+    assert then + 150 <= reply["latency_ms"]
     page = (pytester.path / "report.html").read_text(encoding="utf-8")
     timeline = page[page.index('<div class="timeline">'):]
     timeline = timeline[:timeline.index("</div>")]
