@@ -7,10 +7,19 @@ Each adapter's own translation and stream checks are in tests/test_wire_<api>.py
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from support.chat_server import ChatServer, chunks_for, completion, json_reply, sse_reply
+from support.chat_server import (
+    ChatServer,
+    RecordedRequest,
+    Reply,
+    chunks_for,
+    completion,
+    json_reply,
+    sse_reply,
+)
 
 TEXT_CASE = """
 name: hello
@@ -247,14 +256,20 @@ def anthropic_message(text: str) -> dict[str, object]:
             "usage": {"input_tokens": 7, "output_tokens": 3}}
 
 
+def by_api(chat: Reply, messages: Reply) -> Callable[[RecordedRequest], Reply]:
+    """Each API's requests answered with its own reply: the cases of two APIs run at once
+    (record and live cases start ahead), so the order they ask in is not fixed."""
+    return lambda request: messages if request.path.endswith("/messages") else chat
+
+
 def test_each_api_records_its_own_cassette_and_replays_it(pytester: pytest.Pytester,
                                                           chat_server: ChatServer) -> None:
-    chat_server.enqueue(json_reply(completion("hi there")),
-                        json_reply(anthropic_message("hi from messages")))
+    chat_server.set_handler(by_api(json_reply(completion("hi there")),
+                                   json_reply(anthropic_message("hi from messages"))))
     write_case(pytester, TEXT_CASE, chat_server.base_url)
     run(pytester, "--toolbench-record", "--toolbench-api=chat,messages").assert_outcomes(
         passed=2)
-    assert [request.path for request in chat_server.requests] == [
+    assert sorted(request.path for request in chat_server.requests) == [
         "/v1/chat/completions", "/v1/messages"]
     folder = pytester.path / "__cassettes__" / "wire"
     messages = (folder / "hello[messages].yaml").read_text()
@@ -267,8 +282,8 @@ def test_each_api_records_its_own_cassette_and_replays_it(pytester: pytest.Pytes
 
 def test_summary_gives_a_pass_rate_per_api(pytester: pytest.Pytester,
                                            chat_server: ChatServer) -> None:
-    chat_server.enqueue(json_reply(completion("hi there")),
-                        json_reply(anthropic_message("no greeting")))
+    chat_server.set_handler(by_api(json_reply(completion("hi there")),
+                                   json_reply(anthropic_message("no greeting"))))
     write_case(pytester, TEXT_CASE, chat_server.base_url)
     report = pytester.path / "report.json"
     result = run(pytester, "--toolbench-live", "--toolbench-api=chat,messages",
