@@ -25,6 +25,8 @@ __all__ = ["MarkRefused", "case_marks"]
 
 _IMPORTED = re.compile(r"^bfcl(?:_(?P<category>\w+))?$")
 _REGISTERED_KEY = pytest.StashKey[set[str]]()
+_ACCEPTED_KEY = pytest.StashKey[set[str]]()
+"""Mark names pytest took without a warning: a registered mark stays registered."""
 
 
 class MarkRefused(Exception):
@@ -39,10 +41,17 @@ class MarkRefused(Exception):
 def case_marks(config: pytest.Config, loaded: LoadedCase) -> list[pytest.MarkDecorator]:
     """The case's marks in order; raises MarkRefused naming the line of a refused one."""
     decorators = []
+    accepted = config.stash.setdefault(_ACCEPTED_KEY, set())
     for index, mark in enumerate(loaded.case.marks):
         name, value = _entry(mark)
-        _register_imported(config, name)
-        decorator = _named(name, loaded.file, functools.partial(loaded.line_of, "marks", index))
+        if name in accepted:  # pytest said nothing of it before, and never will
+            decorator: pytest.MarkDecorator = getattr(pytest.mark, name)
+        else:
+            _register_imported(config, name)
+            line_of = functools.partial(loaded.line_of, "marks", index)
+            decorator, quiet = _named(name, loaded.file, line_of)
+            if quiet:
+                accepted.add(name)
         decorators.append(_applied(decorator, name, value))
     return decorators
 
@@ -64,9 +73,12 @@ def _applied(decorator: pytest.MarkDecorator, name: str, value: Any) -> pytest.M
     return decorator if value is None else decorator(value)
 
 
-def _named(name: str, file: Path, line_of: Callable[[], int]) -> pytest.MarkDecorator:
+def _named(name: str, file: Path, line_of: Callable[[], int]
+           ) -> tuple[pytest.MarkDecorator, bool]:
     """``pytest.mark.NAME``, any unknown-mark warning issued again at ``file:line``
-    (``line_of()``: looked up only when there is something to say)."""
+    (``line_of()``: looked up only when there is something to say), and whether pytest
+    accepted the name without a word: a registered or built-in mark, which every later
+    case may take without asking again."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", pytest.PytestUnknownMarkWarning)
         try:
@@ -78,7 +90,7 @@ def _named(name: str, file: Path, line_of: Callable[[], int]) -> pytest.MarkDeco
             warnings.warn_explicit(warning.message, warning.category, str(file), line_of())
         except Warning as error:  # -W error, or filterwarnings = error
             raise MarkRefused(line_of(), f"{type(error).__name__}: {error}") from None
-    return decorator
+    return decorator, not caught
 
 
 def _register_imported(config: pytest.Config, name: str) -> None:

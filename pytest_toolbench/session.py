@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import hashlib
 import math
 import os
@@ -50,6 +51,10 @@ class SessionRuntime:
         self._clients: dict[ResolvedEndpoint, ApiClient] = {}
         """The live clients, one per endpoint: its connection pool and breaker are shared."""
         self._breakers: dict[str, CircuitBreaker] = {}
+        self._endpoints: dict[tuple[Any, ...], ResolvedEndpoint] = {}
+        """What each distinct case endpoint resolves to, per API (a suite has a few)."""
+        self._scrubbers: dict[tuple[ResolvedEndpoint, str | None], Scrubber] = {}
+        """The scrubber of each endpoint and the key its environment variable holds."""
         self._folders: dict[Path, tuple[Path, str]] = {}
         """Case file -> the folder of its cassettes, and that folder as messages show it."""
         self._started: dict[str, concurrent.futures.Future[CaseResult]] = {}
@@ -146,7 +151,7 @@ class SessionRuntime:
 
     async def _execute(self, case_run: CaseRun, replaying: bool) -> CaseResult:
         """Run ``case_run`` from its cassette (``replaying``: ``_replays`` decided) or live."""
-        endpoint = self.settings.endpoint_for(case_run.loaded.case.endpoint, case_run.api)
+        endpoint = self._endpoint(case_run)
         path, shown = self._cassette_location(case_run)
         # From where pytest was started, not the rootdir (which the node id is relative to).
         hint = _printable(self._record_command(case_run))
@@ -155,19 +160,38 @@ class SessionRuntime:
                         else Cassette(path, rerecord_hint=hint, shown=shown, api=case_run.api))
         except ReplayError as error:
             return case_run.not_run(str(error))
-        secrets = endpoint_secrets(endpoint.api_key(), endpoint.headers, endpoint.base_url)
-        self._log_scrubber.add(secrets)
-        scrubber = Scrubber(secrets)
+        api_key = endpoint.api_key()
+        scrubber = self._scrubber(endpoint, api_key)
         if replaying:
             return await self._replay(case_run, endpoint, Replayer(
                 cassette, scrubber, self.settings.replay_speed), scrubber)
         recording = self.settings.mode in (Mode.RECORD, Mode.MISSING)
         result = await run_case(case_run, self._context(
-            case_run, self._live_client(endpoint), scrubber, api_key=endpoint.api_key(),
+            case_run, self._live_client(endpoint), scrubber, api_key=api_key,
             sink=cassette.interactions.append if recording else None))
         if recording and not _endpoint_failed(result):
             cassette.save()  # an endpoint failure keeps the old cassette: it replays nothing
         return result
+
+    def _endpoint(self, case_run: CaseRun) -> ResolvedEndpoint:
+        """The case's endpoint after precedence (command line > case > ini > environment),
+        worked out once per distinct ``endpoint`` mapping and API."""
+        case = case_run.loaded.case.endpoint
+        key = (case.base_url, case.api_key_env, tuple(sorted(case.headers.items())),
+               case.timeout_s, case.retries, case_run.api)
+        if key not in self._endpoints:
+            self._endpoints[key] = self.settings.endpoint_for(case, case_run.api)
+        return self._endpoints[key]
+
+    def _scrubber(self, endpoint: ResolvedEndpoint, api_key: str | None) -> Scrubber:
+        """What masks ``endpoint``'s credentials (``api_key`` is the key its variable holds
+        now) in the case's records, and from now on in the HTTP libraries' logs."""
+        key = (endpoint, api_key)
+        if key not in self._scrubbers:
+            secrets = endpoint_secrets(api_key, endpoint.headers, endpoint.base_url)
+            self._log_scrubber.add(secrets)
+            self._scrubbers[key] = Scrubber(secrets)
+        return self._scrubbers[key]
 
     def _record_command(self, case_run: CaseRun) -> str:
         """The command that records ``case_run``'s cassette. The item exists only with the
@@ -208,11 +232,9 @@ class SessionRuntime:
         proxies from the environment), and its breaker its own, since replay never reaches
         the endpoint whose circuit live cases share. Instant replay has no deadline to
         watch: every answer is there at once."""
-        config = _client_config(endpoint)
-        if not self.settings.replay_speed:
-            config = replace(config, limits=replace(config.limits, deadline_s=math.inf))
         return ApiClient(
-            config, transport=replayer.transport(),
+            _replay_config(endpoint, instant=not self.settings.replay_speed),
+            transport=replayer.transport(),
             breaker=self._new_breaker(),
             sleep=asyncio.sleep if self.settings.replay_speed else _no_sleep, jitter=False)
 
@@ -251,6 +273,16 @@ class SessionRuntime:
 def _client_config(endpoint: ResolvedEndpoint) -> ClientConfig:
     return ClientConfig(endpoint.base_url, endpoint.headers, endpoint.timeout_s,
                         endpoint.retries, endpoint.limits)
+
+
+@functools.lru_cache(maxsize=64)
+def _replay_config(endpoint: ResolvedEndpoint, *, instant: bool) -> ClientConfig:
+    """The client settings of replayed cases, once per endpoint: ``instant`` replay has no
+    deadline to watch."""
+    config = _client_config(endpoint)
+    if instant:
+        config = replace(config, limits=replace(config.limits, deadline_s=math.inf))
+    return config
 
 
 def _endpoint_failed(result: CaseResult) -> bool:

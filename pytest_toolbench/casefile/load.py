@@ -8,7 +8,7 @@ from __future__ import annotations
 import difflib
 import types
 import typing
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +67,9 @@ def load_case_file(file: Path) -> list[LoadedCase]:
     # The validated case holds what the raw data said; only the lines are needed from here
     # on. Dropping the rest halves what a case keeps alive for the session (and what every
     # garbage collection scans).
-    return [replace(item, document=replace(item.document, data=None)) for item in loaded]
+    for document in documents:
+        document.data = None
+    return loaded
 
 
 def _validate(document: Document) -> Case:

@@ -67,23 +67,25 @@ class _OneToOne(_Matcher):
 def _pair(fits: list[list[bool]], what: str) -> list[int | None]:
     """Maximum bipartite matching (Kuhn's augmenting paths): expectation -> element index."""
     owner: dict[int, int] = {}
-
-    def augment(i: int, seen: set[int]) -> bool:
-        for j, fit in enumerate(fits[i]):
-            if fit and j not in seen:
-                seen.add(j)
-                if j not in owner or augment(owner[j], seen):
-                    owner[j] = i
-                    return True
-        return False
-
     for i in range(len(fits)):
         check_time(what)
-        augment(i, set())
+        _augment(fits, owner, i, set())
     pairs: list[int | None] = [None] * len(fits)
     for j, i in owner.items():
         pairs[i] = j
     return pairs
+
+
+def _augment(fits: list[list[bool]], owner: dict[int, int], i: int, seen: set[int]) -> bool:
+    """Pair expectation ``i`` with a free element, or with one whose owner can move on to
+    another (``owner``: element -> expectation, updated in place)."""
+    for j, fit in enumerate(fits[i]):
+        if fit and j not in seen:
+            seen.add(j)
+            if j not in owner or _augment(fits, owner, owner[j], seen):
+                owner[j] = i
+                return True
+    return False
 
 
 def _inline(mismatches: list[Mismatch], depth: int, limit: int = 3) -> str:

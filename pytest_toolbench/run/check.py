@@ -74,7 +74,7 @@ def _check(expect: Expect, outcome: Outcome, base: KeyPath, line_of: LineOf,
             if key == "status" and outcome.reply.error:
                 failure.message += f"; the server said: {outcome.reply.error}"
             failures.append(failure)
-    stream = expect.stream or StreamExpect()  # ``done`` defaults to true: checked unasked
+    stream = expect.stream or _STREAM_DEFAULTS  # ``done`` is true unless a case says not
     progress.path = (*base, "stream")
     if outcome.reply.stream is not None:
         failures.extend(_check_stream(stream, outcome.reply, (*base, "stream"), line_of))
@@ -85,6 +85,10 @@ def _check(expect: Expect, outcome: Outcome, base: KeyPath, line_of: LineOf,
             failures.append(_plain(f"an earlier stream of the stage ended without"
                                    f" {reply.stream.end}", (*base, "stream", "done"), line_of))
     return failures
+
+
+_STREAM_DEFAULTS = StreamExpect()
+"""The stream checks of a stage that gives none: a stream must end properly."""
 
 
 def _actuals(expect: Expect, outcome: Outcome) -> list[tuple[str, Any]]:
