@@ -77,6 +77,9 @@ class Interaction:
     """How long the whole response took; replay at speed 1 waits as long."""
     path: str = "/chat/completions"
     method: str = "POST"
+    body_json: str | None = field(default=None, repr=False, compare=False)
+    """A JSON ``body`` as its cassette spells it, when it was read from one: replay sends
+    these characters instead of encoding ``body`` again."""
 
 
 @dataclass

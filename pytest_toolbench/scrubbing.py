@@ -125,8 +125,9 @@ class Scrubber:
         if self._pattern is None:
             return interaction
         events = None if interaction.events is None else self._events(interaction.events)
+        body_json = None if interaction.body_json is None else self.text(interaction.body_json)
         return replace(interaction, request=self.data(interaction.request),
-                       body=self.data(interaction.body), events=events)
+                       body=self.data(interaction.body), events=events, body_json=body_json)
 
     def _events(self, events: list[StreamEvent]) -> list[StreamEvent]:
         """The events scrubbed; the chunks parsed here are the copies that get rewritten."""

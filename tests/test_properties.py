@@ -59,7 +59,7 @@ from pytest_toolbench.report.failure import render_failure
 from pytest_toolbench.report.html import render_html
 from pytest_toolbench.report.json_report import CaseRecord
 from pytest_toolbench.report.summary import render_summary
-from pytest_toolbench.transport.client import _request_content
+from pytest_toolbench.transport.client import request_content
 from pytest_toolbench.transport.errors import UnsendableRequest
 from pytest_toolbench.transport.sse import SSEDecoder, SSEEvent
 from pytest_toolbench.wire import wire_api
@@ -1092,7 +1092,7 @@ def _report_everywhere(api: str, reply: Reply) -> None:
     # What the next request sends back of this reply is sent as strict JSON, or the case
     # fails saying why it cannot be: nothing else may come out of making it.
     try:
-        _request_content({"input": [reply.to_message(), reply.native_turn]})
+        request_content({"input": [reply.to_message(), reply.native_turn]})
     except UnsendableRequest as refused:
         assert "NaN or Infinity" in str(refused)
     failure = Failure("usage did not match", ("stages", 0, "expect", "usage"), 4,

@@ -27,17 +27,19 @@ KeyPath = tuple[str | int, ...]
 class _Loader(_SafeLoader):
     """The safe loader, resolving the tag of a plain scalar once per text.
 
-    No path resolvers are registered, so a plain scalar's tag (``str``, ``int``, ``bool``...)
-    depends on its text alone, and matching the resolvers' regular expressions cost more
-    than composing the node; case files and cassettes repeat the same keys and values."""
+    No path resolvers are registered, so a node's tag depends on its kind alone, and a plain
+    scalar's (``str``, ``int``, ``bool``...) on its text alone; matching the resolvers'
+    regular expressions cost more than composing the node, and case files and cassettes
+    repeat the same keys and values. The composer asks for every node's tag."""
 
     _plain_tags: ClassVar[dict[str, str]] = {}
     """Plain scalar text -> its tag, for short texts, up to ``_PLAIN_TAGS_KEPT`` of them."""
 
     def resolve(self, kind: type[yaml.Node], value: Any, implicit: Any) -> str:
-        if kind is not yaml.ScalarNode or not implicit[0]:  # not a plain scalar
-            resolved: str = _resolve(self, kind, value, implicit)
-            return resolved
+        if kind is not yaml.ScalarNode:
+            return _SEQ_TAG if kind is yaml.SequenceNode else _MAP_TAG
+        if not implicit[0]:  # quoted, or a block scalar: text
+            return _STR_TAG
         known = self._plain_tags.get(value)
         if known is not None:
             return known

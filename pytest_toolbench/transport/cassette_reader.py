@@ -59,7 +59,8 @@ def _interaction(item: Any, where: str) -> Interaction:
     status = response.get("status", int)
     if not 100 <= status <= 599:
         raise CassetteUnreadable(f"{response.at('status')}: {status} is not an HTTP status")
-    body = response.json("json") if "json" in response.value else response.get("text", str, None)
+    body_json = response.get("json", str) if "json" in response.value else None
+    body = response.json("json") if body_json is not None else response.get("text", str, None)
     events = response.get("events", list, None)
     return Interaction(
         request=request.json("json", dict),
@@ -72,6 +73,7 @@ def _interaction(item: Any, where: str) -> Interaction:
         elapsed_ms=response.number("elapsed_ms", 0.0),
         path=request.get("path", str, "/chat/completions"),
         method=request.get("method", str, "POST"),
+        body_json=body_json,
     )
 
 

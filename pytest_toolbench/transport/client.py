@@ -229,7 +229,7 @@ class ApiClient:
     ) -> PendingReply:
         """Send ``body`` to ``wire``'s path; return once the headers are in. Retries connect
         errors, 429 and 5xx."""
-        content = _request_content(body)
+        content = request_content(body)
         self.breaker.check()
         retries: list[str] = []
         for attempt in range(self.config.retries + 1):
@@ -309,10 +309,12 @@ class ApiClient:
         return f"attempt {attempt + 1} failed ({reason}); retried after {delay:.2f} s"
 
 
-def _request_content(body: dict[str, Any]) -> bytes:
-    """``body`` as strict JSON, or UnsendableRequest: nothing that is not JSON is sent."""
+def request_content(body: dict[str, Any]) -> bytes:
+    """``body`` as the client sends it: strict JSON (nothing that is not JSON is sent:
+    UnsendableRequest), keys sorted, so equal bodies are equal bytes (the order of an
+    object's members means nothing in JSON)."""
     try:
-        return json.dumps(body, allow_nan=False).encode()
+        return json.dumps(body, allow_nan=False, sort_keys=True).encode()
     except ValueError:
         raise UnsendableRequest(
             "it holds NaN or Infinity, which JSON has no word for; the server put them in"
