@@ -97,6 +97,8 @@ def _duplicate_names(loaded: list[LoadedCase]) -> list[CaseFileError]:
 
 def _undefined_variables(item: LoadedCase) -> list[CaseFileError]:
     """``${name}``s that no earlier stage captures: each would fail every run of the case."""
+    if not item.document.may_interpolate:
+        return []
     return [CaseFileError(item.file, item.line_of(*path), message, path)
             for path, message in undefined_names(item.case)]
 

@@ -6,6 +6,7 @@ errors, matcher errors and failing expectations all look their key path up here.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import sys
@@ -131,6 +132,12 @@ class Document:
         if self._lines is None:
             self._lines = map_lines(self.source, self.index)
         return self._lines
+
+    @functools.cached_property
+    def may_interpolate(self) -> bool:
+        """Whether a ``${...}`` can be in it: False when the file's text holds no ``${``,
+        so nothing of its cases is ever filled in (most suites write none)."""
+        return "${" in self.source
 
     def line_of(self, path: Sequence[str | int]) -> int:
         """The line of ``path``, or of its nearest ancestor that the file spells out."""

@@ -312,7 +312,8 @@ class StageRunner:
     def _check(self, attempt: StageAttempt, outcome: Outcome, streamed: bool,
                label: bool) -> bool:
         try:
-            expect = resolve_expect(self.stage.expect, self.conversation.variables)
+            expect = (resolve_expect(self.stage.expect, self.conversation.variables)
+                      if self.case_run.loaded.document.may_interpolate else self.stage.expect)
             failures = check(expect, outcome, self.base, self._line_of,
                              self.ctx.match_timeout_s)
         except InterpolationError as error:
