@@ -125,9 +125,10 @@ class Scrubber:
         if self._pattern is None:
             return interaction
         events = None if interaction.events is None else self._events(interaction.events)
-        body_json = None if interaction.body_json is None else self.text(interaction.body_json)
+        # The body's text as a cassette spelled it is dropped: it would say what the body
+        # said before the secrets were masked (a secret may be spelled with JSON escapes).
         return replace(interaction, request=self.data(interaction.request),
-                       body=self.data(interaction.body), events=events, body_json=body_json)
+                       body=self.data(interaction.body), events=events, body_json=None)
 
     def _events(self, events: list[StreamEvent]) -> list[StreamEvent]:
         """The events scrubbed; the chunks parsed here are the copies that get rewritten."""

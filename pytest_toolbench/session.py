@@ -177,8 +177,8 @@ class SessionRuntime:
         """The case's endpoint after precedence (command line > case > ini > environment),
         worked out once per distinct ``endpoint`` mapping and API."""
         case = case_run.loaded.case.endpoint
-        key = (case.base_url, case.api_key_env, tuple(sorted(case.headers.items())),
-               case.timeout_s, case.retries, case_run.api)
+        key = (case_run.api, *(tuple(sorted(value.items())) if isinstance(value, dict)
+                               else value for _name, value in case))
         if key not in self._endpoints:
             self._endpoints[key] = self.settings.endpoint_for(case, case_run.api)
         return self._endpoints[key]

@@ -11,7 +11,9 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -138,6 +140,65 @@ def test_changed_request_fails_with_a_diff_of_the_bodies(pytester: pytest.Pytest
     ])
     assert "temperature" not in "".join(
         line for line in result.stdout.lines if line.lstrip().startswith(("-", "+")))
+
+
+def test_requests_go_out_as_canonical_json(pytester: pytest.Pytester,
+                                          chat_server: ChatServer) -> None:
+    """Keys sorted, compact: equal bodies are equal bytes, which replay relies on."""
+    chat_server.set_handler(assistant)
+    pytester.makefile(".case.yaml", c=f"""\
+        name: ordered
+        model: m1
+        endpoint: {{base_url: "{chat_server.base_url}", retries: 0}}
+        params: {{top_p: 1, max_tokens: 20}}
+        stages: [{{name: ask, user: hello, stream: true}}]
+        """)
+
+    pytester.runpytest("--toolbench-record").assert_outcomes(passed=1)
+
+    (request,) = chat_server.requests
+    assert list(request.json()) == sorted(request.json())  # not as built (model first)
+    assert request.body == json.dumps(request.json(), sort_keys=True).encode()
+
+
+def _rewrite_plain_request(root: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    """The plain case's recorded request, changed and written back in another layout: keys
+    unsorted (reversed), indented by four, as a person or another tool might."""
+    path = root / "__cassettes__" / "s" / "plain.yaml"
+    document = yaml.safe_load(path.read_text())
+    request = document["interactions"][0]["request"]
+    body = json.loads(request["json"])
+    change(body)
+    request["json"] = json.dumps(dict(reversed(list(body.items()))), indent=4)
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+
+
+def test_a_cassette_laid_out_otherwise_replays_the_same_request(pytester: pytest.Pytester,
+                                                                recorded: ChatServer) -> None:
+    _rewrite_plain_request(pytester.path, lambda body: None)
+    recorded.close()
+
+    result = pytester.runpytest("-k", "plain")
+
+    result.assert_outcomes(passed=1, deselected=3)
+
+
+def test_a_number_recorded_as_another_type_is_another_request(pytester: pytest.Pytester,
+                                                              recorded: ChatServer) -> None:
+    def temperature_as_float(body: dict[str, Any]) -> None:
+        body["temperature"] = 0.0  # the case sends the integer 0
+
+    _rewrite_plain_request(pytester.path, temperature_as_float)
+    recorded.close()
+
+    result = pytester.runpytest("-k", "plain")
+
+    result.assert_outcomes(failed=1, deselected=3)
+    result.stdout.fnmatch_lines([
+        "*plain: stages[[]0[]]: replay: request 1 differs from the one recorded*",
+        '*-  "temperature": 0.0',
+        '*+  "temperature": 0',
+    ])
 
 
 def test_more_requests_than_recorded_fails_saying_so(pytester: pytest.Pytester,
