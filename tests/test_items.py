@@ -108,6 +108,25 @@ def test_an_unknown_mark_is_reported_at_its_line_in_the_case_file(
     assert "collect.py" not in result.stdout.str()
 
 
+def test_every_case_with_an_unknown_mark_is_warned_at_its_own_line(
+    pytester: pytest.Pytester
+) -> None:
+    """A registered mark is checked once a session; an unknown one at every use."""
+    case = "name: {name}\nmarks: [smoke, unheard_of]\nstages: [{{name: ask, user: hi}}]\n"
+    pytester.makefile(".case.yaml", c=case.format(name="one") + "---\n" + case.format(name="two"))
+    pytester.makeini("[pytest]\nmarkers =\n    smoke: quick checks\n")
+
+    result = pytester.runpytest("--collect-only", "-q", "-m", "smoke",
+                                "-W", "always::pytest.PytestUnknownMarkWarning")
+
+    result.stdout.fnmatch_lines([
+        "c.case.yaml::one", "c.case.yaml::two",
+        "  *c.case.yaml:2: PytestUnknownMarkWarning: Unknown pytest.mark.unheard_of*",
+        "  *c.case.yaml:6: PytestUnknownMarkWarning: Unknown pytest.mark.unheard_of*",
+    ])
+    assert result.stdout.str().count("Unknown pytest.mark") == 2
+
+
 @pytest.mark.parametrize("flags", [["--strict-markers"],
                                    ["-W", "error::pytest.PytestUnknownMarkWarning"]])
 def test_a_refused_mark_is_a_collection_error_at_its_line(
