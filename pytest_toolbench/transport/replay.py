@@ -111,13 +111,19 @@ class Replayer:
 
 
 class _EventStream(httpx.AsyncByteStream):
-    """Re-sends recorded SSE events one network chunk each, optionally with their timing."""
+    """Re-sends recorded SSE events one network chunk each with their timing, or, replayed
+    instantly, all in one chunk: they are all there at once, as a fast server's are."""
 
     def __init__(self, events: list[StreamEvent], speed: float, body: bytes = b"",
                  elapsed_ms: float = 0.0) -> None:
         self.events, self.speed, self.body, self.elapsed_ms = events, speed, body, elapsed_ms
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
+        if self.speed <= 0:
+            whole = b"".join(_sse_bytes(event) for event in self.events) + self.body
+            if whole:
+                yield whole
+            return
         clock = 0.0
         for event in self.events:
             clock = await self._wait_until(clock, event.offset_ms)
