@@ -323,6 +323,40 @@ stages:
         ["*follows: stages?1?.expect.text: 'Paris is sunny' does not match regex '^Lyon is'"])
 
 
+def test_a_placeholder_spelled_with_yaml_escapes_is_still_one(
+    pytester: pytest.Pytester, chat_server: ChatServer
+) -> None:
+    """``\\x24{city}`` in a double-quoted string is ``${city}`` once YAML has read it: it is
+    checked at collection and filled in when the stage runs, like one written plainly."""
+    chat_server.enqueue(
+        json_reply(completion(tool_calls=[("get_weather", {"city": "Lyon"})])),
+        json_reply(completion(text="Lyon is sunny")),
+    )
+    case = """name: escaped
+tools:
+  - name: get_weather
+    result: sunny
+stages:
+  - name: pick
+    user: Pick a city
+    capture: {city: tool_calls.0.arguments.city}
+  - name: check
+    user: "Now \\x24{city}"
+    expect:
+      text: {$regex: "^\\x24{city} is"}
+"""
+    assert "${" not in case
+    write_case(pytester, chat_server, case)
+    run_live(pytester).assert_outcomes(passed=1)
+    assert chat_server.requests[1].json()["messages"][-1]["content"] == "Now Lyon"
+
+    write_case(pytester, chat_server, case.replace("x24{city}", "x24{town}"))
+    result = run_live(pytester)
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["  loop.case.yaml:11: stages[[]1[]].user: ${town} is not defined*",
+                                 "  loop.case.yaml:13: stages[[]1[]].expect.text.$regex: ${town} is*"])
+
+
 def test_missing_variable_is_a_collection_error_at_its_line(
     pytester: pytest.Pytester, chat_server: ChatServer
 ) -> None:

@@ -6,7 +6,6 @@ errors, matcher errors and failing expectations all look their key path up here.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import os
 import sys
@@ -120,6 +119,9 @@ class Document:
     """The text of the whole file, which the document's lines are mapped from."""
     index: int = 0
     """Which of the file's documents this is (empty ones not counted)."""
+    may_interpolate: bool = True
+    """False when no text value or key of it holds ``${``: nothing of it is ever filled in
+    (most suites write no placeholder), and its checks need not look."""
     _lines: dict[KeyPath, int] | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -132,12 +134,6 @@ class Document:
         if self._lines is None:
             self._lines = map_lines(self.source, self.index)
         return self._lines
-
-    @functools.cached_property
-    def may_interpolate(self) -> bool:
-        """Whether a ``${...}`` can be in it: False when the file's text holds no ``${``,
-        so nothing of its cases is ever filled in (most suites write none)."""
-        return "${" in self.source
 
     def line_of(self, path: Sequence[str | int]) -> int:
         """The line of ``path``, or of its nearest ancestor that the file spells out."""
@@ -219,9 +215,9 @@ def _compose(file: Path, source: str) -> list[Document]:
     budget = MAX_VALUES  # for the whole file: many documents must not add up past it
     try:
         for node in _documents(loader):
-            data, values = _build(file, loader, node, budget)
+            data, values, placeholders = _build(file, loader, node, budget)
             start_line = min(node.start_mark.line + 1, last_line)
-            documents.append(Document(data, start_line, source, len(documents)))
+            documents.append(Document(data, start_line, source, len(documents), placeholders))
             budget -= values
         return documents
     finally:
@@ -304,12 +300,15 @@ def _too_many(limit: int, *, expanded: bool) -> str:
             " that many (bulk data belongs in a python tool that reads it)")
 
 
-def _build(file: Path, loader: Any, node: yaml.Node, budget: int) -> tuple[Any, int]:
-    """The data of document ``node`` and how many values it holds (aliases expanded),
-    within the limits: at most ``budget`` values and ``_MAX_DEPTH`` levels, no duplicate
-    key, no alias inside itself. When it is not, the line map says what and where."""
+def _build(file: Path, loader: Any, node: yaml.Node, budget: int) -> tuple[Any, int, bool]:
+    """The data of document ``node``, how many values it holds (aliases expanded) and
+    whether a text in it holds ``${``, within the limits: at most ``budget`` values and
+    ``_MAX_DEPTH`` levels, no duplicate key, no alias inside itself. When it is not, the
+    line map says what and where."""
+    builder = _PlainBuilder(loader, budget, _MAX_DEPTH)
     try:
-        return _PlainBuilder(loader, budget, _MAX_DEPTH).build_document(node)
+        data, values = builder.build_document(node)
+        return data, values, builder.placeholders
     except _OverLimit:
         _LineMapper(budget).map(node, ())  # raises the YamlProblem that says where
         raise YamlProblem("the file passes a limit of case files") from None
@@ -319,7 +318,7 @@ def _build(file: Path, loader: Any, node: yaml.Node, budget: int) -> tuple[Any, 
         raise _unreadable(file, node) from None
     _depth, values = _LineMapper(budget).map(node, ())
     try:
-        return loader.construct_document(node), values
+        return loader.construct_document(node), values, True  # placeholders: not looked for
     except _CONSTRUCTOR_ERRORS:
         raise _unreadable(file, node) from None
 
@@ -489,6 +488,8 @@ class _PlainBuilder:
         """id(collection node) -> its value: the aliases of a node share it."""
         self.measured: dict[int, tuple[int, int]] = {}
         """id(collection node) -> (levels below it, values in it), once it is built."""
+        self.placeholders = False
+        """Whether a text value or key built so far holds ``${``."""
 
     def build_document(self, node: yaml.Node) -> tuple[Any, int]:
         """The document's data and how many values it holds."""
@@ -502,7 +503,10 @@ class _PlainBuilder:
                 if depth > self.max_depth:
                     raise _OverLimit
             if node.tag == _STR_TAG:
-                return node.value
+                text: str = node.value
+                if "${" in text:
+                    self.placeholders = True
+                return text
             if node.tag not in _SCALAR_TAGS:
                 raise _NotPlain
             return self.constructors[node.tag](self.loader, node)
@@ -548,6 +552,8 @@ class _PlainBuilder:
             if type(key_node) is not yaml.ScalarNode or key_node.tag != _STR_TAG:
                 raise _NotPlain
             name = key_node.value
+            if "${" in name:
+                self.placeholders = True
             if name in mapping:
                 raise _OverLimit  # a duplicate key
             mapping[name] = self.build(value_node, depth + 1)
