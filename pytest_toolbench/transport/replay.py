@@ -49,14 +49,7 @@ class Replayer:
                                f" requests (POST ...{path}), not {request.method}"
                                f" {request.url.path}")
         recorded = self._next()
-        # The client sends every body as the same bytes (``request_content``): a request
-        # spelled as the recorded one is the same request, and needs no reading.
-        if request.content != _content_of(recorded.request):
-            try:
-                body = json.loads(request.content)
-            except ValueError:
-                raise self._refuse("the request body is not JSON") from None
-            self._compare(recorded, body)
+        self._check_request(recorded, request.content)
         self.replayed += 1
         return self._response(recorded)
 
@@ -69,17 +62,28 @@ class Replayer:
                 f"{len(cassette.interactions)}; re-record with: {cassette.rerecord_hint}")
         return cassette.interactions[self.replayed]
 
-    def _compare(self, recorded: Interaction, request: dict[str, Any]) -> None:
-        """Refuse ``request`` unless it is ``recorded``'s, as JSON values (keys in any order)."""
+    def _check_request(self, recorded: Interaction, content: bytes) -> None:
+        """Refuse the request ``content`` unless its body is ``recorded``'s, as JSON values
+        (the recording may order its keys and lay its JSON out any way).
+
+        Both are compared as the client spells a body (``request_content``); the client
+        sent exactly that, so a request spelled as the recorded one needs no reading."""
+        expected = _content_of(recorded.request)
+        if content == expected:
+            return
+        try:
+            sent = json.loads(content)
+        except ValueError:
+            raise self._refuse("the request body is not JSON") from None
         # The recording holds the key scrubbed; so must the request it is compared to, and
         # the diff of a mismatch must not show the key either.
-        request = self.scrubber.data(request)
-        if _canonical(recorded.request) != _canonical(request):
+        sent = self.scrubber.data(sent)
+        if _content_of(sent) != expected:
             cassette = self.cassette
             raise self._refuse(
                 f"request {self.replayed + 1} differs from the one recorded in"
                 f" {cassette.shown}; re-record with: {cassette.rerecord_hint}\n"
-                f"{request_diff(recorded.request, request)}")
+                f"{request_diff(recorded.request, sent)}")
 
     def unused(self) -> str | None:
         """Why the case fails when it is over with recorded answers left unused (it changed
@@ -152,12 +156,9 @@ def request_diff(recorded: dict[str, Any], sent: dict[str, Any]) -> str:
                                           lineterm=""))
 
 
-def _canonical(body: dict[str, Any]) -> str:
-    return json.dumps(body, sort_keys=True)
-
-
-def _content_of(body: dict[str, Any]) -> bytes | None:
-    """The bytes the client sends for ``body`` (None: it would send none, as it holds NaN)."""
+def _content_of(body: Any) -> bytes | None:
+    """The bytes the client sends for ``body`` (None: it would send none, as it holds NaN;
+    what the client sent never does)."""
     try:
         return request_content(body)
     except UnsendableRequest:
