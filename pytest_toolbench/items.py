@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from .budget import BudgetSpent, TokenBudget
 from .casefile.load import CaseFileErrors, LoadedCase, describe_errors, load_case_file
 from .lookahead import LOOKAHEAD_KEY
 from .marks import MarkRefused, case_marks
@@ -104,7 +105,11 @@ class CaseItem(pytest.Item):
     def runtest(self) -> None:
         runtime = self.config.stash[RUNTIME_KEY]
         self._start_ahead(runtime)
-        self.result = runtime.result(self.case_run)
+        try:
+            self.result = runtime.result(self.case_run)
+        except BudgetSpent as spent:
+            # Reported at the case's file and line, as a skip mark is, not at this line.
+            raise pytest.skip.Exception(str(spent), _use_item_location=True) from None
         if not self.result.passed:
             raise CaseFailed(self.result)
 
@@ -141,18 +146,23 @@ def _start_session(config: pytest.Config) -> None:
     """With the first case file: the runtime that runs cases, and the hooks that report them."""
     if RUNTIME_KEY in config.stash:
         return
-    runtime = SessionRuntime(config.stash[SETTINGS_KEY], Path(config.invocation_params.dir))
+    settings = config.stash[SETTINGS_KEY]
+    workers = getattr(config, "workerinput", {}).get("workercount", 1)
+    budget = TokenBudget.shared(settings.max_tokens, settings.max_tokens_source, workers)
+    runtime = SessionRuntime(settings, Path(config.invocation_params.dir), budget, workers)
     config.stash[RUNTIME_KEY] = runtime
     config.add_cleanup(runtime.close)
-    config.pluginmanager.register(CaseReports(records_read(config)), "toolbench-case-reports")
+    config.pluginmanager.register(CaseReports(records_read(config), runtime),
+                                  "toolbench-case-reports")
 
 
 class CaseReports:
     """Hooks on case items: each one's test report carries its figures (for junit) and,
     when the session reads them (``records``), its case record."""
 
-    def __init__(self, records: bool) -> None:
+    def __init__(self, records: bool, runtime: SessionRuntime) -> None:
         self.records = records
+        self.runtime = runtime
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]
@@ -160,10 +170,15 @@ class CaseReports:
         report = yield
         if not isinstance(item, CaseItem):
             return report
+        if call.when == "call":
+            self._budget_figures(report, item, call)
+            self._limit_figures(report)
         if call.when == "call" and item.result is None and call.excinfo is not None:
-            # The plugin broke off the run with an unexpected exception: the case must
-            # still be in the reports, failed, or a gate that reads them could pass.
-            item.result = item.broken_result(call.excinfo)
+            # Not started (the token budget is spent): reported as a skipped case. Or the
+            # plugin broke off the run with an unexpected exception: the case must still
+            # be in the reports, failed, or a gate that reads them could pass.
+            item.result = (item.unrun_result() if _not_started(call)
+                           else item.broken_result(call.excinfo))
         if call.when == "call" and item.result is not None:
             result = item.result
             item.result = None  # the report carries the record; the item lives to the end
@@ -184,6 +199,33 @@ class CaseReports:
             # JSON text on the report: it travels to the xdist controller, which reads it.
             report.toolbench = record.to_text()  # type: ignore[attr-defined]
         return report
+
+
+    def _budget_figures(self, report: pytest.TestReport, item: CaseItem,
+                        call: pytest.CallInfo[None]) -> None:
+        """What the summary says of the token budget, on the report so it reaches the xdist
+        controller: the tokens the case used live, whether the budget kept it from
+        starting, and the budget this process held."""
+        budget = self.runtime.budget
+        if budget.limit is None:
+            return
+        report.toolbench_budget = {  # type: ignore[attr-defined]
+            "tokens": self.runtime.live_tokens.pop(item.nodeid, None),
+            "skipped": _not_started(call), "limit": budget.limit}
+
+
+    def _limit_figures(self, report: pytest.TestReport) -> None:
+        """Requests, tokens and time waited on rate limits since the last report, so the
+        summary (on the xdist controller too) can add them up."""
+        stats = self.runtime.take_limiter_stats()
+        if stats is not None:
+            report.toolbench_limits = [  # type: ignore[attr-defined]
+                stats.requests, stats.tokens, stats.waited_s]
+
+
+def _not_started(call: pytest.CallInfo[None]) -> bool:
+    """Whether the case was skipped instead of started (the token budget was spent)."""
+    return call.excinfo is not None and call.excinfo.errisinstance(pytest.skip.Exception)
 
 
 def _outcome(report: pytest.TestReport) -> str:

@@ -58,10 +58,10 @@ def pytest_ignore_collect(collection_path: Path) -> bool | None:
     return True if collection_path.name == CASSETTE_FOLDER else None
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Remember the final order (after -k, -m, --lf) so live cases can start ahead."""
-    config.stash[LOOKAHEAD_KEY] = Lookahead(config, items)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Remember the final order so live cases can start ahead: after every plugin chose
+    (-k, -m, --lf, and pytest-split's shard, which also deselects as late as it can)."""
+    session.config.stash[LOOKAHEAD_KEY] = Lookahead(session.config, session.items)
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -85,6 +85,37 @@ def _summary_shown(config: pytest.Config) -> bool:
     return config.get_verbosity() >= 0
 
 
+def _limits_text(rpm: float | None, tpm: float | None) -> str:
+    given = [f"{name} {value:g}" for name, value in (("--toolbench-rpm", rpm),
+                                                     ("--toolbench-tpm", tpm))
+             if value is not None]
+    return ", ".join(given)
+
+
+class BudgetTally:
+    """The token budget's figures over the session's case reports (from xdist workers
+    too): tokens live cases used, cases the budget kept from starting, a worker's share."""
+
+    def __init__(self) -> None:
+        self.tokens = 0
+        self.not_started = 0
+        self.share: int | None = None
+
+    def add(self, figures: dict[str, Any]) -> None:
+        self.tokens += figures.get("tokens") or 0
+        self.not_started += bool(figures.get("skipped"))
+        self.share = figures.get("limit")
+
+    def line(self, limit: int, source: str) -> str:
+        """``token budget: 45 of 40 tokens used (--toolbench-max-tokens); 2 cases not
+        started (skipped)``."""
+        shared = f": {self.share} a worker" if self.share not in (None, limit) else ""
+        cases = "case" if self.not_started == 1 else "cases"
+        started = f"; {self.not_started} {cases} not started (skipped)" if self.not_started \
+            else ""
+        return f"token budget: {self.tokens} of {limit} tokens used ({source}{shared}){started}"
+
+
 class SessionReports:
     """Gathers the case records of the session (from xdist workers too) and reports them.
 
@@ -97,12 +128,21 @@ class SessionReports:
         self._arrived: list[str] = []
         """Each case's record as JSON text."""
         self._records: list[CaseRecord] | None = None
+        self._budget = BudgetTally()
+        self._limits = [0, 0, 0.0]
+        """Requests, tokens and seconds waited on rate limits (--toolbench-rpm/-tpm)."""
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         text = getattr(report, "toolbench", None)  # JSON text: it may come from a worker
         if text is not None:
             self._arrived.append(text)
             self._records = None
+        figures = getattr(report, "toolbench_budget", None)
+        if figures is not None:
+            self._budget.add(figures)
+        limits = getattr(report, "toolbench_limits", None)
+        if limits is not None:
+            self._limits = [a + b for a, b in zip(self._limits, limits)]
 
     def records(self) -> list[CaseRecord]:
         """The session's case records, in the order their reports arrived. (A method: pluggy
@@ -122,6 +162,15 @@ class SessionReports:
         terminalreporter.write_sep("=", "toolbench summary")
         terminalreporter.write(render_summary(self.records(), writer.fullwidth,
                                               writer.hasmarkup))
+        settings = self.config.stash[SETTINGS_KEY]
+        if settings.max_tokens is not None:
+            terminalreporter.write_line(self._budget.line(settings.max_tokens,
+                                                          settings.max_tokens_source))
+        if settings.rpm is not None or settings.tpm is not None:
+            requests, tokens, waited = self._limits
+            terminalreporter.write_line(
+                f"rate limits: {requests} requests, {tokens} tokens, {waited:.1f} s waited on"
+                f" limits ({_limits_text(settings.rpm, settings.tpm)})")
 
     def pytest_sessionfinish(self) -> None:
         settings = self.config.stash[SETTINGS_KEY]

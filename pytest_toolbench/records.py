@@ -140,7 +140,29 @@ class ToolRun:
     content: str
     """The tool message's content as sent back to the model."""
     error: str | None = None
+    """Why the run failed, as the plugin saw it (its ``content`` says so to the model)."""
     duration_ms: float = 0.0
+    failed: bool = False
+    """The run gave no result: an unknown tool, arguments that are not JSON, an exception, a
+    timeout, an ``error:`` tool. Request builders read this, never the content: an API
+    that can say so marks the result as an error (Messages: ``is_error: true``)."""
+    server: str | None = None
+    """The MCP server that ran it; ``None`` for the case's own tools."""
+
+
+@dataclass
+class McpExchange:
+    """One request to an MCP server and its answer, as a cassette keeps it beside the
+    model's exchanges: ``tools/list`` (``params`` empty) or ``tools/call``."""
+
+    server: str
+    method: str
+    """``tools/list`` or ``tools/call``."""
+    result: dict[str, Any]
+    """The server's result, in MCP's own words (``tools``; ``content``, ``isError``...)."""
+    params: dict[str, Any] = field(default_factory=dict)
+    """``tools/call``: ``{name, arguments}``."""
+    elapsed_ms: float = 0.0
 
 
 @dataclass

@@ -22,8 +22,9 @@ import threading
 from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from .budget import TokenBudget
 from .defaults import CASSETTE_FOLDER
 from .records import CaseResult
 from .run.runner import CaseRun, RunContext, run_case
@@ -33,14 +34,28 @@ from .transport.breaker import CircuitBreaker
 from .transport.cassette import Cassette
 from .transport.client import ApiClient, ClientConfig, InteractionSink
 from .transport.errors import ReplayError
+from .transport.ratelimit import LimiterStats, RateLimiter
 from .transport.replay import Replayer
+
+if TYPE_CHECKING:
+    from .mcp.provider import SessionServers
+    from .run.runner import McpProvider
 
 
 class SessionRuntime:
     """The session's runtime: the event loop thread, live clients, and cases under way."""
 
-    def __init__(self, settings: Settings, start_dir: Path) -> None:
+    def __init__(self, settings: Settings, start_dir: Path, budget: TokenBudget | None = None,
+                 workers: int = 1) -> None:
         self.settings = settings
+        self._workers = workers
+        """xdist workers sharing the rate limits (each takes its share); 1 without xdist."""
+        self._limiters: dict[str, RateLimiter] = {}
+        """One per endpoint base URL, when --toolbench-rpm or --toolbench-tpm is given."""
+        self.budget = budget or TokenBudget(None)
+        """Live cases are started only while it is not spent (``--toolbench-max-tokens``)."""
+        self.live_tokens: dict[str, int | None] = {}
+        """The tokens each live case used, by node id, until its report takes them."""
         self.start_dir = start_dir
         """Where pytest was started: messages show paths relative to it, as the user typed."""
         self._here: asyncio.AbstractEventLoop | None = None
@@ -58,22 +73,27 @@ class SessionRuntime:
         self._folders: dict[Path, tuple[Path, str]] = {}
         """Case file -> the folder of its cassettes, and that folder as messages show it."""
         self._started: dict[str, concurrent.futures.Future[CaseResult]] = {}
+        self._mcp_servers: SessionServers | None = None
+        """The ``scope: session`` MCP servers, on the live loop; made when first needed."""
         self._log_scrubber = LogScrubber()
         self._log_scrubber.install()  # until the session ends: httpx logs each URL
 
     # -- running -------------------------------------------------------------------------
 
     def start(self, case_run: CaseRun) -> None:
-        """Start ``case_run`` now unless it already runs (used to run live cases ahead)."""
-        if case_run.nodeid not in self._started:
+        """Start ``case_run`` now unless it already runs (used to run live cases ahead), or
+        the token budget is spent: it is then skipped when its turn comes."""
+        if case_run.nodeid not in self._started and not self.budget.exhausted:
             self._start(case_run, self._replays(case_run))
 
     def result(self, case_run: CaseRun) -> CaseResult:
-        """Run ``case_run``, or wait for it if it was started ahead, and return what it did."""
+        """Run ``case_run``, or wait for it if it was started ahead, and return what it did.
+        Raises BudgetSpent for a live case not yet started when the token budget is spent."""
         if case_run.nodeid not in self._started:
             replaying = self._replays(case_run)
             if replaying:
                 return self._run_here(self._execute(case_run, replaying))
+            self.budget.check()
             self._start(case_run, replaying)
         result = self._started[case_run.nodeid].result()  # on Ctrl-C, close() cancels it
         del self._started[case_run.nodeid]
@@ -139,6 +159,8 @@ class SessionRuntime:
         self._loop = None
 
     async def _shutdown(self) -> None:
+        if self._mcp_servers is not None:  # before the cases are cancelled: their tasks too
+            await self._mcp_servers.aclose()
         await _cancel_other_tasks()
         await self._close_clients()
         await asyncio.get_running_loop().shutdown_asyncgens()  # streams cut off mid-way
@@ -162,16 +184,43 @@ class SessionRuntime:
             return case_run.not_run(str(error))
         api_key = endpoint.api_key()
         scrubber = self._scrubber(endpoint, api_key)
+        uses_mcp = bool(case_run.loaded.case.mcp_tools)
+        if uses_mcp:
+            scrubber = self._with_mcp_secrets(case_run, scrubber)
         if replaying:
             return await self._replay(case_run, endpoint, Replayer(
-                cassette, scrubber, self.settings.replay_speed), scrubber)
+                cassette, scrubber, self.settings.replay_speed), scrubber, cassette)
         recording = self.settings.mode in (Mode.RECORD, Mode.MISSING)
         result = await run_case(case_run, self._context(
             case_run, self._live_client(endpoint), scrubber, api_key=api_key,
-            sink=cassette.interactions.append if recording else None))
+            sink=cassette.interactions.append if recording else None,
+            mcp=self._live_mcp(scrubber, cassette if recording else None) if uses_mcp
+            else None))
         if recording and not _endpoint_failed(result):
             cassette.save()  # an endpoint failure keeps the old cassette: it replays nothing
+        self.budget.spend(result.total_tokens)
+        self.live_tokens[case_run.nodeid] = result.total_tokens
         return result
+
+    def _with_mcp_secrets(self, case_run: CaseRun, scrubber: Scrubber) -> Scrubber:
+        """``scrubber`` masking the credentials of the case's MCP servers (their ``env``
+        and ``headers``) too."""
+        from .mcp.provider import case_secrets
+
+        secrets = case_secrets(case_run.loaded)
+        if not secrets:
+            return scrubber
+        self._log_scrubber.add(secrets)
+        return Scrubber((*scrubber.secrets, *secrets))
+
+    def _live_mcp(self, scrubber: Scrubber, cassette: Cassette | None) -> McpProvider:
+        """Live MCP servers for one case, its exchanges kept in ``cassette`` if given."""
+        from .mcp.provider import LiveMcp, SessionServers
+
+        if self._mcp_servers is None:
+            self._mcp_servers = SessionServers()
+        return LiveMcp(self._mcp_servers, scrubber,
+                       sink=cassette.mcp.append if cassette is not None else None)
 
     def _endpoint(self, case_run: CaseRun) -> ResolvedEndpoint:
         """The case's endpoint after precedence (command line > case > ini > environment),
@@ -204,28 +253,63 @@ class SessionRuntime:
         return f"pytest '{case_run.display_file}::{case_run.label}' --toolbench-record{forced}"
 
     async def _replay(self, case_run: CaseRun, endpoint: ResolvedEndpoint, replayer: Replayer,
-                      scrubber: Scrubber) -> CaseResult:
-        """Run ``case_run`` on a client of its own whose every answer comes from its cassette."""
+                      scrubber: Scrubber, cassette: Cassette) -> CaseResult:
+        """Run ``case_run`` on a client of its own whose every answer comes from its
+        cassette, as do its MCP servers' (none is started)."""
         client = self._replay_client(endpoint, replayer)
+        verdict: Callable[[], str | None] = replayer.unused
+        mcp: McpProvider | None = None
+        if case_run.loaded.case.mcp_tools:
+            from .mcp.provider import ReplayedMcp
+            from .mcp.source import RecordedCalls
+
+            recorded = RecordedCalls(cassette.mcp, cassette.shown, cassette.rerecord_hint,
+                                     scrubber)
+            mcp = ReplayedMcp(recorded)
+            verdict = _first_of(replayer.unused, recorded.unused)
         try:
             return await run_case(case_run, self._context(case_run, client, scrubber,
-                                                verdict=replayer.unused))
+                                                          verdict=verdict, mcp=mcp))
         finally:
             await client.aclose()
 
     def _context(self, case_run: CaseRun, client: ApiClient, scrubber: Scrubber, *,
                  api_key: str | None = None, sink: InteractionSink | None = None,
-                 verdict: Callable[[], str | None] | None = None) -> RunContext:
+                 verdict: Callable[[], str | None] | None = None,
+                 mcp: McpProvider | None = None) -> RunContext:
         repeat = case_run.loaded.case.repeat
         return RunContext(client, api_key=api_key, sink=sink, verdict=verdict,
                           runs=self.settings.repeat or (repeat.runs if repeat else 1),
-                          match_timeout_s=self.settings.match_timeout_s, scrubber=scrubber)
+                          match_timeout_s=self.settings.match_timeout_s, scrubber=scrubber,
+                          mcp=mcp)
 
     def _live_client(self, endpoint: ResolvedEndpoint) -> ApiClient:
         if endpoint not in self._clients:
             self._clients[endpoint] = ApiClient(_client_config(endpoint),
-                                                 breaker=self._breaker(endpoint.base_url))
+                                                 breaker=self._breaker(endpoint.base_url),
+                                                 pacer=self._limiter(endpoint.base_url))
         return self._clients[endpoint]
+
+    def _limiter(self, base_url: str) -> RateLimiter | None:
+        """One rate limiter per endpoint, shared by the cases that reach it live; this
+        process's share of the limits under xdist."""
+        rpm, tpm = self.settings.rpm, self.settings.tpm
+        if rpm is None and tpm is None:
+            return None
+        if base_url not in self._limiters:
+            share = self._workers
+            self._limiters[base_url] = RateLimiter(rpm and rpm / share, tpm and tpm / share)
+        return self._limiters[base_url]
+
+    def take_limiter_stats(self) -> LimiterStats | None:
+        """Requests, tokens and time waited on rate limits since the last call; None when
+        no limit is set."""
+        if self.settings.rpm is None and self.settings.tpm is None:
+            return None
+        total = LimiterStats()
+        for limiter in list(self._limiters.values()):
+            total.add(limiter.take_stats())
+        return total
 
     def _replay_client(self, endpoint: ResolvedEndpoint, replayer: Replayer) -> ApiClient:
         """A client for one replayed case: cheap (no connection pool, no TLS context, no
@@ -285,6 +369,13 @@ def _replay_config(endpoint: ResolvedEndpoint, *, instant: bool) -> ClientConfig
     return config
 
 
+def _first_of(*verdicts: Callable[[], str | None]) -> Callable[[], str | None]:
+    """One verdict: the first of ``verdicts`` that finds fault."""
+    def verdict() -> str | None:
+        return next((found for found in (each() for each in verdicts) if found), None)
+    return verdict
+
+
 def _endpoint_failed(result: CaseResult) -> bool:
     """Whether a recording keeps the previous cassette: a request got no answer (connect
     error, timeout, reset), or a case that failed met an overloaded or broken server (429 or
@@ -292,7 +383,15 @@ def _endpoint_failed(result: CaseResult) -> bool:
     return any(
         turn.error or (not result.passed and turn.reply is not None
                        and (turn.reply.status == 429 or turn.reply.status >= 500))
-        for run in result.runs for turn in run.turns)
+        for run in result.runs for turn in run.turns) or _tool_server_failed(result)
+
+
+def _tool_server_failed(result: CaseResult) -> bool:
+    """Whether a tool source (an MCP server) broke: its failures sit at ``tools[N]``, where
+    the source is declared; the recording is missing its exchanges."""
+    return any(failure.key_path[:1] == ("tools",)
+               for run in result.runs for stage in run.stages for attempt in stage.attempts
+               for failure in attempt.failures)
 
 
 def _printable(text: str) -> str:

@@ -100,6 +100,15 @@ OPTIONS: tuple[tuple[str, str, str, str], ...] = (
      "write one self-contained HTML report: overview, filters, every conversation"),
     ("cassette-dir", "cassette_dir", "DIR",
      "where cassettes live (default: __cassettes__ beside each case file)"),
+    ("max-tokens", "max_tokens", "N",
+     ("live/record cases stop being started once the replies used N tokens; the rest are"
+      " skipped (under -n each worker holds N / workers)")),
+    ("rpm", "rpm", "N",
+     ("live requests a minute at most, per endpoint, paced evenly (under -n each worker"
+      " N / workers); 429s and rate-limit headers slow requests down too")),
+    ("tpm", "tpm", "N",
+     ("live tokens a minute at most, per endpoint, as the replies report them (under -n"
+      " each worker N / workers)")),
     ("breaker-threshold", "breaker_threshold", "N",
      "consecutive transport failures that open an endpoint's circuit (default 3; 0: never)"),
     ("breaker-cooldown", "breaker_cooldown", "S",
@@ -136,6 +145,14 @@ class Settings:
     """None: ``DEADLINE_PER_TIMEOUT`` times each endpoint's timeout."""
     max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES
     max_stream_events: int = DEFAULT_MAX_STREAM_EVENTS
+    max_tokens: int | None = None
+    """The token budget of live cases; None: none."""
+    max_tokens_source: str = "--toolbench-max-tokens"
+    """The flag or ini key the budget came from, as messages name it."""
+    rpm: float | None = None
+    """Live requests a minute, per endpoint; None: no limit of ours."""
+    tpm: float | None = None
+    """Live tokens a minute, per endpoint; None: no limit of ours."""
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
@@ -188,6 +205,10 @@ class Settings:
                                 DEFAULT_MAX_REPLY_BYTES),
             max_stream_events=_or(_number(given("max_stream_events"), int, minimum=1),
                                   DEFAULT_MAX_STREAM_EVENTS),
+            max_tokens=_number(given("max_tokens"), int, minimum=1),
+            max_tokens_source=given("max_tokens")[1],
+            rpm=_number(given("rpm"), float, 0, above=True),
+            tpm=_number(given("tpm"), float, 0, above=True),
         )
 
     def apis_for(self, case: Endpoint) -> tuple[str, ...]:

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+# Two imports here once, before any pytester run, because pytester drops the modules an
+# in-process run imported when it ends. httpx imports httpcore lazily, with its first
+# transport, and keeps a table of httpcore's exception classes from then on: were httpcore
+# first imported inside a pytester run, the next import would make new classes the table
+# does not know, and a reset would reach a test as httpcore.ReadError, not httpx's.
+import httpcore  # noqa: F401
 import pytest
 from hypothesis_profiles import load_default_profile
 from support.chat_server import ChatServer, start_chat_server
 
-# The plugin imports its machinery with the first case file. Imported here once, before any
-# pytester run: pytester drops the modules an in-process run imported when it ends, and
-# PyYAML's C extension cannot be imported a second time.
+# The plugin imports its machinery with the first case file, and PyYAML's C extension
+# cannot be imported a second time.
 import pytest_toolbench.items  # noqa: F401
 
 load_default_profile()  # before the hypothesis plugin applies --hypothesis-profile, if given

@@ -453,6 +453,35 @@ def test_graph_needs_a_name_when_the_file_has_several_cases(
     assert 'state "only" as stage0' in graph_of(capsys, "two.case.yaml", "other")
 
 
+def test_graph_takes_a_pytest_node_id_as_pytest_prints_it(
+        cases: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``FILE::NAME``, and ``FILE::NAME[MODEL]`` (one item per model: one flow for all)."""
+    write(cases, "suite/two.case.yaml", VALID + "---\nname: other\nmodel: [m1, m2]\n"
+                                                "stages: [{name: only}]\n")
+    by_name = graph_of(capsys, "suite/two.case.yaml", "other")
+
+    assert graph_of(capsys, "suite/two.case.yaml::other") == by_name
+    assert graph_of(capsys, "suite/two.case.yaml::other[m2]") == by_name
+    assert 'state "ask" as stage0' in graph_of(capsys, "suite/two.case.yaml::paris_weather")
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["two.case.yaml::nope"],
+     "two.case.yaml has no case named 'nope'; name one of: paris_weather, other"),
+    (["two.case.yaml::other[m3]"],
+     "two.case.yaml has no item 'other[m3]'; its items: other[m1], other[m2]"),
+    (["two.case.yaml::other", "paris_weather"],
+     "two.case.yaml::other names the case already; leave out 'paris_weather'"),
+    (["nope.case.yaml::other"], "no such case file: nope.case.yaml"),
+])
+def test_graph_of_a_node_id_that_names_nothing_says_what_there_is(
+        cases: Path, capsys: pytest.CaptureFixture[str], argv: list[str], says: str) -> None:
+    write(cases, "two.case.yaml", VALID + "---\nname: other\nmodel: [m1, m2]\n"
+                                          "stages: [{name: only}]\n")
+    code, out, err = run(capsys, "graph", *argv)
+    assert (code, out, err) == (2, "", f"toolbench graph: error: {says}\n")
+
+
 def test_graph_of_an_invalid_file_shows_its_problems(
         cases: Path, capsys: pytest.CaptureFixture[str]) -> None:
     write(cases, "bad.case.yaml", "name: x\nstages: []\n")

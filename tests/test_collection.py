@@ -223,6 +223,17 @@ BROKEN = {
         """,
         ["*bad.case.yaml:5: YAML syntax error: *"],
     ),
+    "unterminated_quote": (  # at the line where the quote opens, not the end of the file
+        """\
+        name: x
+        stages:
+          - name: ask
+            user: hi
+            expect: {text: "21}
+            stream: false
+        """,
+        ["*bad.case.yaml:5: YAML syntax error: a quote opens here and is never closed"],
+    ),
     "wrong_type": (
         """\
         name: x

@@ -278,6 +278,34 @@ def test_repeat_takes_the_majority_and_markdown_prints_a_table(
     assert code == 0
 
 
+def test_markdown_cells_say_the_short_reason_and_the_report_the_whole(
+        chat_server: ChatServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A long error body and a model that makes one call of two: each cell says what
+    happened in a few words, cut nowhere; the JSON report keeps every word."""
+    said = "1 validation error: " + ", ".join(f"field {n} should be a number" for n in range(20))
+
+    def long_error_one_call(body: dict[str, Any], parts: dict[str, Any]) -> Reply | None:
+        if isinstance(body.get("temperature", 0), str):
+            return json_reply({"error": {"message": said, "type": "server_error"}}, 500)
+        if len(parts.get("tool_calls", ())) == 2:  # the parallel probe: one call, both ways
+            one = {"tool_calls": parts["tool_calls"][:1]}
+            return sse_reply(chunks_for(**one)) if body.get("stream") else json_reply(
+                completion(**one))
+        return None
+    serve(chat_server, long_error_one_call)
+
+    _code, matrix = conform(chat_server, tmp_path, "--format", "markdown")
+
+    out = capsys.readouterr().out
+    assert "| `error_shape` | invalid request: HTTP 400 with an error object |" \
+           " **fail (protocol): expected 400, got 500** |" in out
+    assert "| `parallel_calls` | parallel calls: distinct indices and ids |" \
+           " not supported: the model did not make the calls |" in out
+    assert "..." not in out
+    assert said in cells(matrix)["error_shape"]["reason"]
+    assert "expected 2, got 1" in cells(matrix)["parallel_calls"]["reason"]
+
+
 def test_the_probes_are_case_files_pytest_collects_and_the_matrix_knows(
         capsys: pytest.CaptureFixture[str]) -> None:
     files = probe_files()

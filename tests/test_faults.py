@@ -194,7 +194,7 @@ def test_429_with_retry_after_is_retried_then_passes(pytester: pytest.Pytester,
         "attempt 1 failed (HTTP 429: Rate limit reached); retried after 1.00 s"]
 
 
-@pytest.mark.parametrize("status", [500, 503])
+@pytest.mark.parametrize("status", [500, 503, 529])
 def test_5xx_every_time_fails_naming_the_status_after_retries(
         pytester: pytest.Pytester, chat_server: ChatServer, status: int) -> None:
     chat_server.set_handler(fault_then_normal(
@@ -257,15 +257,34 @@ def test_dead_endpoint_with_concurrency_ends_in_seconds(pytester: pytest.Pyteste
     assert elapsed < 8
 
 
-def test_endpoint_answering_503_every_time_opens_the_circuit(
-        pytester: pytest.Pytester, chat_server: ChatServer) -> None:
-    chat_server.set_default(json_reply({"error": {"message": "overloaded"}}, status=503))
+@pytest.mark.parametrize("status", [503, 529])
+def test_endpoint_answering_5xx_every_time_opens_the_circuit(
+        pytester: pytest.Pytester, chat_server: ChatServer, status: int) -> None:
+    chat_server.set_default(json_reply({"error": {"message": "overloaded"}}, status=status))
     pytester.makefile(".case.yaml", down=six_cases(chat_server.base_url, retries=0))
 
     result, elapsed = run_timed(pytester, "--toolbench-concurrency=1")
 
     result.assert_outcomes(failed=6)
     result.stdout.fnmatch_lines([("*down.case.yaml:*: case_6: stages[[]0[]]: circuit open: *"
-                                 "Last error: HTTP 503")])
+                                 f"Last error: HTTP {status}")])
     assert len(chat_server.requests) == 3
     assert elapsed < TIMEOUT_S + MARGIN_S
+
+
+def test_error_chunk_inside_a_stream_names_its_type_and_that_it_is_transient(
+        pytester: pytest.Pytester, chat_server: ChatServer) -> None:
+    chat_server.set_handler(fault_then_normal(sse_reply([
+        *chunks_for("Hel")[:2],
+        {"error": {"message": "The server had an error while processing your request.",
+                   "type": "server_error", "param": None, "code": None}}])))
+    pytester.makefile(".case.yaml", f=two_cases(chat_server.base_url, chat_server.base_url,
+                                                stream=True))
+
+    result, _ = run_timed(pytester)
+
+    result.assert_outcomes(failed=1, passed=1)
+    result.stdout.fnmatch_lines([
+        ("*f.case.yaml:*: faulty: stages[[]0[]].expect: chat stream: error chunk server_error"
+        " (transient: the service failed on its side; retry later): The server had an error"
+        " while processing your request.")])

@@ -163,6 +163,21 @@ def test_more_values_than_the_limit_are_refused_where_the_limit_is_passed(
     assert error.line is not None and 99_000 < error.line < 101_000
 
 
+@pytest.mark.parametrize("levels", [150, 3_000, 100_000])
+def test_a_case_file_nested_too_deep_is_refused_in_the_products_words_at_its_line(
+        pytester: pytest.Pytester, levels: int) -> None:
+    """However deep: PyYAML may stop the deepest itself, in words of its own."""
+    pytester.makefile(".case.yaml", deep=f"name: a\nparams: {{x: {'[' * levels}"
+                                         f"{']' * levels}}}\nstages: [{{name: s}}]\n")
+
+    result = pytester.runpytest("--collect-only")
+
+    result.stdout.fnmatch_lines(["*ERROR collecting deep.case.yaml*",
+                                 "*deep.case.yaml:2: *nested deeper than 100 levels"])
+    assert "YAML syntax error" not in result.stdout.str()
+    assert_no_traceback(result)
+
+
 def test_a_file_ending_in_an_empty_document_is_fine(pytester: pytest.Pytester) -> None:
     pytester.makefile(".case.yaml", ends="name: a\nstages: [{name: s, user: hi}]\n---\n",
                       middle="name: b\nstages: [{name: s}]\n---\n---\nname: c\n"
@@ -228,9 +243,14 @@ CORRUPTIONS: dict[str, tuple[Callable[[Path], object], str]] = {
                   "interactions[[]0[]].response.json: JSON nested deeper than 200 levels"),
     "deepish_json": (_rewrite(lambda d: _response(d).update(json="[" * 500 + "]" * 500)),
                      "interactions[[]0[]].response.json: JSON nested deeper than 200 levels"),
+    # Some builds of PyYAML stop deep YAML themselves, in their own words, before the
+    # product's check does; the message is the product's either way.
     "deep_yaml": (lambda p: p.write_text("version: 2\ninteractions: "
                                          + "[" * 100_000 + "]" * 100_000 + "\n"),
                   "line 2: nested deeper than 100 levels"),
+    "deep_short_yaml": (lambda p: p.write_text("version: 2\ninteractions: "
+                                               + "[" * 3_000 + "]" * 3_000 + "\n"),
+                        "line 2: nested deeper than 100 levels"),
     "truncated": (lambda p: p.write_bytes(p.read_bytes()[:300]), "*"),
     "empty": (lambda p: p.write_text(""), "the file: expected a mapping, got nothing (null)"),
     "not_a_list": (_rewrite(lambda d: d.update(interactions={"a": 1})),

@@ -421,3 +421,42 @@ def test_xdist_summary_lists_every_case(pytester: pytest.Pytester,
     result.stdout.fnmatch_lines_random([f"*case_{n} *passed*" for n in range(4)])
     assert sorted(r.json()["messages"][-1]["content"] for r in chat_server.requests) == [
         f"hi {n}" for n in range(4)]
+
+
+# -- Mistral's Magistral: reasoning as thinking content parts ---------------------------
+
+THINKING = [{"type": "text", "text": "Paris is the capital "}, {"type": "text", "text": "of France."}]
+
+
+def magistral_reply(request: RecordedRequest) -> Reply:
+    """Magistral's shapes: ``content`` as a list of a thinking part (its own list of text
+    chunks) and a text part, whole; streamed, each delta's content such a list."""
+    if not request.json().get("stream"):
+        body = completion()
+        body["choices"][0]["message"]["content"] = [
+            {"type": "thinking", "thinking": THINKING}, {"type": "text", "text": "Paris."}]
+        return json_reply(body)
+    chunks = chunks_for("Paris.")
+    thinking = [{**chunks[0], "choices": [{"index": 0, "finish_reason": None, "delta": {
+        "role": "assistant", "content": [{"type": "thinking", "thinking": [part]}]}}]}
+        for part in THINKING]
+    for chunk in chunks:
+        for choice in chunk["choices"]:
+            if isinstance(choice["delta"].get("content"), str):
+                choice["delta"]["content"] = [{"type": "text", "text": choice["delta"]["content"]}]
+    return sse_reply([*thinking, *chunks])
+
+
+def test_magistral_thinking_parts_are_reasoning(pytester: pytest.Pytester,
+                                                chat_server: ChatServer) -> None:
+    chat_server.set_handler(magistral_reply)
+    pytester.makefile(".case.yaml", magistral=cases(chat_server.base_url, """\
+        name: capital
+        stages:
+          - name: ask
+            user: Capital of France?
+            stream: both
+            expect: {text: Paris., reasoning: Paris is the capital of France.}
+        """))
+    pytester.runpytest("-p", "no:cacheprovider", "--toolbench-mode=live").assert_outcomes(
+        passed=1)

@@ -279,6 +279,8 @@ def test_error_event_sets_error() -> None:
         SSEEvent('{"error": {"message": "model overloaded", "code": 503}}', event="error"),
     )
     assert reply.error == "model overloaded" and reply.text == "a"
+    assert reply.problems == [("chat stream: error event 503 (transient: the service was"
+                              " overloaded; retry later): model overloaded")]
 
 
 def test_error_event_with_plain_text() -> None:
@@ -286,20 +288,25 @@ def test_error_event_with_plain_text() -> None:
 
 
 @pytest.mark.parametrize(
-    ("error", "message"),
+    ("error", "message", "problem"),
     [
         (
             {"message": "context too long", "type": "invalid_request", "code": 400},
             "context too long",
+            "chat stream: error chunk invalid_request: context too long",
         ),
-        ("boom", "boom"),
-        ({"code": 500}, '{"code": 500}'),
+        ("boom", "boom", "chat stream: error chunk: boom"),
+        ({"code": 500}, '{"code": 500}', ("chat stream: error chunk 500 (transient: the service"
+         ' failed on its side; retry later): {"code": 500}')),
+        ({"message": "Overloaded", "type": "overloaded_error"}, "Overloaded",
+         ("chat stream: error chunk overloaded_error (transient: the service was overloaded;"
+         " retry later): Overloaded")),
     ],
 )
-def test_error_object_inside_200_stream(error: Any, message: str) -> None:
+def test_error_object_inside_200_stream(error: Any, message: str, problem: str) -> None:
     reply = assemble(chunk({"content": "a"}), {"error": error})
     assert reply.error == message
-    assert reply.problems == []
+    assert reply.problems == [problem]
 
 
 def test_truncated_stream_is_a_problem() -> None:

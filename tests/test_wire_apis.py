@@ -198,7 +198,7 @@ def test_strict_tools_and_allowed_tools_reach_the_request(pytester: pytest.Pytes
     write_case(pytester, """
 name: strict
 tools:
-  - {name: f, strict: true, parameters: {type: object, properties: {}}}
+  - {name: f, strict: true, parameters: {type: object, properties: {}, additionalProperties: false}}
   - {name: g}
 stages:
   - name: ask
@@ -211,6 +211,146 @@ stages:
     assert "strict" not in sent["tools"][1]["function"]
     assert sent["tool_choice"] == {"type": "allowed_tools", "allowed_tools": {
         "mode": "required", "tools": [{"type": "function", "function": {"name": "f"}}]}}
+
+
+STRICT_GAPS = {
+    "nested object": ("""
+      type: object
+      properties:
+        address:
+          type: object
+          properties: {street: {type: string}, zip: {type: string}}
+          required: [street]
+          additionalProperties: false
+      required: [address]
+      additionalProperties: false
+""", "parameters.properties.address.required lacks 'zip'"),
+    "array items": ("""
+      type: object
+      properties:
+        stops: {type: array, items: {type: object, properties: {city: {type: string}},
+                                     required: [city]}}
+      required: [stops]
+      additionalProperties: false
+""", "parameters.properties.stops.items needs additionalProperties: false"),
+    "defs and anyOf": ("""
+      type: object
+      properties:
+        place: {anyOf: [{$ref: "#/$defs/city"}, {type: object, properties: {lat: {type: number}},
+                                                   additionalProperties: false}]}
+      required: [place]
+      additionalProperties: false
+      $defs:
+        city: {type: object, properties: {name: {type: string}}, required: [name]}
+""", ("parameters.properties.place.anyOf[[]1[]].required lacks 'lat'; parameters.$defs.city"
+      " needs additionalProperties: false")),
+    "top level": ("""
+      type: object
+      properties: {city: {type: string}, unit: {type: string}}
+      required: [city]
+""", "parameters.required lacks 'unit'; parameters needs additionalProperties: false"),
+}
+
+
+@pytest.mark.parametrize("kind", list(STRICT_GAPS))
+def test_strict_true_with_a_schema_the_services_refuse_is_a_collection_error(
+        pytester: pytest.Pytester, kind: str) -> None:
+    """OpenAI's chat completions and Responses API refuse (400) a strict schema with an
+    optional property or one open to others, at any depth: the case says so when collected,
+    whatever API it is for."""
+    schema, gaps = STRICT_GAPS[kind]
+    write_case(pytester, f"""
+name: strict
+tools:
+  - name: ok
+  - name: route
+    strict: true
+    parameters:{schema}stages: [{{name: ask, user: hi}}]
+""")
+    result = run(pytester, "--toolbench-api=chat,responses,messages")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([(f"*wire.case.yaml:4: tools[[]1[]]: strict: true needs every"
+                                  f" property in required*: {gaps}")])
+
+
+def test_a_strict_schema_the_services_take_collects(pytester: pytest.Pytester) -> None:
+    write_case(pytester, """
+name: strict
+tools:
+  - name: route
+    strict: true
+    parameters:
+      type: object
+      properties:
+        city: {type: string}
+        unit: {type: [string, "null"]}
+        stops: {type: array, items: {type: object, properties: {x: {type: number}},
+                                     required: [x], additionalProperties: false}}
+      required: [city, unit, stops]
+      additionalProperties: false
+  - {name: loose, strict: false, parameters: {type: object, properties: {a: {type: string}}}}
+stages: [{name: ask, user: hi}]
+""")
+    run(pytester, "--collect-only").assert_outcomes()
+
+
+PARAMS_CASE = """
+name: params
+params: {temperature: 0, seed: 7, max_tokens: 48}
+stages:
+  - name: ask
+    user: hi
+    params:
+      top_p: 1
+      frequency_penalty: 0.5
+"""
+
+
+@pytest.mark.parametrize("api", ["responses", "messages"])
+def test_a_params_key_the_apis_request_lacks_is_a_collection_error_at_its_line(
+        pytester: pytest.Pytester, api: str) -> None:
+    """The service answers 400 to a field it does not know (the Responses API: "Unknown
+    parameter: 'seed'"); the case says so when collected for that API, at the key's line."""
+    write_case(pytester, PARAMS_CASE)
+    result = run(pytester, f"--toolbench-api={api}")
+    result.assert_outcomes(errors=1)
+    title = {"responses": "Responses API", "messages": "Messages API"}[api]
+    result.stdout.fnmatch_lines([
+        f"*wire.case.yaml:2: case 'params': the {title}'s request has no field 'seed',*",
+        (f"*wire.case.yaml:8: case 'params': the {title}'s request has no field"
+         " 'frequency_penalty',*")])
+    assert "'temperature'" not in result.stdout.str()
+    assert "'top_p'" not in result.stdout.str()
+
+
+def test_chat_passes_any_params_key_through(pytester: pytest.Pytester) -> None:
+    """vLLM, llama-server and others take many extensions of their own over chat."""
+    write_case(pytester, PARAMS_CASE)
+    run(pytester, "--collect-only", "--toolbench-api=chat").assert_outcomes()
+
+
+THINKING_CASE = """
+name: thinking
+params: {{thinking: {{type: enabled, budget_tokens: 1024}}{limit}}}
+stages: [{{name: ask, user: Is 17 prime?}}]
+"""
+
+
+def test_messages_thinking_with_the_default_token_limit_is_a_collection_error(
+        pytester: pytest.Pytester) -> None:
+    """budget_tokens must be at least 1024 and below max_tokens, whose default over the
+    Messages API is 1024: no budget fits."""
+    write_case(pytester, THINKING_CASE.format(limit=""))
+    result = run(pytester, "--toolbench-api=messages")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([
+        ("*wire.case.yaml:2: case 'thinking': *needs thinking.budget_tokens of at least 1024 and"
+         " below max_tokens; here budget_tokens is 1024 and max_tokens 1024 (the default*")])
+
+
+def test_messages_thinking_with_room_for_its_budget_collects(pytester: pytest.Pytester) -> None:
+    write_case(pytester, THINKING_CASE.format(limit=", max_tokens: 4096"))
+    run(pytester, "--collect-only", "--toolbench-api=messages").assert_outcomes()
 
 
 def test_allowed_tools_must_name_the_cases_tools(pytester: pytest.Pytester) -> None:

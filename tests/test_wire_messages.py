@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from support.anthropic_rules import refusal
 from support.chat_server import ChatServer, RecordedRequest, json_reply, named_event, sse_reply
 
 from pytest_toolbench.casefile.schema import Case, Tool, ToolChoiceFunction
@@ -213,10 +214,11 @@ def test_the_token_limit_is_max_tokens_whatever_the_case_calls_it(key: str) -> N
 
 
 def test_strict_tools_say_so_and_others_do_not() -> None:
-    strict = Tool(name="exact", parameters={"type": "object"}, result=1, strict=True)
+    schema = {"type": "object", "additionalProperties": False}
+    strict = Tool(name="exact", parameters=schema, result=1, strict=True)
     loose = Tool(name="loose", result=1, strict=False)
     tools = build([{"role": "user", "content": "hi"}], tools=[strict, loose])["tools"]
-    assert tools == [{"name": "exact", "input_schema": {"type": "object"}, "strict": True},
+    assert tools == [{"name": "exact", "input_schema": schema, "strict": True},
                      {"name": "loose", "input_schema": {"type": "object", "properties": {}}}]
 
 
@@ -335,7 +337,7 @@ def test_body_thinking_and_redacted_thinking_are_reasoning() -> None:
                               {"type": "redacted_thinking", "data": "opaque"},
                               text_block("21 C.")))
     assert reply.text == "21 C."
-    assert reply.reasoning == "Paris is in France.\n\n[redacted thinking]"
+    assert reply.reasoning == "Paris is in France.\n\n[redacted reasoning]"
 
 
 @pytest.mark.parametrize(("stop_reason", "finish_reason"), [
@@ -461,7 +463,7 @@ def test_stream_thinking_deltas_are_reasoning() -> None:
                            block_stop(1)],
                           text_events("21 C.", index=2))
     reply = read_stream(events)
-    assert (reply.text, reply.reasoning) == ("21 C.", "Paris is in France.\n\n[redacted thinking]")
+    assert (reply.text, reply.reasoning) == ("21 C.", "Paris is in France.\n\n[redacted reasoning]")
     assert reply.ttft_ms == 100.0  # event 10, the first text delta, not the thinking
     assert reply.problems == []
 
@@ -501,7 +503,8 @@ def test_stream_error_event_ends_it_in_band() -> None:
                                                      "message": "Overloaded"}}])
     assert reply.error == "Overloaded"
     assert reply.stream is not None and reply.stream.done
-    assert reply.problems == []
+    assert reply.problems == [("messages stream: error event overloaded_error (transient: the"
+                              " service was overloaded; retry later): Overloaded")]
 
 
 def test_stream_error_as_llama_server_sends_it() -> None:
@@ -509,6 +512,9 @@ def test_stream_error_as_llama_server_sends_it() -> None:
         json.dumps({"error": {"code": 500, "message": "slot unavailable"}}), 20.0)])
     plain = read_stream([started(), StreamEvent("context exceeded", 20.0, "error")])
     assert (untyped.error, plain.error) == ("slot unavailable", "context exceeded")
+    assert untyped.problems == [("messages stream: error event 500 (transient: the service"
+                                " failed on its side; retry later): slot unavailable")]
+    assert plain.problems == ["messages stream: error event: context exceeded"]
 
 
 def test_stream_error_event_without_data_still_says_so() -> None:
@@ -839,7 +845,7 @@ def test_parallel_tool_calls_false_asks_for_one_call(
     assert "parallel_tool_calls" not in sent
 
 
-def test_error_event_fails_the_stage_with_its_message(
+def test_error_event_fails_the_stage_naming_its_type_and_that_it_is_transient(
         pytester: pytest.Pytester, chat_server: ChatServer, anthropic_key: str) -> None:
     chat_server.enqueue(sse([started(), *text_events("Sun"),
                              {"type": "error", "error": {"type": "overloaded_error",
@@ -852,8 +858,11 @@ stages:
 """)
     result = run_messages(pytester, chat_server)
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*error inside the stream: Overloaded*"])
+    result.stdout.fnmatch_lines([
+        ("messages.case.yaml:*: busy*: messages stream: error event overloaded_error (transient:"
+        " the service was overloaded; retry later): Overloaded")])
     assert "stream ended without" not in result.stdout.str()
+    assert "error inside the stream" not in result.stdout.str()  # said once, by the reader
 
 
 def test_cut_stream_fails_naming_message_stop(
@@ -1149,3 +1158,221 @@ def test_streamed_calls_complete_when_their_block_stops() -> None:
              if event["type"] == "content_block_stop"]
     assert [call.completed_ms for call in read_stream(events).tool_calls] == [
         10.0 * stop for stop in stops]
+
+
+# --- follow-up requests as the service takes them ------------------------------------------
+
+
+def anthropic_stand_in(first: Any, then: Any) -> Any:
+    """A handler that refuses what the service refuses, answers ``first`` to the first
+    request and ``then`` to the ones with tool results."""
+    def answer(request: RecordedRequest) -> Any:
+        refused = refusal(request.json())
+        if refused is not None:
+            return refused
+        return then if tool_results(request) else first
+    return answer
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_whitespace_text_of_a_reply_never_goes_back(
+        pytester: pytest.Pytester, chat_server: ChatServer, anthropic_key: str,
+        stream: bool) -> None:
+    call = tool_use("toolu_1", "get_weather", {"city": "Paris"})
+    first = (sse(whole_stream(text_events("\n\n"), call_events(1, "toolu_1", "get_weather",
+                                                               '{"city": "Paris"}'),
+                              stop_reason="tool_use")) if stream
+             else json_reply(message(text_block("\n\n"), call, stop_reason="tool_use")))
+    then = (sse(whole_stream(text_events("Sunny."))) if stream
+            else json_reply(message(text_block("Sunny."))))
+    chat_server.set_handler(anthropic_stand_in(first, then))
+    write_case(pytester, chat_server, "name: weather\n" + TOOLS + f"""stages:
+  - name: ask
+    user: Weather in Paris?
+    stream: {str(stream).lower()}
+    run_tools: true
+    expect: {{text: Sunny.}}
+  - name: again
+    messages:
+      - {{role: assistant, content: " ", tool_calls: [{{id: toolu_9, type: function,
+          function: {{name: get_weather, arguments: '{{"city": "Lyon"}}'}}}}]}}
+      - {{role: tool, tool_call_id: toolu_9, content: '{{"temp_c": 18}}'}}
+      - {{role: user, content: And now?}}
+    stream: {str(stream).lower()}
+    expect: {{text: Sunny.}}
+""")
+    run_messages(pytester, chat_server).assert_outcomes(passed=1)
+    last = chat_server.requests[-1].json()["messages"]
+    assert last[1]["content"] == [call]
+    assert last[3]["content"] == [  # the first stage's answer, then the stage's own turn
+        text_block("Sunny."),
+        {"type": "tool_use", "id": "toolu_9", "name": "get_weather", "input": {"city": "Lyon"}}]
+
+
+FAILING_TOOLS = '''
+def explode(**arguments):
+    raise RuntimeError("the weather station is on fire")
+'''
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_failed_tool_run_goes_back_as_an_error_result(
+        pytester: pytest.Pytester, chat_server: ChatServer, anthropic_key: str,
+        stream: bool) -> None:
+    calls = [("toolu_ok", "get_weather"), ("toolu_down", "forecast"),
+             ("toolu_gone", "no_such_tool"), ("toolu_fire", "explode")]
+    first = (sse(whole_stream(*(call_events(index, id, name, '{"city": "Paris"}')
+                                for index, (id, name) in enumerate(calls)),
+                              stop_reason="tool_use")) if stream
+             else json_reply(message(*(tool_use(id, name, {"city": "Paris"})
+                                       for id, name in calls), stop_reason="tool_use")))
+    then = (sse(whole_stream(text_events("Paris: 21 C."))) if stream
+            else json_reply(message(text_block("Paris: 21 C."))))
+    chat_server.set_handler(anthropic_stand_in(first, then))
+    pytester.makepyfile(failing_tools=FAILING_TOOLS)
+    pytester.syspathinsert()
+    write_case(pytester, chat_server, "name: weather\n" + TOOLS + """  - name: forecast
+    parameters: {type: object}
+    error: the forecast service is down
+  - name: explode
+    parameters: {type: object}
+    python: failing_tools:explode
+""" + f"""stages:
+  - name: ask
+    user: Weather in Paris?
+    stream: {str(stream).lower()}
+    run_tools: true
+    expect: {{text: "Paris: 21 C."}}
+""")
+    run_messages(pytester, chat_server).assert_outcomes(passed=1)
+    results = {block["tool_use_id"]: block for block in tool_results(chat_server.requests[1])}
+    assert "is_error" not in results["toolu_ok"]
+    for failed in ("toolu_down", "toolu_gone", "toolu_fire"):
+        assert results[failed]["is_error"] is True
+    assert "the forecast service is down" in results["toolu_down"]["content"]
+    assert "no_such_tool" in results["toolu_gone"]["content"]
+    assert "RuntimeError" in results["toolu_fire"]["content"]
+
+
+OVERLOADED = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+
+
+def test_overloaded_529_is_retried_like_503(pytester: pytest.Pytester, chat_server: ChatServer,
+                                            anthropic_key: str) -> None:
+    chat_server.enqueue(json_reply(OVERLOADED, status=529),
+                        json_reply(message(text_block("Sunny."))))
+    write_case(pytester, chat_server, """name: busy
+stages:
+  - name: ask
+    user: Weather?
+    expect: {text: Sunny.}
+""")
+    result = run_messages(pytester, chat_server,
+                          "--toolbench-report=report.json")
+    result.assert_outcomes(passed=1)
+    report = json.loads((pytester.path / "report.json").read_text())
+    (turn,) = report["cases"][0]["runs"][0]["stages"][0]["attempts"][0]["turns"]
+    assert [line.split(";")[0] for line in turn["retries"]] == [
+        "attempt 1 failed (HTTP 529: Overloaded)"]
+
+
+# --- server tools: the service runs them, the reply reports them ---------------------------
+
+SEARCH_ID = "srvtoolu_01WYG3ziw53XMcoyKL4XcZmE"
+SEARCH_RESULT = {"type": "web_search_tool_result", "tool_use_id": SEARCH_ID, "content": [
+    {"type": "web_search_result", "url": "https://en.wikipedia.org/wiki/Paris",
+     "title": "Paris - Wikipedia", "encrypted_content": "EqgfCioIARgBIiQ3YTAwMjY1Mi1mZjM5",
+     "page_age": "April 30, 2025"}]}
+CITED = {"type": "text", "text": "Paris has 2.1 million people.", "citations": [
+    {"type": "web_search_result_location", "url": "https://en.wikipedia.org/wiki/Paris",
+     "title": "Paris - Wikipedia", "encrypted_index": "Eo8BCioIAhgBIiQyYjQ0OWJmZi1lNm..",
+     "cited_text": "Paris ... population of 2,102,650 residents"}]}
+
+
+def searched_then_called(stream: bool) -> Any:
+    """A reply that searched the web on the service's side (a server_tool_use block, its
+    input streamed as input_json_delta, then its web_search_tool_result), then calls a
+    client tool: Anthropic's documented shapes."""
+    if not stream:
+        return json_reply(message(
+            text_block("I'll search for that."),
+            {"type": "server_tool_use", "id": SEARCH_ID, "name": "web_search",
+             "input": {"query": "paris population"}},
+            SEARCH_RESULT, CITED, tool_use("toolu_1", "get_weather", {"city": "Paris"}),
+            stop_reason="tool_use",
+            usage={"input_tokens": 6039, "output_tokens": 931,
+                   "server_tool_use": {"web_search_requests": 1}}))
+    return sse(whole_stream(
+        text_events("I'll search for that."),
+        [block_start(1, {"type": "server_tool_use", "id": SEARCH_ID, "name": "web_search",
+                         "input": {}}),
+         json_delta(1, '{"query": "par'), json_delta(1, 'is population"}'), block_stop(1)],
+        [block_start(2, SEARCH_RESULT), block_stop(2)],
+        [block_start(3, {"type": "text", "text": ""}),
+         delta(3, "citations_delta", citation=CITED["citations"][0]),
+         text_delta(3, CITED["text"]), block_stop(3)],
+        call_events(4, "toolu_1", "get_weather", '{"city": "Paris"}'),
+        stop_reason="tool_use"))
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_server_tool_blocks_are_the_services_and_go_back_as_they_came(
+        pytester: pytest.Pytester, chat_server: ChatServer, anthropic_key: str,
+        stream: bool) -> None:
+    then = (sse(whole_stream(text_events("Sunny, 21 C."))) if stream
+            else json_reply(message(text_block("Sunny, 21 C."))))
+    chat_server.set_handler(anthropic_stand_in(searched_then_called(stream), then))
+    write_case(pytester, chat_server, "name: weather\n" + TOOLS + f"""stages:
+  - name: ask
+    user: How many people live in Paris, and what is the weather?
+    stream: {str(stream).lower()}
+    run_tools: true
+    expect:
+      text: "Sunny, 21 C."
+      tool_calls: [{{name: get_weather, arguments: {{city: Paris}}}}]
+""")
+    run_messages(pytester, chat_server).assert_outcomes(passed=1)
+    assistant = chat_server.requests[1].json()["messages"][1]
+    assert assistant["content"] == [
+        text_block("I'll search for that."),
+        {"type": "server_tool_use", "id": SEARCH_ID, "name": "web_search",
+         "input": {"query": "paris population"}},
+        SEARCH_RESULT, CITED,
+        {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]
+    assert [block["tool_use_id"] for block in tool_results(chat_server.requests[1])] == [
+        "toolu_1"]
+
+
+def test_server_tool_result_blocks_of_any_kind_are_kept_not_called() -> None:
+    fetch = {"type": "server_tool_use", "id": "srvtoolu_2", "name": "web_fetch", "input": {}}
+    fetched = {"type": "web_fetch_tool_result", "tool_use_id": "srvtoolu_2",
+               "content": {"type": "web_fetch_result", "url": "https://example.com"}}
+    reply = read_stream(whole_stream(
+        [block_start(0, fetch), json_delta(0, '{"url": "https://example.com"}'), block_stop(0)],
+        [block_start(1, fetched), block_stop(1)], text_events("Fetched.", index=2)))
+    assert (reply.problems, reply.tool_calls, reply.text) == ([], [], "Fetched.")
+    assert reply.native_turn == [{**fetch, "input": {"url": "https://example.com"}}, fetched,
+                                 text_block("Fetched.")]
+
+
+
+def test_redacted_thinking_alone_reads_as_redacted_reasoning_over_a_run(
+        pytester: pytest.Pytester, chat_server: ChatServer, anthropic_key: str) -> None:
+    """One rule over every API: reasoning sent only encrypted is present, and says so."""
+    redacted = THINKING_BLOCKS["redacted_thinking"]
+    chat_server.enqueue(json_reply(message(redacted, text_block("Paris."))),
+                        sse(whole_stream(thinking_events(0, redacted),
+                                         text_events("Paris.", index=1))))
+    write_case(pytester, chat_server, """name: capital
+stages:
+  - name: ask
+    user: Capital of France?
+    expect: {text: Paris., reasoning: "[redacted reasoning]"}
+  - name: again
+    user: Sure?
+    stream: true
+    expect: {reasoning: {$absent: true}}
+""")
+    result = run_messages(pytester, chat_server)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*stages[[]1[]].expect.reasoning*[[]redacted reasoning[]]*"])

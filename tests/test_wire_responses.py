@@ -186,9 +186,9 @@ AGENT_LOOP = [
 
 
 def test_a_whole_agent_loop_becomes_instructions_and_input_items() -> None:
-    tools = [Tool(name="get_weather", description="Weather now",
-                  parameters={"type": "object", "properties": {"city": {"type": "string"}}},
-                  strict=True),
+    city = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+            "additionalProperties": False}
+    tools = [Tool(name="get_weather", description="Weather now", parameters=city, strict=True),
              Tool(name="noop")]
     body = RESPONSES.request(RequestParts(
         model="gpt-x", messages=AGENT_LOOP, tools=tools, tool_choice="required",
@@ -211,10 +211,9 @@ def test_a_whole_agent_loop_becomes_instructions_and_input_items() -> None:
         ],
         "tools": [
             {"type": "function", "name": "get_weather", "description": "Weather now",
-             "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-             "strict": True},
-            {"type": "function", "name": "noop",
-             "parameters": {"type": "object", "properties": {}}},
+             "parameters": city, "strict": True},
+            {"type": "function", "name": "noop",  # the API's default is strict: said not
+             "parameters": {"type": "object", "properties": {}}, "strict": False},
         ],
         "tool_choice": "required",
         "temperature": 0,
@@ -251,6 +250,21 @@ def test_an_assistant_turn_from_a_reply_goes_back_as_its_output_items() -> None:
         {"type": "function_call_output", "call_id": "call_b", "output": '{"temp_c": 19}'}]
     assert body["input"][6] == {"type": "message", "role": "assistant", "content": [
         {"type": "output_text", "text": "Paris 21, Lyon 19.", "annotations": []}]}
+
+
+def test_reasoning_that_ends_a_reply_is_not_sent_back() -> None:
+    """The API refuses a reasoning item without the item that followed it."""
+    messages = [{"role": "user", "content": "Weather?"},
+                {"role": "assistant", "content": ""},
+                {"role": "user", "content": "Again, briefly."}]
+    thought = reasoning_item(["Thinking..."])
+    alone = RESPONSES.request(RequestParts(model="m", messages=messages, native={1: [thought]}))
+    assert alone["input"] == [messages[0], messages[2]]
+    call = call_item("c1", "f", "{}")
+    later = reasoning_item(["More."], item_id="rs_2")
+    kept = RESPONSES.request(RequestParts(model="m", messages=messages,
+                                          native={1: [thought, call, later]}))
+    assert kept["input"][1:3] == [thought, call]
 
 
 def test_content_parts_become_input_parts() -> None:
@@ -357,6 +371,15 @@ def test_body_incomplete(reason: str, finish: str) -> None:
                                 incomplete_details={"reason": reason}))
     assert (reply.text, reply.finish_reason, reply.api_finish_reason) == (
         "The answer is", finish, reason)
+
+
+def test_body_cut_off_inside_a_function_call_reads_length() -> None:
+    """Cut by the token limit while writing a call: ``length``, as chat and Messages say."""
+    cut = {**call_item("call_1", "get_weather", '{"ci'), "status": "incomplete"}
+    reply = body_reply(response([reasoning_item(["Look it up."]), cut], status="incomplete",
+                                incomplete_details={"reason": "max_output_tokens"}))
+    assert (reply.finish_reason, reply.api_finish_reason) == ("length", "max_output_tokens")
+    assert [call.name for call in reply.tool_calls] == ["get_weather"]
 
 
 def test_body_incomplete_without_a_reason_keeps_the_status() -> None:
@@ -543,7 +566,8 @@ def test_stream_error_event_is_the_replys_error() -> None:
     reply = read(events)
     assert reply.error == "The model crashed."
     assert reply.stream is not None and not reply.stream.done
-    assert reply.problems == []
+    assert reply.problems == [("responses stream: error event server_error (transient: the"
+                              " service failed on its side; retry later): The model crashed.")]
 
 
 def test_stream_error_event_in_plain_text_or_nested() -> None:
@@ -551,7 +575,8 @@ def test_stream_error_event_in_plain_text_or_nested() -> None:
     nested = json.dumps({"type": "error", "error": {"message": "rate limited"}})
     assert read_raw(("error", nested)).error == "rate limited"
     untyped = read_raw(("error", json.dumps({"error": {"message": "overloaded"}})))
-    assert (untyped.error, untyped.problems) == ("overloaded", [])
+    assert (untyped.error, untyped.problems) == (
+        "overloaded", ["responses stream: error event: overloaded"])
 
 
 def test_stream_failed_and_incomplete_terminal_events() -> None:
@@ -560,10 +585,19 @@ def test_stream_failed_and_incomplete_terminal_events() -> None:
     assert (failed.error, failed.finish_reason, failed.api_finish_reason) == (
         "ran out of memory", None, "failed")
     assert failed.stream is not None and failed.stream.done
+    assert failed.problems == [("responses stream: response.failed server_error (transient: the"
+                               " service failed on its side; retry later): ran out of memory")]
     cut = read(stream(text_events("The answer is"), output=[message_item("The answer is")],
                       status="incomplete", incomplete_details={"reason": "max_output_tokens"}))
     assert (cut.finish_reason, cut.api_finish_reason, cut.problems) == (
         "length", "max_output_tokens", [])
+
+
+def test_stream_cut_off_inside_a_function_call_reads_length() -> None:
+    events = call_events("call_1", "get_weather", '{"ci')
+    reply = read(stream(events, output=[call_item("call_1", "get_weather", '{"ci')],
+                        status="incomplete", incomplete_details={"reason": "max_output_tokens"}))
+    assert (reply.finish_reason, reply.api_finish_reason) == ("length", "max_output_tokens")
 
 
 def test_stream_cut_before_its_terminal_event() -> None:
@@ -708,6 +742,68 @@ def test_terminal_output_with_other_calls_is_a_named_problem() -> None:
     assert reply.problems == [
         ("responses stream: terminal output disagrees with the stream: response.completed's"
         ' output holds f({}) [c1], g({"x": 1}) [c2]; the stream made f({}) [c1]')]
+
+
+@pytest.mark.parametrize("terminal_holds", ["call_1", "call_2"])
+def test_a_call_id_that_changes_is_said_once(terminal_holds: str) -> None:
+    events = call_events("call_1", "f", '{"a": 1}')
+    events[-1]["item"]["call_id"] = "call_2"
+    reply = read(stream(events, output=[call_item(terminal_holds, "f", '{"a": 1}')]))
+    assert reply.problems == [
+        ("responses stream: .done disagrees with deltas: response.output_item.done (event 13)"
+         " of item 'fc_call_1' says its call_id 'call_2'; the stream before it said 'call_1'")]
+
+
+def numbered(events: Events, first: int = 0) -> Events:
+    """The events with the ``sequence_number`` the API gives each."""
+    return [{**event, "sequence_number": first + n} for n, event in enumerate(events)]
+
+
+def test_rising_sequence_numbers_read_clean() -> None:
+    reply = read(numbered(stream(text_events("Hello"), output=[message_item("Hello")]), 1))
+    assert (reply.text, reply.problems) == ("Hello", [])
+
+
+def test_an_event_out_of_sequence_is_named_first_at_that_event() -> None:
+    events = numbered(stream(call_events("c1", "f", '{"a": 1}', size=4),
+                             output=[call_item("c1", "f", '{"a": 1}')]))
+    events[2], events[3] = events[3], events[2]  # a delta overtakes the item's opening
+    reply = read(events)
+    assert reply.problems[0] == (
+        "responses stream: sequence_number: event 4 (response.output_item.added) has"
+        " sequence_number 2, not after event 3's 3: the server sent its events out of order"
+        " or twice")
+    assert len(problems_named(reply, "responses stream: sequence_number")) == 1
+
+
+def test_an_event_sent_twice_is_out_of_sequence() -> None:
+    events = numbered(stream(text_events("Hi"), output=[message_item("Hi")]))
+    events.insert(4, events[3])
+    assert problems_named(read(events), "responses stream: sequence_number") == [
+        ("responses stream: sequence_number: event 5 (response.content_part.added) has"
+         " sequence_number 3, not after event 4's 3: the server sent its events out of order"
+         " or twice")]
+
+
+def test_done_marker_after_the_terminal_event_ends_the_stream() -> None:
+    """OpenRouter ends a Responses stream with chat's ``data: [DONE]`` too."""
+    events = stream(text_events("Hi"), output=[message_item("Hi")])
+    reader = RESPONSES.stream_reader()
+    for number, data in enumerate(events):
+        reader.add(StreamEvent(json.dumps(data), 10.0 * number, data["type"]), 10.0 * number)
+    reader.add(StreamEvent("[DONE]", 99.0, "message"), 99.0)
+    reply = reader.finish()
+    assert (reply.text, reply.problems) == ("Hi", [])
+    assert reply.stream is not None and reply.stream.done
+    assert reply.stream.chunks == len(events)
+
+
+def test_an_event_after_the_done_marker_is_a_named_problem() -> None:
+    reply = read_raw(("message", "[DONE]"),
+                     ("response.created", json.dumps({"type": "response.created",
+                                                      "response": {"status": "in_progress"}})))
+    assert reply.problems == [("responses stream: terminal event: event 1 (response.created)"
+                               " arrived after data: [DONE]")]
 
 
 def test_terminal_event_without_a_response_or_followed_by_more() -> None:
@@ -890,8 +986,32 @@ stages:
         "tools": [{"type": "function", "name": "get_weather",
                    "description": "Weather now in a city",
                    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                                  "required": ["city"]}}],
+                                  "required": ["city"]},
+                   "strict": False}],
         "max_output_tokens": 50}
+
+
+def test_run_tools_are_strict_only_when_the_case_says_so(pytester: pytest.Pytester,
+                                                          chat_server: ChatServer) -> None:
+    """The API takes a function without ``strict`` for a strict one and makes its optional
+    arguments required: the case's meaning is kept by saying ``strict: false``."""
+    chat_server.enqueue(json_reply(response([message_item("ok")])))
+    write_case(pytester, chat_server, """name: tools
+tools:
+  - name: get_weather
+    parameters: {type: object, properties: {city: {type: string}, unit: {type: string}},
+                 required: [city]}
+  - name: get_time
+    strict: false
+  - name: get_date
+    strict: true
+    parameters: {type: object, properties: {}, additionalProperties: false}
+stages: [{name: ask, user: Weather in Paris?}]
+""")
+    run_live(pytester).assert_outcomes(passed=1)
+    sent = chat_server.requests[0].json()["tools"]
+    assert [(tool["name"], tool["strict"]) for tool in sent] == [
+        ("get_weather", False), ("get_time", False), ("get_date", True)]
 
 
 def test_run_streamed_call_split_across_deltas_with_run_tools(
@@ -976,6 +1096,41 @@ stages:
         {"type": "function_call_output", "call_id": "call_7", "output": '{"temp_c": 21}'}]
 
 
+def test_run_reply_cut_off_while_thinking_does_not_break_what_follows(
+        pytester: pytest.Pytester, chat_server: ChatServer) -> None:
+    """A reasoning model out of tokens while thinking returns a reasoning item alone; the
+    service answers 400 to a request that sends it back alone (the loopback server too)."""
+    first = {**reasoning_item(["Paris: look up the weather."]), "encrypted_content": "gAAA=="}
+    call = call_item("call_7", "get_weather", '{"city": "Paris"}')
+    cut_short = reasoning_item(["Now, 21 C means"], item_id="rs_2")
+
+    def answer(request: RecordedRequest) -> Any:
+        sent = request.json()["input"]
+        if len(sent) == 1:
+            return json_reply(response([first, call]))
+        if sent[-1].get("type") == "function_call_output":
+            return json_reply(response([cut_short], status="incomplete",
+                                       incomplete_details={"reason": "max_output_tokens"}))
+        return json_reply(response([message_item("It is 21 C in Paris.")]))
+
+    chat_server.set_handler(answer)
+    write_case(pytester, chat_server, WEATHER + """name: thinking
+params: {max_tokens: 64, reasoning: {effort: high}}
+stages:
+  - name: ask
+    user: Weather in Paris?
+    run_tools: true
+    expect: {finish_reason: length}
+  - name: again
+    user: Just the temperature, please.
+    expect: {text: {$contains: "21 C"}}
+""")
+    run_live(pytester).assert_outcomes(passed=1)
+    last = chat_server.requests[-1].json()["input"]
+    assert [item.get("id") for item in last if item.get("type") == "reasoning"] == ["rs_1"]
+    assert last[-1] == {"role": "user", "content": "Just the temperature, please."}
+
+
 def test_run_infinity_in_an_item_sent_back_fails_the_case_without_sending(
         pytester: pytest.Pytester, chat_server: ChatServer) -> None:
     """Output items go back as they came; one holding Infinity (which Python's JSON reader
@@ -1031,8 +1186,58 @@ stages:
         "call_p", "call_l"]
 
 
-def test_run_error_event_fails_with_its_message(pytester: pytest.Pytester,
-                                                chat_server: ChatServer) -> None:
+def test_run_reply_cut_off_in_a_call_reads_length_as_over_chat(
+        pytester: pytest.Pytester, chat_server: ChatServer) -> None:
+    cut = {**call_item("call_1", "get_weather", '{"city": "Pa'), "status": "incomplete"}
+    chat_server.enqueue(json_reply(response([cut], status="incomplete",
+                                            incomplete_details={"reason": "max_output_tokens"})))
+    write_case(pytester, chat_server, WEATHER + """name: cut
+params: {max_tokens: 16}
+stages:
+  - name: ask
+    user: Weather in Paris?
+    expect:
+      finish_reason: length
+      api_finish_reason: max_output_tokens
+""")
+    run_live(pytester).assert_outcomes(passed=1)
+
+
+def test_run_stream_ending_with_a_done_marker_as_openrouter_sends_it(
+        pytester: pytest.Pytester, chat_server: ChatServer) -> None:
+    events = numbered(stream(text_events("Hello there"), output=[message_item("Hello there")]))
+    chat_server.enqueue(sse_reply([named_event(event["type"], event) for event in events],
+                                  done=True))
+    write_case(pytester, chat_server, """name: relayed
+stages:
+  - name: ask
+    user: Hi
+    stream: true
+    expect: {text: Hello there, stream: {done: true}}
+""")
+    run_live(pytester).assert_outcomes(passed=1)
+
+
+def test_run_event_out_of_sequence_fails_naming_it(pytester: pytest.Pytester,
+                                                   chat_server: ChatServer) -> None:
+    events = numbered(stream(text_events("Hello"), output=[message_item("Hello")]))
+    events[3], events[4] = events[4], events[3]  # the part's opening after its first delta
+    chat_server.enqueue(sse(events))
+    write_case(pytester, chat_server, """name: shuffled
+stages:
+  - name: ask
+    user: Hi
+    stream: true
+""")
+    result = run_live(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([("*responses stream: sequence_number: event 5"
+                                  " (response.content_part.added) has sequence_number 3, not"
+                                  " after event 4's 4*")])
+
+
+def test_run_error_event_fails_naming_its_code_and_that_it_is_transient(
+        pytester: pytest.Pytester, chat_server: ChatServer) -> None:
     events = stream(text_events("Hel"), output=[])[:-1] + [
         {"type": "error", "code": "server_error", "message": "The model crashed mid-reply.",
          "param": None}]
@@ -1045,7 +1250,28 @@ stages:
 """)
     result = run_live(pytester)
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*error inside the stream: The model crashed mid-reply.*"])
+    result.stdout.fnmatch_lines([
+        ("*stages[[]0[]].expect: responses stream: error event server_error (transient: the"
+        " service failed on its side; retry later): The model crashed mid-reply.")])
+
+
+def test_response_failed_in_a_stream_names_its_code(pytester: pytest.Pytester,
+                                                     chat_server: ChatServer) -> None:
+    error = {"code": "server_error", "message": "The server had an error processing your"
+             " request."}
+    chat_server.enqueue(sse(stream(text_events("Hel"), output=[], status="failed",
+                                   error=error)))
+    write_case(pytester, chat_server, """name: crash
+stages:
+  - name: ask
+    user: Hi
+    stream: true
+""")
+    result = run_live(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        ("*: responses stream: response.failed server_error (transient: the service"
+        " failed on its side; retry later): The server had an error processing your request.")])
 
 
 def test_run_cut_stream_fails_naming_the_terminal_event(pytester: pytest.Pytester,
@@ -1126,18 +1352,19 @@ stages:
 
 def test_run_error_status_shows_the_apis_message(pytester: pytest.Pytester,
                                                  chat_server: ChatServer) -> None:
-    chat_server.enqueue(json_reply({"error": {"message": "Unknown parameter: 'foo'.",
-                                              "type": "invalid_request_error"}}, status=400))
+    chat_server.enqueue(json_reply({"error": {
+        "message": "Invalid 'temperature': decimal above maximum value. Expected a value <= 2,"
+                   " but got 9 instead.", "type": "invalid_request_error"}}, status=400))
     write_case(pytester, chat_server, """name: refused
-params: {foo: 1}
+params: {temperature: 9}
 stages:
   - name: ask
     user: Hi
 """)
     result = run_live(pytester)
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*the server said: Unknown parameter: 'foo'.*"])
-    assert chat_server.requests[0].json()["foo"] == 1
+    result.stdout.fnmatch_lines(["*the server said: Invalid 'temperature': decimal above*"])
+    assert chat_server.requests[0].json()["temperature"] == 9
 
 
 def test_run_recorded_stream_replays_without_the_server(
@@ -1175,3 +1402,31 @@ def test_streamed_calls_say_when_their_arguments_completed() -> None:
     done_at = next(number for number, event in enumerate(whole)
                    if event["type"] == "response.output_item.done")
     assert [call.completed_ms for call in read(whole).tool_calls] == [10.0 * done_at]
+
+
+# -- reasoning sent only encrypted -------------------------------------------------------
+
+ENCRYPTED = {"type": "reasoning", "id": "rs_1", "summary": [],
+             "encrypted_content": "gAAAAABo0f8kZ1x2"}
+
+
+def test_reasoning_sent_only_encrypted_reads_as_redacted_in_a_body_and_a_stream() -> None:
+    output = [ENCRYPTED, message_item("Paris.")]
+    streamed = read(stream([{"type": "response.output_item.added", "output_index": 0,
+                             "item": {**ENCRYPTED, "encrypted_content": None}},
+                            {"type": "response.output_item.done", "output_index": 0,
+                             "item": ENCRYPTED}],
+                           text_events("Paris.", index=1), output=output))
+    whole = body_reply(response(output))
+    for reply in (streamed, whole):
+        assert (reply.text, reply.reasoning, reply.problems) == (
+            "Paris.", "[redacted reasoning]", [])
+
+
+def test_readable_reasoning_comes_first_and_an_empty_item_without_ciphertext_is_none() -> None:
+    both = body_reply(response([reasoning_item(["Look it up."], item_id="rs_0"),
+                                {**ENCRYPTED, "id": "rs_2"}, message_item("Paris.")]))
+    assert both.reasoning == "Look it up.\n\n[redacted reasoning]"
+    empty = body_reply(response([{"type": "reasoning", "id": "rs_1", "summary": []},
+                                 message_item("Paris.")]))
+    assert empty.reasoning is None

@@ -8,14 +8,15 @@ from __future__ import annotations
 import difflib
 import types
 import typing
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from ..run.interpolate import undefined_names
+from ..run.interpolate import did_you_mean, undefined_names
 from .loader import (
     CaseFileError,
     Document,
@@ -24,7 +25,7 @@ from .loader import (
     format_key_path,
     load_documents,
 )
-from .schema import Case
+from .schema import Case, McpServer, SharedMcpServers
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,8 @@ class LoadedCase:
     case: Case
     file: Path
     document: Document
+    mcp_servers: Mapping[str, McpServer] = field(default_factory=dict)
+    """Every MCP server the case may use: its file's shared ones, then its own."""
 
     def line_of(self, *path: str | int) -> int:
         return self.document.line_of(path)
@@ -55,12 +58,18 @@ def load_case_file(file: Path) -> list[LoadedCase]:
         raise CaseFileErrors([error]) from None
     loaded: list[LoadedCase] = []
     errors: list[CaseFileError] = []
+    shared: dict[str, McpServer] = {}
     for document in documents:
         try:
-            loaded.append(LoadedCase(_validate(document), file, document))
+            if _is_shared_servers(document.data):
+                shared.update(SharedMcpServers.model_validate(document.data).mcp_servers)
+            else:
+                loaded.append(LoadedCase(_validate(document), file, document))
         except ValidationError as exc:
             errors.extend(_describe(exc, document, file))
+    loaded = [_with_servers(item, shared) for item in loaded]
     errors.extend(_duplicate_names(loaded))
+    errors.extend(error for item in loaded for error in _undefined_servers(item))
     errors.extend(error for item in loaded for error in _undefined_variables(item))
     if errors:
         raise CaseFileErrors(sorted(errors, key=lambda error: error.line or 0))
@@ -81,6 +90,33 @@ def _validate(document: Document) -> Case:
               "ctx": {"class_name": f"a mapping (got {kind})"}}],
         )
     return Case.model_validate(document.data)
+
+
+def _is_shared_servers(data: Any) -> bool:
+    """A document holding ``mcp_servers`` alone: the servers every case of the file may use."""
+    return isinstance(data, dict) and set(data) == {"mcp_servers"}
+
+
+def _with_servers(item: LoadedCase, shared: Mapping[str, McpServer]) -> LoadedCase:
+    if not shared and not item.case.mcp_servers:
+        return item
+    return LoadedCase(item.case, item.file, item.document,
+                      {**shared, **item.case.mcp_servers})
+
+
+def _undefined_servers(item: LoadedCase) -> list[CaseFileError]:
+    """``{mcp: NAME}`` entries that no ``mcp_servers`` (the case's or its file's) defines."""
+    errors = []
+    for index, entry in enumerate(item.case.tools):
+        name = getattr(entry, "mcp", None)
+        if name is not None and name not in item.mcp_servers:
+            defined = ", ".join(sorted(item.mcp_servers)) or "none"
+            path = ("tools", index, "mcp")
+            errors.append(CaseFileError(
+                item.file, item.line_of(*path),
+                f"MCP server {name!r} is not defined{did_you_mean(name, item.mcp_servers)}"
+                f" (mcp_servers of this case and file: {defined})", path))
+    return errors
 
 
 def _duplicate_names(loaded: list[LoadedCase]) -> list[CaseFileError]:
@@ -153,33 +189,41 @@ def _suggestion(key: str, parent: KeyPath) -> str:
 
 
 def _allowed_keys(parent: KeyPath) -> list[str]:
-    """Field names of the model found at ``parent`` inside a Case."""
-    model: Any = Case
+    """Field names of the model found at ``parent`` inside a Case (of every model a union
+    there allows: a ``tools`` entry is a tool or an MCP server's tools)."""
+    models: list[Any] = [Case]
     for part in parent:
         if isinstance(part, str):
-            if not _is_model(model) or part not in model.model_fields:
-                return []
-            model = _model_in(model.model_fields[part].annotation)
+            found = []
+            for model in models:
+                if _is_model(model) and part in model.model_fields:
+                    found += _models_in(model.model_fields[part].annotation)
+                elif typing.get_origin(model) is dict:  # a name the user chose: its value
+                    found += _models_in(typing.get_args(model)[-1])
+            models = found
         else:
-            model = _model_in(model)  # a list index: step into the item type
-    return list(model.model_fields) if _is_model(model) else []
+            models = [inner for model in models for inner in _models_in(model, items=True)]
+    return sorted({name for model in models if _is_model(model)
+                   for name in model.model_fields})
 
 
 def _is_model(candidate: Any) -> bool:
     return isinstance(candidate, type) and issubclass(candidate, BaseModel)
 
 
-def _model_in(annotation: Any) -> Any:
-    """The model class inside ``X | None``, ``list[X]``, ``Annotated[X, ...]``; else as is."""
+def _models_in(annotation: Any, items: bool = False) -> list[Any]:
+    """The model classes inside ``X | None``, ``Annotated[X, ...]`` (and, with ``items``,
+    ``list[X]``), or a ``dict[str, X]`` itself; else nothing."""
     if _is_model(annotation):
-        return annotation
+        return [annotation]
     origin = typing.get_origin(annotation)
+    if origin is dict:
+        return [annotation]
+    if origin is list and not items:
+        return [annotation]
     if origin in (typing.Union, types.UnionType, list, typing.Annotated):
-        for arg in typing.get_args(annotation):
-            found = _model_in(arg)
-            if _is_model(found):
-                return found
-    return annotation
+        return [found for arg in typing.get_args(annotation) for found in _models_in(arg)]
+    return []
 
 
 def describe_errors(errors: CaseFileErrors) -> str:

@@ -164,10 +164,12 @@ def load_documents(file: Path, text: str | None = None) -> list[Document]:
     except YamlProblem as exc:
         raise CaseFileError(file, exc.line or None, exc.message, exc.path) from None
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
+        too_deep = _depth_limit_of_pyyaml(exc)
+        if too_deep is not None:
+            raise CaseFileError(file, too_deep.line or None, too_deep.message) from None
+        found, problem = syntax_error(exc)
         # libyaml puts an error at the end of the text on a line past the last one.
-        line = min(mark.line + 1, len(source.splitlines()) or 1) if mark else None
-        problem = exc.problem or exc.context or "invalid YAML"
+        line = min(found, len(source.splitlines()) or 1) if found else None
         raise CaseFileError(file, line, f"YAML syntax error: {problem}") from None
     except yaml.reader.ReaderError as exc:  # a control character: not a MarkedYAMLError
         # libyaml counts UTF-8 bytes; splitlines breaks lines where YAML does, on text
@@ -176,6 +178,25 @@ def load_documents(file: Path, text: str | None = None) -> list[Document]:
         line = len((before + "|").splitlines())
         problem = str(exc).partition("\n")[0]
         raise CaseFileError(file, line, f"YAML syntax error: {problem}") from None
+
+
+def syntax_error(exc: yaml.MarkedYAMLError) -> tuple[int, str]:
+    """The 1-based line (0: unknown) and the problem of a YAML syntax error.
+
+    A quote never closed is reported where it opens: PyYAML marks the problem where the
+    text (or the document) ends, and the quote it was scanning as the error's context.
+    """
+    opened = exc.context_mark
+    if (opened is not None and exc.context == "while scanning a quoted scalar"
+            and any(end in (exc.problem or "") for end in _ENDS)):
+        return opened.line + 1, "a quote opens here and is never closed"
+    mark = exc.problem_mark or exc.context_mark
+    return (mark.line + 1 if mark else 0), exc.problem or exc.context or "invalid YAML"
+
+
+_ENDS = ("unexpected end of stream", "unexpected document")
+"""PyYAML's problem when a scalar runs to the end of the text, or into ``---``/``...``
+(libyaml says "document indicator", PyYAML's Python scanner "document separator")."""
 
 
 def _read(file: Path) -> str:
@@ -263,8 +284,13 @@ def _check_events(source: str, max_values: int | None) -> None:
     deep = len(source) > _COMPOSER_SAFE_LENGTH and _openers(source) > _COMPOSER_SAFE_LENGTH
     # A value takes at least one character, so text shorter than max_values holds fewer.
     many = max_values is not None and len(source) >= max_values
-    if not deep and not many:
-        return
+    if deep or many:
+        _walk_events(source, max_values)
+
+
+def _walk_events(source: str, max_values: int | None) -> None:
+    """Raise the YamlProblem of the first level past ``_MAX_DEPTH`` or value past
+    ``max_values`` in ``source``'s event stream."""
     depth = values = 0
     for event in yaml.parse(source, Loader=_Loader):
         if isinstance(event, yaml.CollectionEndEvent):
@@ -278,6 +304,25 @@ def _check_events(source: str, max_values: int | None) -> None:
             values += 1
             if max_values is not None and values > max_values:
                 raise YamlProblem(_too_many(max_values, expanded=False), _line(event))
+
+
+def _depth_limit_of_pyyaml(exc: yaml.MarkedYAMLError) -> YamlProblem | None:
+    """PyYAML's own limit on nesting, where it has one, worded as the product's.
+
+    Some builds of PyYAML (the libyaml in PyYAML 6.0.4's wheels, for one; not 6.0.3's)
+    stop at 1,000 levels, which the scanner may reach before an event past ``_MAX_DEPTH``
+    is seen: a flow collection's opening bracket makes it read up to 1,024 characters
+    ahead. Which of the two limits stops the text is no concern of the user's, so the
+    message is the same: the product's, at the line PyYAML stopped at. None: ``exc`` is
+    another error."""
+    if _NESTING_PROBLEM not in (exc.problem or ""):
+        return None
+    mark = exc.problem_mark or exc.context_mark
+    return _too_deep(mark.line + 1 if mark else 0, ())
+
+
+_NESTING_PROBLEM = "maximum nesting depth"
+"""How libyaml words its limit: ``exceeded maximum nesting depth``."""
 
 
 def _line(event: yaml.Event) -> int:
@@ -455,17 +500,30 @@ def load_yaml(text: str) -> Any:
     """``yaml.load(text, CSafeLoader)`` of a single document, with the fast constructor.
 
     For text from elsewhere (cassettes): nesting that would crash libyaml or overflow
-    Python's stack raises YamlProblem (a ValueError), as bad YAML raises yaml.YAMLError.
+    Python's stack raises YamlProblem (a ValueError; "nested deeper than 100 levels" at
+    its line, whether PyYAML or this module stopped it), as bad YAML raises yaml.YAMLError.
     """
+    try:
+        return _load_single(text)
+    except yaml.MarkedYAMLError as exc:
+        too_deep = _depth_limit_of_pyyaml(exc)
+        if too_deep is None:
+            raise
+        raise too_deep from None
+
+
+def _load_single(text: str) -> Any:
     _check_events(text, max_values=None)
     loader = _Loader(text)
     try:
         node = loader.get_single_node()
         return None if node is None else construct_plain(loader, node)
-    except RecursionError:  # nesting below libyaml's limit, above Python's
-        raise YamlProblem("nested too deep to read") from None
+    except RecursionError:  # nesting too short to check first, too deep for Python
+        pass
     finally:
         loader.dispose()
+    _walk_events(text, max_values=None)  # says where it passes _MAX_DEPTH
+    raise YamlProblem("nested too deep to read")
 
 
 class _PlainBuilder:

@@ -20,9 +20,11 @@ from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     JsonValue,  # what is sent must be JSON; YAML also reads dates and binary, which are not
     PlainSerializer,
+    Tag,
     WithJsonSchema,
     field_validator,
     model_validator,
@@ -32,6 +34,7 @@ from pydantic_core import core_schema
 
 from ..matchers import Matcher, compile_matcher, compile_tool_calls
 from .loader import KeyedError
+from .strict import strict_schema_gaps
 
 _MATCHER_SCHEMA = {"description": "A value, or a mapping of $ operators (SPEC section 4)."}
 
@@ -134,7 +137,10 @@ class Tool(StrictModel):
     """The tool fails with this message."""
     timeout_s: float = Field(default=30, gt=0)
     strict: bool | None = None
-    """Ask the server to hold the arguments to ``parameters`` exactly (structured outputs)."""
+    """Ask the server to hold the arguments to ``parameters`` exactly (structured outputs):
+    every object of the schema must list all its properties in ``required`` and set
+    ``additionalProperties: false``. Unset: chat and Messages send none (the server's
+    default, not strict); the Responses API, strict by default, is sent ``strict: false``."""
 
     @field_validator("python")
     @classmethod
@@ -150,9 +156,87 @@ class Tool(StrictModel):
             raise ValueError(f"give only one of result, python, error (got {', '.join(given)})")
         return self
 
+    @model_validator(mode="after")
+    def _strict_schema(self) -> Tool:
+        gaps = strict_schema_gaps(self.parameters) if self.strict else []
+        if gaps:
+            raise ValueError(
+                "strict: true needs every property in required (an optional one nullable) and"
+                " additionalProperties: false, on every object, or the services refuse the"
+                f" schema: {'; '.join(gaps)}")
+        return self
+
     @property
     def has_implementation(self) -> bool:
         return bool({"result", "python", "error"} & self.model_fields_set)
+
+
+class McpServer(StrictModel):
+    """An MCP server whose tools a case offers: started over stdio (``command``) or reached
+    over streamable HTTP (``url``). ``${NAME}`` and ``${env.NAME}`` in its strings read the
+    environment when the server starts."""
+
+    command: list[str] | None = Field(default=None, min_length=1)
+    """stdio: the program and its arguments, e.g. ``[python, -m, mcp_server_time]``."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """stdio: environment variables set for the server, over a minimal default environment."""
+    cwd: str | None = None
+    """stdio: the server's working directory (relative to the case file's folder)."""
+    url: str | None = None
+    """Streamable HTTP: the server's endpoint, e.g. ``http://127.0.0.1:8931/mcp``."""
+    headers: dict[str, str] = Field(default_factory=dict)
+    """Streamable HTTP: headers of every request (``Authorization: "Bearer ${TOKEN}"``)."""
+    scope: Literal["case", "session"] = "case"
+    """``case``: started fresh for every case that uses it; ``session``: one server shared
+    by every case of the session that uses this definition."""
+    startup_timeout_s: float = Field(default=30, gt=0)
+    """How long the server may take to start and list its tools."""
+    call_timeout_s: float = Field(default=60, gt=0)
+    """How long one ``tools/call`` may take."""
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServer:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give either command (stdio) or url (streamable HTTP)")
+        wrong = ({"env", "cwd"} if self.url is not None else {"headers"}) & self.model_fields_set
+        if wrong:
+            kind = "streamable HTTP (url)" if self.url is not None else "stdio (command)"
+            raise KeyedError(f"{', '.join(sorted(wrong))} is not for a {kind} server",
+                             (min(wrong),))
+        return self
+
+    @property
+    def transport(self) -> str:
+        return "stdio" if self.command is not None else "http"
+
+
+class McpTools(StrictModel):
+    """``{mcp: NAME}``: the tools an MCP server lists, all or those ``include`` names."""
+
+    mcp: Name
+    """The server, as ``mcp_servers`` names it (the case's, or its file's)."""
+    include: list[Annotated[str, Field(min_length=1)]] | None = Field(default=None, min_length=1)
+    """Only these of the server's tools; each must be one the server lists."""
+
+    @field_validator("include")
+    @classmethod
+    def _unique_includes(cls, include: list[str] | None) -> list[str] | None:
+        if include is not None:
+            _reject_duplicates("included tool", include, key=None)
+        return include
+
+
+def _tool_kind(value: Any) -> str:
+    """Which kind of ``tools`` entry a value is: an MCP server's tools, or one tool."""
+    if isinstance(value, dict):
+        return "McpTools" if "mcp" in value else "Tool"
+    return "McpTools" if isinstance(value, McpTools) else "Tool"
+
+
+ToolEntry = Annotated[
+    Annotated[Tool, Tag("Tool")] | Annotated[McpTools, Tag("McpTools")],
+    Discriminator(_tool_kind),
+]
 
 
 _IMPORT_HINT = (
@@ -281,7 +365,10 @@ class Case(StrictModel):
     endpoint: Endpoint = Field(default_factory=Endpoint)
     params: dict[str, JsonValue] = Field(default_factory=dict)
     system: str | None = None
-    tools: list[Tool] = Field(default_factory=list)
+    mcp_servers: dict[Name, McpServer] = Field(default_factory=dict)
+    """MCP servers whose tools ``{mcp: NAME}`` entries of ``tools`` offer; a name the file's
+    shared ``mcp_servers`` document defines too is this case's own."""
+    tools: list[ToolEntry] = Field(default_factory=list)
     repeat: Repeat | None = None
     stages: list[Stage] = Field(min_length=1)
 
@@ -316,13 +403,21 @@ class Case(StrictModel):
 
     @field_validator("tools")
     @classmethod
-    def _unique_tool_names(cls, tools: list[Tool]) -> list[Tool]:
-        _reject_duplicates("tool", [tool.name for tool in tools])
+    def _unique_tool_names(cls, tools: list[Tool | McpTools]) -> list[Tool | McpTools]:
+        names = [tool.name if isinstance(tool, Tool) else f"mcp:{tool.mcp}" for tool in tools]
+        for index, name in enumerate(names):
+            if name in names[:index]:
+                kind, key = (("MCP server", "mcp") if name.startswith("mcp:")
+                             else ("tool", "name"))
+                raise KeyedError(f"duplicate {kind} name {name.removeprefix('mcp:')!r}",
+                                 (index, key))
         return tools
 
     @model_validator(mode="after")
     def _allowed_tools_exist(self) -> Case:
-        names = {tool.name for tool in self.tools}
+        if self.mcp_tools:  # an MCP server's tool names are known once it is started
+            return self
+        names = {tool.name for tool in self.function_tools}
         for index, stage in enumerate(self.stages):
             if not isinstance(stage.tool_choice, AllowedTools):
                 continue
@@ -340,8 +435,25 @@ class Case(StrictModel):
             return list(self.model) or [None]
         return [self.model]
 
+    @property
+    def function_tools(self) -> list[Tool]:
+        """The tools the case defines itself (canned, ``python`` or ``error``)."""
+        return [tool for tool in self.tools if isinstance(tool, Tool)]
+
+    @property
+    def mcp_tools(self) -> list[McpTools]:
+        """The ``{mcp: NAME}`` entries of ``tools``."""
+        return [tool for tool in self.tools if isinstance(tool, McpTools)]
+
     def tool(self, name: str) -> Tool | None:
-        return next((tool for tool in self.tools if tool.name == name), None)
+        return next((tool for tool in self.function_tools if tool.name == name), None)
+
+
+class SharedMcpServers(StrictModel):
+    """A case file's document that holds ``mcp_servers`` alone: servers every case of the
+    file may use by name."""
+
+    mcp_servers: dict[Name, McpServer]
 
 
 def _reject_duplicates(kind: str, names: list[str], key: str | None = "name") -> None:

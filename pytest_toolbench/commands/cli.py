@@ -229,16 +229,39 @@ def run_schema(args: argparse.Namespace) -> int:
 
 
 def run_graph(args: argparse.Namespace) -> int:
-    if not args.case_file.is_file():
-        raise UsageError(f"no such case file: {args.case_file}")
-    collected = collect_cases([args.case_file])
+    file, name, item_name = _graph_target(args.case_file, args.name)
+    if not file.is_file():
+        raise UsageError(f"no such case file: {file}")
+    collected = collect_cases([file])
     if collected.problems:
         print("\n".join(problem.text for problem in collected.problems), file=sys.stderr)
         return ExitCode.INVALID
     loaded = list({item.loaded.case.name: item.loaded for item in collected.items}.values())
-    source = case_graph(_pick_case(loaded, args.name, args.case_file))
+    case = _pick_case(loaded, name, file)
+    if item_name is not None:
+        _require_item(collected.items, case.name, item_name, file)
+    source = case_graph(case)
     print(f"```mermaid\n{source}```" if args.markdown else source, end="")
     return ExitCode.OK
+
+
+def _graph_target(target: str, name: str | None) -> tuple[Path, str | None, str | None]:
+    """The file, the case name and the item name (``NAME[ID]``, if one) of ``graph``'s
+    arguments: ``FILE [NAME]`` or a pytest node id, ``FILE::NAME`` or ``FILE::NAME[ID]``.
+    A case's items (one per model or API) share its flow, so the item only has to exist."""
+    file, separator, node_name = target.partition("::")
+    if not separator:
+        return Path(file), name, None
+    if name is not None:
+        raise UsageError(f"{target} names the case already; leave out {name!r}")
+    case_name = node_name.partition("[")[0]  # a case name holds no "["
+    return Path(file), case_name, node_name if node_name != case_name else None
+
+
+def _require_item(items: list[CaseItem], case: str, item_name: str, file: Path) -> None:
+    names = [item.name for item in items if item.loaded.case.name == case]
+    if item_name not in names:
+        raise UsageError(f"{file} has no item {item_name!r}; its items: {', '.join(names)}")
 
 
 def _pick_case(loaded: list[LoadedCase], name: str | None, file: Path) -> Case:
@@ -287,6 +310,12 @@ DELEGATES = {
         "compare two JSON reports or cassette folders; exit 1 when a verdict regressed",
         "Compare two JSON reports, or two cassette folders, case by case: verdicts, tool "
         "calls, arguments, answers, timings; 'toolbench diff --help' lists its options.",
+    ),
+    "merge": Delegate(
+        "pytest_toolbench.commands.merge",
+        "join the JSON reports of a suite's shards into one report",
+        "Join JSON reports of shards of one suite into one, refusing a case two shards "
+        "ran; 'toolbench merge --help' lists its options.",
     ),
     "conform": Delegate(
         "pytest_toolbench.commands.conform",
@@ -371,7 +400,9 @@ def _add_graph(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "(the tool loop without run_tools, other_variant without stream: both, retry "
         "without retry:).",
     )
-    graph.add_argument("case_file", type=Path, metavar="CASE_FILE", help="the case file")
+    graph.add_argument("case_file", metavar="CASE_FILE",
+                       help="the case file, or a pytest node id of a case:"
+                       " CASE_FILE::NAME or CASE_FILE::NAME[MODEL]")
     graph.add_argument("name", nargs="?", metavar="NAME",
                        help="the case to draw; needed when the file holds several")
     graph.add_argument("--markdown", action="store_true",

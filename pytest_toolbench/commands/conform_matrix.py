@@ -42,8 +42,9 @@ __all__ = [
 
 APIS = API_NAMES
 """The wire APIs a probe can run over, in column order."""
-REASON_CHARS = 160
-"""A reason longer than this is cut in the tables (the JSON report keeps it whole)."""
+SHORT_CHARS = 100
+"""The longest reason a table cell states; the JSON report and the HTML page have the
+reason whole. A longer first clause gives way to its end ("expected 2, got 1")."""
 WILDCARD = "*"
 Pattern = tuple[int | str, ...]
 """A key path inside ``stages``: stage index, then keys under ``expect``; ``*`` any one."""
@@ -69,6 +70,8 @@ class Cell:
     cause: Cause | None = None
     passes: int = 0
     runs: int = 0
+    summary: str = ""
+    """The reason in a few words, for the tables; empty: the reason's first clause."""
 
     def label(self) -> str:
         """``pass``, ``fail (protocol)``, ``not supported``..."""
@@ -177,7 +180,7 @@ def _check_error_body(cell: Cell, interactions: Sequence[Interaction], api: str)
         if not (isinstance(error, dict) and isinstance(error.get("message"), str)):
             shown = json.dumps(interaction.body)[:80] if interaction.body is not None else ""
             return Cell(Verdict.FAIL, f"HTTP {interaction.status}, but the body is not a JSON"
-                        f' error object {{"error": {{"message": ...}}}}: {shown}',
+                        f' error object {{"error": {{"message": ...}}}}; it reads: {shown}',
                         Cause.PROTOCOL, 0, cell.runs)
     return cell
 
@@ -212,7 +215,7 @@ def _shared_id(interaction: Interaction) -> str:
            for message in _messages(payload)
            for call in message.get("tool_calls") or () if isinstance(call, dict)]
     repeated = [id_ for id_, count in Counter(ids).items() if count > 1 or id_ in (None, "")]
-    return f"the calls of one reply have no distinct ids: {ids}" if repeated else ""
+    return f"the calls of one reply have no distinct ids; they are: {ids}" if repeated else ""
 
 
 # ---------------------------------------------------------------------------- the probes
@@ -273,14 +276,28 @@ def _majority(probe: Probe, runs: list[Mapping[str, Any]], passes: int) -> Cell:
         return Cell(Verdict.PASS, _of(passes, len(runs)), None, passes, len(runs))
     failed = [_run_failures(probe, run) for run in runs if not run.get("passed")]
     cause, message = _first_failure(failed)
-    reason = message + (f" ({_of(passes, len(runs))} passed)" if len(runs) > 1 else "")
+    tally = f" ({_of(passes, len(runs))} passed)" if len(runs) > 1 else ""
+    reason, short = message + tally, _short(message) + tally
     if cause is Cause.MODEL and probe.short_of_calls_unsupported:
         return Cell(Verdict.NOT_SUPPORTED, f"model: {reason}; the model did not make the calls,"
-                    " so the protocol was not exercised", None, passes, len(runs))
+                    " so the protocol was not exercised", None, passes, len(runs),
+                    f"the model did not make the calls{tally}")
     if _refused(failed):
         return Cell(Verdict.NOT_SUPPORTED, f"the server refused the request: {reason}", None,
-                    passes, len(runs))
-    return Cell(Verdict.FAIL, f"{cause.value}: {reason}", cause, passes, len(runs))
+                    passes, len(runs), f"the server refused the request: {short}")
+    return Cell(Verdict.FAIL, f"{cause.value}: {reason}", cause, passes, len(runs),
+                f"{cause.value}: {short}")
+
+
+def _short(reason: str) -> str:
+    """What happened, without the detail: the first clause (a message puts its detail,
+    such as the server's own words, after "; "); when that is still long, the mismatch it
+    ends with ("expected 2, got 1"); when that is too, nothing (the label says enough)."""
+    clause = reason.partition("; ")[0]
+    if len(clause) <= SHORT_CHARS:
+        return clause
+    end = clause.rpartition(": ")[2]
+    return end if len(end) <= SHORT_CHARS else ""
 
 
 def _of(passes: int, runs: int) -> str:
@@ -361,12 +378,11 @@ def _cell_json(cell: Cell) -> dict[str, Any]:
             "reason": cell.reason, "passes": cell.passes, "runs": cell.runs}
 
 
-def _cell_text(cell: Cell) -> str:
-    reason = cell.reason
+def _cell_text(cell: Cell, whole: bool = False) -> str:
+    """The label and the reason: short for the tables, ``whole`` for the HTML page."""
+    reason = cell.reason if whole else cell.summary or _short(cell.reason)
     if cell.cause is not None:  # the label says it: fail (model)
         reason = reason.removeprefix(f"{cell.cause.value}: ")
-    if len(reason) > REASON_CHARS:
-        reason = reason[:REASON_CHARS - 3] + "..."
     return f"{cell.label()}: {reason}" if reason and cell.verdict is not Verdict.PASS \
         else cell.label()
 
@@ -433,4 +449,4 @@ def render_html(rows: Sequence[Row], about: Mapping[str, Any]) -> str:
 
 def _html_cell(cell: Cell) -> str:
     kind = {Verdict.PASS: "pass", Verdict.FAIL: "fail"}.get(cell.verdict, "unsupported")
-    return f"<td class=\"{kind}\">{html.escape(_cell_text(cell))}</td>"
+    return f"<td class=\"{kind}\">{html.escape(_cell_text(cell, whole=True))}</td>"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..casefile.loader import format_key_path
@@ -40,6 +42,9 @@ def _render_runs(result: CaseResult, label: str, failed: list[RunResult]) -> str
     first = failed[0]
     lines = [verdict(result, label)]
     headline = first_failure(first)
+    if headline is not None:
+        headline = dataclasses.replace(headline, actual=as_named(headline.expected,
+                                                                 headline.actual))
     if headline is not None and _diff_adds(headline):
         lines.extend("  " + line for line in expected_vs_actual(headline.expected,
                                                                 headline.actual))
@@ -112,6 +117,34 @@ def _diff_adds(failure: Failure) -> bool:
     if isinstance(expected, dict) and any(str(key).startswith("$") for key in expected):
         return False
     return not all(_quoted(value, failure.message) for value in (expected, actual))
+
+
+def as_named(expected: Any, actual: Any) -> Any:
+    """A tool call, or a list of them, as the parts the expectation names (``name``,
+    ``arguments`` or both), so the diff shows no difference the case did not ask about;
+    anything else as it is. Arguments that are not JSON are their text (``json_value``)."""
+    if isinstance(actual, ToolCall) and isinstance(expected, Mapping):
+        return _call_parts(actual, _named_keys([expected]))
+    if (isinstance(actual, (list, tuple)) and isinstance(expected, (list, tuple))
+            and all(isinstance(call, ToolCall) for call in actual)
+            and all(isinstance(spec, Mapping) for spec in expected)):
+        keys = _named_keys(expected)
+        return [_call_parts(call, keys) for call in actual]
+    return actual
+
+
+def _named_keys(specs: Sequence[Mapping[str, Any]]) -> set[str]:
+    """The parts of a call that expected calls name; both, when they name neither."""
+    named = {key for spec in specs for key in _CALL_PARTS if key in spec}
+    return named or set(_CALL_PARTS)
+
+
+_CALL_PARTS = ("name", "arguments")
+
+
+def _call_parts(call: ToolCall, keys: set[str]) -> dict[str, Any]:
+    whole: dict[str, Any] = json_value(call)
+    return {key: value for key, value in whole.items() if key in keys}
 
 
 def _quoted(value: Any, message: str) -> bool:
@@ -211,8 +244,10 @@ def _turn_text(number: int, turn: Turn) -> list[str]:
 
 
 def _tool_run_text(run: ToolRun) -> str:
-    outcome = f"error: {run.error}" if run.error else _cut(run.content)
-    return f"    tool {run.name}({_cut(run.arguments)}) -> {outcome} [{run.duration_ms:.0f} ms]"
+    outcome = f"error: {_cut(run.error)}" if run.error else _cut(run.content)
+    server = f" (MCP server {run.server})" if run.server else ""
+    return (f"    tool {run.name}({_cut(run.arguments)}){server} -> {outcome}"
+            f" [{run.duration_ms:.0f} ms]")
 
 
 def _reply_text(reply: Reply) -> list[str]:

@@ -199,7 +199,8 @@ def _tool_run(run: Data, role: str) -> str:
     kind = "error" if run.get("error") else "tool"
     outcome = (f"<pre>error: {e(run['error'])}</pre>" if run.get("error")
                else f"<pre>{e(pretty(run.get('content', '')))}</pre>")
-    return (f'<div class="msg {kind}"><div class="who">{e(role)} {e(run.get("name"))}'
+    server = f'MCP server {e(run["server"])}: ' if run.get("server") else ""
+    return (f'<div class="msg {kind}"><div class="who">{e(role)} {server}{e(run.get("name"))}'
             f'({e(run.get("arguments"))}) · {ms(run.get("duration_ms"))}</div>{outcome}</div>')
 
 

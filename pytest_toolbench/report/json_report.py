@@ -93,11 +93,15 @@ class ToolRunRecord:
     content: str
     error: str | None
     duration_ms: float
+    is_error: bool = False
+    """The tool failed (its answer went back to the model as a failed tool's)."""
+    server: str | None = None
+    """The MCP server that ran the tool; null for the case's own tools."""
 
     @classmethod
     def of(cls, run: ToolRun) -> ToolRunRecord:
         return cls(run.call_id, run.name, run.arguments, run.content, run.error,
-                   round(run.duration_ms, 1))
+                   round(run.duration_ms, 1), run.failed, run.server)
 
 
 @dataclass(frozen=True)

@@ -27,11 +27,29 @@ def render_summary(records: list[CaseRecord], width: int, color: bool) -> str:
     models = sorted({record.model or "-" for record in records})
     apis = sorted({record.api for record in records})
     console.print(_case_table(records, models, apis))
-    if len(models) > 1:
-        console.print(_rate_table(records, "model", lambda record: record.model or "-"))
-    if len(apis) > 1:
-        console.print(_rate_table(records, "API", lambda record: record.api))
+    for table in rate_tables(records):
+        console.print(table)
     return buffer.getvalue()
+
+
+def render_rates(records: list[CaseRecord], width: int, color: bool) -> str:
+    """The pass rates per model and per API alone (``toolbench merge`` prints them)."""
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=max(width, 60), force_terminal=color,
+                      color_system="standard" if color else None, highlight=False)
+    for table in rate_tables(records):
+        console.print(table)
+    return buffer.getvalue()
+
+
+def rate_tables(records: list[CaseRecord]) -> list[Table]:
+    """A pass-rate table per model, then per API, each when more than one ran."""
+    tables = []
+    if len({record.model or "-" for record in records}) > 1:
+        tables.append(_rate_table(records, "model", lambda record: record.model or "-"))
+    if len({record.api for record in records}) > 1:
+        tables.append(_rate_table(records, "API", lambda record: record.api))
+    return tables
 
 
 def _case_table(records: list[CaseRecord], models: list[str], apis: list[str]) -> Table:

@@ -132,9 +132,10 @@ def _protocol_failures(reply: Reply, base: KeyPath, line_of: LineOf) -> list[Fai
     object inside a successful response, and, in a stream, arguments that are not JSON.
     """
     failures = [_plain(problem, base, line_of) for problem in reply.problems]
-    if reply.error is not None and reply.status < 400:
-        where = "inside the stream" if reply.stream is not None else f"in an HTTP {reply.status}"
-        failures.append(_plain(f"error {where}: {reply.error}", base, line_of))
+    # A stream's reader says its in-band error as a problem: its API, what carried it, its
+    # type and whether it is transient. A body's is said here.
+    if reply.error is not None and reply.status < 400 and reply.stream is None:
+        failures.append(_plain(f"error in an HTTP {reply.status}: {reply.error}", base, line_of))
     if reply.stream is not None:
         failures.extend(
             _plain(f"streamed tool call {call.name}: arguments are not valid JSON:"

@@ -9,10 +9,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ..casefile.load import LoadedCase
-from ..casefile.schema import Stage
+from ..casefile.schema import McpTools, Stage
 from ..matchers.limits import DEFAULT_LIMIT_S as DEFAULT_MATCH_TIMEOUT_S
 from ..records import (
     CaseResult,
@@ -33,7 +33,8 @@ from ..wire import RequestParts, WireApi, wire_api
 from .check import Outcome, check
 from .interpolate import InterpolationError, capture, interpolate, resolve_expect
 from .machine import StageMachine, StageState
-from .tools import run_tool_calls, tool_message
+from .tools import CaseTools, tool_message
+from .toolset import KeyPath, Toolset, ToolSource, ToolSourceFault
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,14 @@ class CaseRun:
         return self.result([RunResult(1, error=reason)])
 
 
+class McpProvider(Protocol):
+    """Where a run gets its MCP servers' tools: started live (and recorded), or replayed."""
+
+    async def source(self, case_run: CaseRun, index: int, entry: McpTools) -> ToolSource:
+        """The tools of ``entry`` (``tools[index]`` of the case) as a source; raise
+        ``ToolSourceFault`` when the server cannot be reached or lacks an included tool."""
+
+
 @dataclass
 class RunContext:
     """What the session plugs a case run into: where requests go, what becomes of the
@@ -91,6 +100,8 @@ class RunContext:
     """How long a stage's expectations may take to check."""
     scrubber: Scrubber = field(default_factory=Scrubber)
     """Masks the endpoint's credentials in every turn, tool run and exchange as it is made."""
+    mcp: McpProvider | None = None
+    """Opens the case's MCP servers' tools; ``None``: a case with MCP tools cannot run."""
 
 
 @dataclass
@@ -103,6 +114,8 @@ class Conversation:
     native: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     """The API's own turn of each assistant message that came from a reply, by the
     message's index: the adapter sends it back as it came (``RequestParts.native``)."""
+    failed_results: set[int] = field(default_factory=set)
+    """The indexes of the tool messages whose run failed (``RequestParts.failed_results``)."""
 
     def add_reply(self, reply: Reply) -> None:
         """The reply as the next assistant message, its native turn kept beside it."""
@@ -110,11 +123,18 @@ class Conversation:
             self.native[len(self.messages)] = reply.native_turn
         self.messages.append(reply.to_message())
 
+    def add_tool_runs(self, runs: list[ToolRun]) -> None:
+        """The runs' tool messages, each failed one noted by its index."""
+        for run in runs:
+            if run.failed:
+                self.failed_results.add(len(self.messages))
+            self.messages.append(tool_message(run))
+
     def snapshot(self) -> Conversation:
         """A copy to go back to. Messages are never changed once appended (every change
         appends a new one), so copying the lists is enough."""
         return Conversation(list(self.messages), list(self.pending), dict(self.variables),
-                            dict(self.native))
+                            dict(self.native), set(self.failed_results))
 
 
 def case_label(name: str, model: str | None, api: str) -> str:
@@ -124,11 +144,49 @@ def case_label(name: str, model: str | None, api: str) -> str:
 
 
 async def run_case(case_run: CaseRun, ctx: RunContext) -> CaseResult:
-    runs = [await run_once(case_run, ctx, number) for number in range(1, ctx.runs + 1)]
+    """Run every run of the case with its tools, opened once for all of them and closed when
+    the case ends (fresh MCP servers per case, unless a server is session-scoped)."""
+    try:
+        toolset = await open_toolset(case_run, ctx)
+    except ToolSourceFault as fault:
+        return case_run.result([_setup_failed(case_run, fault)])
+    try:
+        runs = [await run_once(case_run, ctx, number, toolset)
+                for number in range(1, ctx.runs + 1)]
+    finally:
+        await toolset.aclose()
     return case_run.result(runs, error=ctx.verdict() if ctx.verdict is not None else None)
 
 
-async def run_once(case_run: CaseRun, ctx: RunContext, number: int) -> RunResult:
+async def open_toolset(case_run: CaseRun, ctx: RunContext) -> Toolset:
+    """The case's own tools, then each ``{mcp: NAME}`` entry's, in the order of ``tools``."""
+    case = case_run.loaded.case
+    sources: list[ToolSource] = [CaseTools(case)]
+    paths: list[KeyPath] = [("tools",)]
+    try:
+        for index, entry in enumerate(case.tools):
+            if isinstance(entry, McpTools):
+                if ctx.mcp is None:
+                    raise ToolSourceFault("MCP servers cannot be used here", ("tools", index))
+                sources.append(await ctx.mcp.source(case_run, index, entry))
+                paths.append(("tools", index))
+        return Toolset(sources, paths)
+    except BaseException:
+        for source in reversed(sources):
+            await source.aclose()
+        raise
+
+
+def _setup_failed(case_run: CaseRun, fault: ToolSourceFault) -> RunResult:
+    """A run that could not start, its failure at the line of what declared the tools."""
+    first = case_run.loaded.case.stages[0].name
+    failure = Failure(fault.message, fault.path, case_run.loaded.document.line_of(fault.path))
+    attempt = StageAttempt(first, 1, failures=[failure])
+    return RunResult(1, stages=[StageResult(first, [attempt])])
+
+
+async def run_once(case_run: CaseRun, ctx: RunContext, number: int,
+                   toolset: Toolset) -> RunResult:
     case = case_run.loaded.case
     run = RunResult(number)
     conversation = Conversation()
@@ -136,7 +194,8 @@ async def run_once(case_run: CaseRun, ctx: RunContext, number: int) -> RunResult
         conversation.messages.append({"role": "system", "content": case.system})
     with StageMachine() as machine:
         for index, stage in enumerate(case.stages):
-            stage_result = await run_stage(case_run, ctx, conversation, index, stage, machine)
+            stage_result = await run_stage(case_run, ctx, conversation, index, stage, machine,
+                                           toolset)
             run.stages.append(stage_result)
             if not stage_result.passed:
                 break  # later stages build on this one's conversation: nothing to learn
@@ -144,7 +203,8 @@ async def run_once(case_run: CaseRun, ctx: RunContext, number: int) -> RunResult
 
 
 async def run_stage(case_run: CaseRun, ctx: RunContext, conversation: Conversation,
-                    index: int, stage: Stage, machine: StageMachine) -> StageResult:
+                    index: int, stage: Stage, machine: StageMachine,
+                    toolset: Toolset) -> StageResult:
     result = StageResult(stage.name)
     attempts = stage.retry.attempts if stage.retry else 1
     before = conversation.snapshot()
@@ -153,7 +213,8 @@ async def run_stage(case_run: CaseRun, ctx: RunContext, conversation: Conversati
         if number > 1:
             machine.fire("retry")
             _restore(conversation, before)
-        attempt = await StageRunner(case_run, ctx, conversation, index, stage, machine).run(number)
+        attempt = await StageRunner(case_run, ctx, conversation, index, stage, machine,
+                                    toolset).run(number)
         result.attempts.append(attempt)
         if attempt.passed or not attempt.turns:
             break  # an attempt that sent nothing failed on the case itself: retry can't help
@@ -168,8 +229,9 @@ class StageRunner:
     """One attempt at one stage, driving the state machine from idle to passed or failed."""
 
     def __init__(self, case_run: CaseRun, ctx: RunContext, conversation: Conversation,
-                 index: int, stage: Stage, machine: StageMachine) -> None:
+                 index: int, stage: Stage, machine: StageMachine, toolset: Toolset) -> None:
         self.case_run, self.ctx = case_run, ctx
+        self.toolset = toolset
         self.conversation, self.index = conversation, index
         self.stage = stage
         self.machine = machine
@@ -182,6 +244,9 @@ class StageRunner:
             await self._run(attempt)
         except InterpolationError as error:
             attempt.failures.append(self._failure(error.message, error.path))
+        except ToolSourceFault as fault:  # a tool server broke: the case fails, naming it
+            attempt.failures.append(Failure(fault.message, fault.path,
+                                            self._line_of(fault.path)))
         finally:
             attempt.trail = self.machine.trail[trail_start:]
         return attempt
@@ -258,9 +323,8 @@ class StageRunner:
 
     async def _answer(self, calls: list[ToolCall]) -> list[ToolRun]:
         """Run the tools, append their messages, and go on to sending."""
-        runs: list[ToolRun] = self.ctx.scrubber.data(
-            await run_tool_calls(calls, self.case_run.loaded.case))
-        self.conversation.messages.extend(tool_message(run) for run in runs)
+        runs: list[ToolRun] = self.ctx.scrubber.data(await self.toolset.run(calls))
+        self.conversation.add_tool_runs(runs)
         self.conversation.pending = []
         self.machine.fire("send")
         return runs
@@ -306,7 +370,8 @@ class StageRunner:
         return self.case_run.wire.request(RequestParts(
             model=self.case_run.model, messages=list(self.conversation.messages),
             native=dict(self.conversation.native),
-            tools=list(case.tools), tool_choice=stage.tool_choice, params=params,
+            failed_results=frozenset(self.conversation.failed_results),
+            tools=self.toolset.tools, tool_choice=stage.tool_choice, params=params,
             stream=streamed))
 
     def _check(self, attempt: StageAttempt, outcome: Outcome, streamed: bool,

@@ -1,8 +1,9 @@
-"""Running the tools a reply asked for: canned results, Python callables, errors.
+"""The case's own tools as a tool source: canned results, Python callables, errors.
 
-All calls of one reply run concurrently. A tool never crashes the executor: an exception
-(``SystemExit`` and ``KeyboardInterrupt`` included), a timeout, an unknown tool, arguments
-that are not JSON or a result that is not strict JSON become an error tool message.
+A tool never crashes the executor: an exception (``SystemExit`` and ``KeyboardInterrupt``
+included), a timeout, an unknown tool, arguments that are not JSON or a result that is not
+strict JSON become an error tool message. A call of a tool no source offers comes here too,
+and is answered "unknown tool".
 """
 
 from __future__ import annotations
@@ -11,31 +12,32 @@ import asyncio
 import functools
 import inspect
 import json
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..casefile.schema import Case, Tool, resolve_callable
 from ..records import ToolCall, ToolRun
 from .threads import in_daemon_thread
+from .toolset import ToolAnswer
 
 
-async def run_tool_calls(calls: list[ToolCall], case: Case) -> list[ToolRun]:
-    """Run every call at once; the runs come back in the order of the calls."""
-    return list(await asyncio.gather(*(run_tool_call(call, case.tool(call.name))
-                                       for call in calls)))
+class CaseTools:
+    """The tools a case defines itself (a ``ToolSource``)."""
 
+    server = None
 
-async def run_tool_call(call: ToolCall, tool: Tool | None) -> ToolRun:
-    started = time.perf_counter()
-    try:
-        content = await _answer(call, tool)
-        error = None
-    except ToolFailed as failure:
-        error = str(failure)
-        content = json.dumps({"error": error})
-    duration = (time.perf_counter() - started) * 1000
-    return ToolRun(call.id, call.name, call.arguments_raw, content, error, duration)
+    def __init__(self, case: Case) -> None:
+        self.case = case
+        self.tools: list[Tool] = case.function_tools
+
+    async def call(self, call: ToolCall) -> ToolAnswer:
+        try:
+            return ToolAnswer(await _answer(call, self.case.tool(call.name)))
+        except ToolFailed as failure:
+            return ToolAnswer.failed(str(failure))
+
+    async def aclose(self) -> None:
+        """Nothing to release."""
 
 
 def tool_message(run: ToolRun) -> dict[str, Any]:

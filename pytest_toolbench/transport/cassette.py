@@ -20,7 +20,7 @@ import yaml
 
 from ..atomic import write_atomic
 from ..defaults import API_PATHS
-from ..records import Interaction, StreamEvent
+from ..records import Interaction, McpExchange, StreamEvent
 from .cassette_reader import read_cassette
 from .errors import CassetteMissing, ReplayError
 
@@ -61,6 +61,8 @@ class Cassette:
     """The path as messages show it (relative to where pytest was started)."""
     api: str = "chat"
     """The wire API it holds the exchanges of (``chat``, ``responses``, ``messages``)."""
+    mcp: list[McpExchange] = field(default_factory=list)
+    """The case's MCP exchanges (``tools/list``, ``tools/call``), in the order they ended."""
 
     def __post_init__(self) -> None:
         self.shown = self.shown or str(self.path)
@@ -82,7 +84,7 @@ class Cassette:
         try:
             with open(path, "rb", buffering=0) as file:  # a third of read_text's cost
                 text = file.read().decode()
-            recorded_api, interactions = read_cassette(text, FORMAT_VERSION)
+            recorded_api, interactions, mcp = read_cassette(text, FORMAT_VERSION)
         except (FileNotFoundError, NotADirectoryError):
             raise CassetteMissing(f"no cassette at {shown or path}{hint('record it with')}") \
                 from None
@@ -98,7 +100,7 @@ class Cassette:
                 f" speaks the {api} API: a cassette replays only the API it was recorded"
                 f" with{hint('record this one with')}")
         return cls(path, interactions, rerecord_hint=rerecord_hint, shown=shown,
-                   api=recorded_api)
+                   api=recorded_api, mcp=mcp)
 
     def save(self) -> None:
         """Write the cassette atomically (its interactions were scrubbed as recorded)."""
@@ -107,6 +109,8 @@ class Cassette:
             "api": self.api,
             "interactions": [_plain(interaction) for interaction in self.interactions],
         }
+        if self.mcp:  # only then: a cassette of a case without MCP is as it always was
+            document["mcp"] = [_plain_mcp(exchange) for exchange in self.mcp]
         text = yaml.dump(document, Dumper=_CassetteDumper,
                          sort_keys=False, allow_unicode=True, width=1 << 20)
         header = f"# Recorded by pytest-toolbench. Re-record: {self.rerecord_hint}\n"
@@ -128,6 +132,15 @@ def _plain(interaction: Interaction) -> dict[str, Any]:
                     "json": _json_text(interaction.request)},
         "response": response,
     }
+
+
+def _plain_mcp(exchange: McpExchange) -> dict[str, Any]:
+    plain: dict[str, Any] = {"server": exchange.server, "method": exchange.method}
+    if exchange.params:
+        plain["params"] = _json_text(exchange.params)
+    plain["result"] = _json_text(exchange.result)
+    plain["elapsed_ms"] = round(exchange.elapsed_ms, 1)
+    return plain
 
 
 def _json_text(value: Any) -> _JsonText:

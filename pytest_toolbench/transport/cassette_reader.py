@@ -14,9 +14,9 @@ from typing import Any
 
 import yaml
 
-from ..casefile.loader import load_yaml
+from ..casefile.loader import load_yaml, syntax_error
 from ..defaults import API_PATHS
-from ..records import Interaction, StreamEvent
+from ..records import Interaction, McpExchange, StreamEvent
 
 MAX_JSON_DEPTH = 200
 """The deepest JSON body a cassette may hold. A request built from a case file (itself at
@@ -28,17 +28,17 @@ class CassetteUnreadable(ValueError):
     """A cassette that cannot be replayed; the message says what is wrong and where."""
 
 
-def read_cassette(text: str, version: int) -> tuple[str, list[Interaction]]:
-    """The API and the interactions of a cassette's ``text``, which must be of format
-    ``version``. A cassette without ``api`` holds chat completions (recorded before a case
-    could speak another API)."""
+def read_cassette(text: str, version: int
+                  ) -> tuple[str, list[Interaction], list[McpExchange]]:
+    """The API, the interactions and the MCP exchanges of a cassette's ``text``, which must
+    be of format ``version``. A cassette without ``api`` holds chat completions (recorded
+    before a case could speak another API); one without ``mcp``, no MCP exchange."""
     try:
         data = load_yaml(text)
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise CassetteUnreadable(f"YAML syntax error{where}: {exc.problem or exc.context}") \
-            from None
+        line, problem = syntax_error(exc)
+        where = f" at line {line}" if line else ""
+        raise CassetteUnreadable(f"YAML syntax error{where}: {problem}") from None
     except yaml.YAMLError as exc:  # a control character: not a MarkedYAMLError
         raise CassetteUnreadable(f"not YAML: {str(exc).partition(chr(10))[0]}") from None
     document = _Fields(data, "the file")
@@ -49,8 +49,22 @@ def read_cassette(text: str, version: int) -> tuple[str, list[Interaction]]:
     if api not in API_PATHS:
         raise CassetteUnreadable(f"api: {api!r} is not one of {', '.join(API_PATHS)}")
     items = document.get("interactions", list)
+    exchanges = document.get("mcp", list, [])
     return api, [_interaction(item, f"interactions[{index}]")
-                 for index, item in enumerate(items)]
+                 for index, item in enumerate(items)], [
+        _mcp_exchange(item, f"mcp[{index}]") for index, item in enumerate(exchanges)]
+
+
+def _mcp_exchange(item: Any, where: str) -> McpExchange:
+    fields = _Fields(item, where)
+    method = fields.get("method", str)
+    if method not in ("tools/list", "tools/call"):
+        raise CassetteUnreadable(f"{fields.at('method')}: {method!r} is not tools/list or"
+                                 " tools/call")
+    params = fields.json("params", dict) if "params" in fields.value else {}
+    return McpExchange(server=fields.get("server", str), method=method,
+                       result=fields.json("result", dict), params=params,
+                       elapsed_ms=fields.number("elapsed_ms", 0.0))
 
 
 def _interaction(item: Any, where: str) -> Interaction:

@@ -41,9 +41,9 @@ from .errors import (
     UnsendableRequest,
 )
 from .limits import ACCEPT_ENCODING, BoundedDecoder, DecodingFailed, ReplyLimits
+from .ratelimit import RequestPacer
 from .sse import DEFAULT_MAX_EVENT_CHARS, SSEDecoder, SSETooLarge
 
-RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 BACKOFF_BASE_S = 0.5
 BACKOFF_CAP_S = 8.0
 
@@ -76,6 +76,8 @@ class PendingReply:
     config: ClientConfig
     retries: list[str] = field(default_factory=list)
     """One line per retried attempt: what failed and how long the client waited."""
+    pacer: RequestPacer | None = None
+    """Told of the reply once read (its tokens), when the endpoint is rate limited."""
     _size: int = field(default=0, init=False)
     """Bytes of the body read so far, after ``Content-Encoding`` is undone."""
 
@@ -90,6 +92,8 @@ class PendingReply:
         finally:
             await self.response.aclose()
         reply.latency_ms = _ms_since(self.started)
+        if self.pacer is not None:
+            self.pacer.after_reply(reply)
         if self.sink is not None and reply.interaction is not None:
             reply.interaction.elapsed_ms = round(reply.latency_ms, 1)
             self.sink(reply.interaction)
@@ -196,8 +200,11 @@ class ApiClient:
         breaker: CircuitBreaker | None = None,
         sleep: Sleep = asyncio.sleep,
         jitter: bool = True,
+        pacer: RequestPacer | None = None,
     ) -> None:
         self.config = config
+        self.pacer = pacer
+        """Rate limits (``transport.ratelimit``): asked before each attempt, told after."""
         self._jitter = jitter
         self.breaker = breaker or CircuitBreaker()
         self._sleep = sleep
@@ -249,8 +256,8 @@ class ApiClient:
                 error.retries = retries
                 raise
             status = pending.response.status_code
-            if status not in RETRYABLE_STATUS or last:
-                if status in RETRYABLE_STATUS and status != 429:  # 5xx to the end: it is down
+            if not retryable(status) or last:
+                if retryable(status) and status != 429:  # 5xx to the end: it is down
                     self.breaker.record_failure(f"HTTP {status}")
                 else:
                     self.breaker.record_success()
@@ -273,9 +280,14 @@ class ApiClient:
             content=content,
             headers={"Content-Type": "application/json", **headers},
         )
+        if self.pacer is not None:
+            await self.pacer.before_request()
         started = time.perf_counter()
         response = await self._send_within_deadline(request)
-        return PendingReply(response, body, wire, stream, started, sink, self.config)
+        if self.pacer is not None:
+            self.pacer.after_headers(response.status_code, response.headers)
+        return PendingReply(response, body, wire, stream, started, sink, self.config,
+                            pacer=self.pacer)
 
     async def _send_within_deadline(self, request: httpx.Request) -> httpx.Response:
         """Send; return once the headers are in. The timeout bounds each wait (connect,
@@ -307,6 +319,12 @@ class ApiClient:
         delay = min(delay, self.config.timeout_s)
         await self._sleep(delay)
         return f"attempt {attempt + 1} failed ({reason}); retried after {delay:.2f} s"
+
+
+def retryable(status: int) -> bool:
+    """A status that says "try again": 429, and every 5xx (Anthropic's 529 overloaded, a
+    gateway's 502 and 504, a model still loading's 503...)."""
+    return status == 429 or 500 <= status <= 599
 
 
 def request_content(body: dict[str, Any]) -> bytes:

@@ -8,6 +8,7 @@ fails on them with that reason (SPEC section 6).
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from abc import ABC, abstractmethod
@@ -56,6 +57,10 @@ class RequestParts:
     ``messages``: that reply's ``native_turn``. An adapter that has one sends it back as it
     came instead of the message (thinking blocks and reasoning items must go back
     unchanged); chat, which has none, translates every message."""
+    failed_results: frozenset[int] = frozenset()
+    """Tool messages whose tool run failed (``ToolRun.failed``), by their index in
+    ``messages``: an API that has a word for it marks the result as an error (Messages:
+    ``is_error: true``); the others send the error text the message holds."""
     tools: list[Tool] = field(default_factory=list)
     tool_choice: str | ToolChoiceFunction | AllowedTools | None = None
     params: dict[str, Any] = field(default_factory=dict)
@@ -123,12 +128,44 @@ class WireApi(ABC):
         reply.status = interaction.status
         return reply
 
+    request_fields: frozenset[str] | None = None
+    """The top-level fields of the API's request (as the official SDK's request type names
+    them), and the ``params`` keys the adapter translates into them: a ``params`` key
+    outside them is a collection error, as the service would refuse it. ``None``: any key
+    goes (chat completions, whose servers take many extensions of their own)."""
+
     def unsupported(self, case: Case) -> list[Unsupported]:
-        """What ``case`` asks that this API cannot express (none by default)."""
-        return []
+        """What ``case`` asks that this API cannot express: here, ``params`` keys its
+        request has no field for; an adapter adds its own."""
+        if self.request_fields is None:
+            return []
+        return [Unsupported(self._unknown_field(key), (*where, key))
+                for where, params in _params_of(case) for key in params
+                if key not in self.request_fields]
+
+    def _unknown_field(self, key: str) -> str:
+        known = self.request_fields or frozenset()
+        close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.9)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        return (f"the {self.title}'s request has no field {key!r}{hint}, and the service"
+                " refuses a field it does not know: leave it out of params for this API, or"
+                " run the case over chat, which passes params through")
+
+
+def _params_of(case: Case) -> list[tuple[KeyPath, dict[str, Any]]]:
+    """Each ``params`` mapping of a case, with where it is."""
+    return [(("params",), case.params),
+            *((("stages", index, "params"), stage.params) for index, stage in enumerate(case.stages))]
 
 
 # --- shared by the adapters ---------------------------------------------------------------
+
+REDACTED_REASONING = "[redacted reasoning]"
+"""What reasoning the service sent only encrypted reads as, over every API: a Messages
+``redacted_thinking`` block, a Responses ``reasoning`` item with ``encrypted_content`` and
+no summary or content text. It holds no text to match, but the model did reason: the
+marker makes the reasoning present (``{$absent: true}`` fails) and says why it is unread.
+Readable reasoning of the same reply comes first, each part apart by a blank line."""
 
 TOKEN_LIMIT_KEYS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 """The names the three APIs give the reply's token limit; a case may use any of them and
@@ -260,6 +297,53 @@ def http_error(status: int, body: Body) -> str:
     if isinstance(payload, str) and payload:
         return payload
     return body.text.strip() or f"HTTP {status} with an empty body"
+
+
+TRANSIENT_ERRORS = {
+    "overloaded_error": "the service was overloaded",
+    "api_error": "the service failed on its side",
+    "server_error": "the service failed on its side",
+    "internal_server_error": "the service failed on its side",
+    "timeout_error": "the service timed out",
+    "rate_limit_error": "the rate limit was reached",
+    "rate_limit_exceeded": "the rate limit was reached",
+    "429": "the rate limit was reached",
+    "503": "the service was overloaded",
+    "529": "the service was overloaded",
+}
+"""Error types and codes a service sends in band that mean "try again later": Anthropic's
+``type``s, OpenAI's ``code``s and ``type``s, and HTTP statuses given as a ``code``; any
+other 5xx code is transient too (the service failed on its side)."""
+
+
+def error_kind(error: Any) -> str | None:
+    """The type or code of an in-band ``error`` object (``overloaded_error``,
+    ``server_error``, ``503``): a transient one first, else the first one given."""
+    if not isinstance(error, dict):
+        return None
+    given = [str(value) for value in (error.get("type"), error.get("code"))
+             if (isinstance(value, str) and value and value != "error")
+             or (isinstance(value, int) and not isinstance(value, bool))]
+    return next((kind for kind in given if _transient(kind)), given[0] if given else None)
+
+
+def _transient(kind: str) -> str | None:
+    """Why an error of this kind is worth retrying, or None when it is not."""
+    if kind in TRANSIENT_ERRORS:
+        return TRANSIENT_ERRORS[kind]
+    return "the service failed on its side" if kind.isdigit() and kind[0] == "5" else None
+
+
+def stream_error(where: str, carrier: str, kind: str | None, message: str) -> str:
+    """An error that came inside a stream, as the problem that fails the stage: where
+    (``messages stream``), what carried it (``error event``), its type, and whether it is
+    transient: ``messages stream: error event overloaded_error (transient: the service was
+    overloaded; retry later): Overloaded``."""
+    if kind is None:
+        return f"{where}: {carrier}: {message}"
+    why = _transient(kind)
+    said = f" (transient: {why}; retry later)" if why else ""
+    return f"{where}: {carrier} {kind}{said}: {message}"
 
 
 def dumps(value: Any) -> str:

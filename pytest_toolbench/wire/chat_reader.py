@@ -1,7 +1,8 @@
 """Chat-completions responses -> :class:`Reply`: streamed deltas reassembled, or one body.
 
-Reasoning comes in ``reasoning_content`` or ``reasoning`` (message or delta), or as a
-``<think>`` block that opens the content; either way it is kept apart from the text.
+Reasoning comes in ``reasoning_content`` or ``reasoning`` (message or delta), as
+``thinking`` parts of a content list (Mistral's Magistral), or as a ``<think>`` block that
+opens the content; either way it is kept apart from the text.
 
 Servers differ in how they stream tool calls; :class:`StreamAssembler` reads them all and
 records protocol slips in ``Reply.problems`` instead of raising, so that a stage fails with
@@ -49,6 +50,7 @@ from .base import JSON_ERRORS as _JSON_ERRORS
 from .base import (
     Event,
     arguments_json,
+    error_kind,
     error_message,
     http_error,
     loads_event,
@@ -56,9 +58,13 @@ from .base import (
     read_body_json,
     snippet,
     split_think,
+    stream_error,
 )
 
 __all__ = ["StreamAssembler", "parse_completion"]
+
+STREAM = "chat stream"
+"""How problems of a stream name it, where one needs the name (an in-band error)."""
 
 def _dumps(value: Any) -> str:
     """``json.dumps`` of parsed server data; data nested just shallow enough for json to
@@ -316,7 +322,7 @@ class StreamAssembler:
         if self._done:
             self._problems.append(f"chunk {self._chunks} arrived after [DONE]")
         if event.event == "error":
-            self._set_error(self._event_error(data))
+            self._event_error(data)
             return
         try:
             chunk = loads_event(data)
@@ -351,7 +357,7 @@ class StreamAssembler:
             )
             return
         if chunk.get("error") is not None:
-            self._set_error(error_message(chunk["error"]))
+            self._set_error("error chunk", chunk["error"])
         usage = _chunk_usage(chunk)
         if usage is not None:  # ``usage: null`` rides on every chunk of some servers
             self._usage = usage
@@ -371,10 +377,12 @@ class StreamAssembler:
     def _read_delta(self, delta: dict[str, Any], offset_ms: float) -> bool:
         """Apply one delta; true when it carried content or a tool-call delta."""
         carried = False
-        content = message_text(delta.get("content"))
+        content, thought = _content(delta.get("content"))
         if content:
             self._text.append(content)
             carried = True
+        if thought:
+            self._reasoning.append(thought)
         refusal = delta.get("refusal")
         if isinstance(refusal, str) and refusal:
             self._refusal.append(refusal)
@@ -394,19 +402,35 @@ class StreamAssembler:
             carried = True
         return carried
 
-    def _event_error(self, data: str) -> str:
-        """The message of an ``event: error`` payload: JSON with a message, or plain text."""
+    def _event_error(self, data: str) -> None:
+        """An ``event: error`` payload: JSON with an error (or that is one), or plain text."""
         try:
             payload = json.loads(data)
         except _JSON_ERRORS:
-            return data.strip()
+            self._set_error("error event", data.strip())
+            return
         if isinstance(payload, dict) and "error" in payload:
-            return error_message(payload["error"])
-        return error_message(payload)
+            payload = payload["error"]
+        self._set_error("error event", payload)
 
-    def _set_error(self, message: str) -> None:
+    def _set_error(self, carrier: str, error: Any) -> None:
+        """The stream's in-band error, said as the problem that fails the stage."""
         if self._error is None:  # the first error is the cause; later ones are fallout
-            self._error = message
+            self._error = error_message(error)
+            self._problems.append(stream_error(STREAM, carrier, error_kind(error), self._error))
+
+
+def _content(content: Any) -> tuple[str, str]:
+    """A message's or delta's content -> (its text, its reasoning). A list's ``thinking``
+    parts are reasoning (Mistral's Magistral: ``{"type": "thinking", "thinking": [{"type":
+    "text", "text": ...}]}``, whole or in deltas); its other parts with text are text."""
+    if not isinstance(content, list):
+        return message_text(content), ""
+    thinking = [isinstance(part, dict) and part.get("type") == "thinking" for part in content]
+    text = message_text([part for part, thought in zip(content, thinking) if not thought])
+    reasoning = "".join(message_text(part.get("thinking"))
+                        for part, thought in zip(content, thinking) if thought)
+    return text, reasoning
 
 
 def _reasoning_of(message: dict[str, Any]) -> str:
@@ -478,8 +502,9 @@ def _completion_reply(status: int, payload: Any) -> Reply:
         reply.problems.append(f"response is not a chat completion: {snippet(_dumps(payload))}")
         return reply
     refusal = message.get("refusal")
-    text = message_text(message.get("content")) or (refusal if isinstance(refusal, str) else "")
-    _set_text(reply, text, _reasoning_of(message) or None)
+    text, thought = _content(message.get("content"))
+    text = text or (refusal if isinstance(refusal, str) else "")
+    _set_text(reply, text, _reasoning_of(message) or thought or None)
     reply.tool_calls = _message_calls(message, reply.problems)
     _set_finish_reason(reply, _finish_reason(choice))
     usage = payload.get("usage")

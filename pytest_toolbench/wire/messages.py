@@ -9,18 +9,21 @@ The request, from the chat-shaped conversation:
   blank lines;
 - ``user`` -> a user turn: its text, or its parts (``text`` kept; ``image_url`` as an
   ``image`` block, a ``data:`` URL as base64);
-- ``assistant`` -> a ``text`` block if it has text, then one ``tool_use`` block per
-  call with ``input`` the parsed arguments. Arguments that are not a JSON object (the model
+- ``assistant`` -> a ``text`` block if it has text (more than whitespace), then one
+  ``tool_use`` block per call with ``input`` the parsed arguments. Arguments that are not a JSON object (the model
   sent broken JSON, and the tool run answered with an error) go as ``{}``: the API takes
   nothing else, and the tool result that follows says what went wrong. An assistant
   message with neither text nor calls is left out (the API refuses empty turns);
 - an ``assistant`` message that came from a reply -> that reply's content blocks as the
   server sent them (``RequestParts.native``; a stream's rebuilt from its events): after a
   tool use with extended thinking the API wants the ``thinking`` blocks back unchanged,
-  ``signature`` included, and ``redacted_thinking`` blocks with their ``data``. Only empty
-  text blocks are left out, as the API refuses them;
+  ``signature`` included, and ``redacted_thinking`` blocks with their ``data``. Only text
+  blocks that are empty or whitespace are left out, as the API refuses them ("text content
+  blocks must contain non-whitespace text");
 - ``tool`` -> a ``tool_result`` block (``tool_use_id``, ``content`` as a string) in a user
-  turn. Consecutive turns of one role merge, since the API wants them to alternate: tool
+  turn, with ``is_error: true`` when the tool run failed (``RequestParts.failed_results``:
+  an unknown tool, arguments that are not JSON, an exception, a timeout, an ``error:``
+  tool). Consecutive turns of one role merge, since the API wants them to alternate: tool
   results and the user message after them make one user turn, results first;
 - tools -> ``{"name", "description", "input_schema"}``, ``"strict": true`` when the tool
   sets ``strict``;
@@ -36,7 +39,7 @@ The request, from the chat-shaped conversation:
 
 Reading (``messages_reader.py``): text blocks are the text, ``tool_use`` blocks the calls,
 ``thinking`` blocks the reasoning (a ``redacted_thinking`` block adds
-``[redacted thinking]``); ``stop_reason`` is ``api_finish_reason``, normalised as
+``[redacted reasoning]``, ``base.REDACTED_REASONING``); ``stop_reason`` is ``api_finish_reason``, normalised as
 ``end_turn``/``stop_sequence`` -> ``stop``, ``tool_use`` -> ``tool_calls``, ``max_tokens``
 and ``model_context_window_exceeded`` -> ``length``, ``refusal`` -> ``content_filter``,
 others (``pause_turn``) as sent. Usage is the API's, plus the chat names (``prompt_tokens``
@@ -62,6 +65,9 @@ The checks, each a problem that starts with its name:
 - ``messages stream: delta type does not fit the block`` (``input_json_delta`` into a
   text block...); ``delta shape``: a delta without its string field;
 - ``messages stream: stop_reason``: ``message_stop`` without any ``stop_reason``;
+- ``messages stream: error event``: an in-band error, named by its type and said to be
+  transient when it is (``overloaded_error (transient: the service was overloaded; retry
+  later)``, see ``base.stream_error``);
 - ``tool_use ids`` (body and stream): a call without an id, or with another call's id;
 - ``tool_use input``: an input that is not an object, or a streamed block that opened
   with an input and streamed ``partial_json`` too;
@@ -105,9 +111,27 @@ _PART_TYPES = frozenset({"text", "image_url"})
 _TITLE = "the messages API (Anthropic Messages)"
 
 
+REQUEST_FIELDS = frozenset({
+    # The request's fields, as anthropic-python's MessageCreateParams names them (0.x to
+    # 2.x, beta fields included; temperature, top_p and top_k are older models').
+    "cache_control", "container", "context_management", "diagnostics", "inference_geo",
+    "max_tokens", "mcp_servers", "messages", "metadata", "model", "output_config",
+    "output_format", "service_tier", "speed", "stop_sequences", "stream", "system",
+    "temperature", "thinking", "tool_choice", "tools", "top_k", "top_p", "user_profile_id",
+    "workspace_id",
+    # Translated: the token limit's other names, and parallel_tool_calls.
+    "max_completion_tokens", "max_output_tokens", "parallel_tool_calls",
+})
+"""What ``params`` may hold over this API; ``seed`` or ``n`` (chat's) are refused."""
+
+MIN_THINKING_BUDGET = 1024
+"""The least ``thinking.budget_tokens`` the API takes."""
+
+
 class MessagesApi(WireApi):
     name = "messages"
     title = "Messages API"
+    request_fields = REQUEST_FIELDS
 
     def headers(self, api_key: str | None) -> dict[str, str]:
         headers = {"anthropic-version": ANTHROPIC_VERSION}
@@ -118,7 +142,7 @@ class MessagesApi(WireApi):
     def request(self, parts: RequestParts) -> dict[str, Any]:
         params, limit = take_token_limit(parts.params)
         single = params.pop("parallel_tool_calls", None) is False
-        system, messages = _conversation(parts.messages, parts.native)
+        system, messages = _conversation(parts.messages, parts.native, parts.failed_results)
         body: dict[str, Any] = {}
         if parts.model is not None:
             body["model"] = parts.model
@@ -143,7 +167,7 @@ class MessagesApi(WireApi):
         return MessageStream()
 
     def unsupported(self, case: Case) -> list[Unsupported]:
-        found: list[Unsupported] = []
+        found = super().unsupported(case) + _thinking_unsupported(case)
         for index, stage in enumerate(case.stages):
             if hasattr(stage.tool_choice, "allowed_tools"):
                 found.append(Unsupported(
@@ -154,6 +178,43 @@ class MessagesApi(WireApi):
                 found.extend(_message_unsupported(message, ("stages", index, "messages",
                                                             position)))
         return found
+
+
+def _thinking_unsupported(case: Case) -> list[Unsupported]:
+    """``thinking`` turned on with a budget the API refuses: ``budget_tokens`` must be at
+    least ``MIN_THINKING_BUDGET`` and below ``max_tokens``, which is ``DEFAULT_MAX_TOKENS``
+    (no room for any budget) when the case sets no token limit. Said once per key."""
+    found: dict[tuple[str | int, ...], str] = {}
+    for index, stage in enumerate(case.stages):
+        params = {**case.params, **stage.params}
+        thinking = params.get("thinking")
+        if not isinstance(thinking, dict) or thinking.get("type") != "enabled":
+            continue
+        where = ("stages", index, "params", "thinking") if "thinking" in stage.params \
+            else ("params", "thinking")
+        problem = _budget_problem(thinking.get("budget_tokens"), take_token_limit(params)[1])
+        if problem:
+            found.setdefault(where, problem)
+    return [Unsupported(message, where) for where, message in found.items()]
+
+
+def _budget_problem(budget: Any, limit: Any) -> str | None:
+    rule = (f"{_TITLE} needs thinking.budget_tokens of at least {MIN_THINKING_BUDGET} and"
+            " below max_tokens")
+    if budget is None:
+        return f"{rule}; give budget_tokens"
+    if not isinstance(budget, int) or isinstance(budget, bool):
+        return None  # a ${placeholder}, or a value for the service to judge
+    max_tokens = DEFAULT_MAX_TOKENS if limit is None else limit
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool):
+        return None
+    if MIN_THINKING_BUDGET <= budget < max_tokens:
+        return None
+    said = ("the default when the case sets no token limit" if limit is None
+            else "the case's token limit")
+    fix = (f"raise budget_tokens to {MIN_THINKING_BUDGET} or more" if budget < MIN_THINKING_BUDGET
+           else f"set a token limit above the budget, e.g. max_tokens: {budget * 2}")
+    return f"{rule}; here budget_tokens is {budget} and max_tokens {max_tokens} ({said}): {fix}"
 
 
 def _message_unsupported(message: dict[str, Any], path: tuple[str | int, ...]
@@ -182,10 +243,11 @@ def _part_type(part: Any) -> Any:
 # --- the conversation ---------------------------------------------------------------------
 
 
-def _conversation(messages: list[dict[str, Any]], native: dict[int, list[dict[str, Any]]]
-                  ) -> tuple[str, list[dict[str, Any]]]:
+def _conversation(messages: list[dict[str, Any]], native: dict[int, list[dict[str, Any]]],
+                  failed: frozenset[int] = frozenset()) -> tuple[str, list[dict[str, Any]]]:
     """Chat messages -> (the system text, the alternating user and assistant turns); an
-    assistant message with a native turn goes as that turn's blocks."""
+    assistant message with a native turn goes as that turn's blocks, the result of a failed
+    tool run (by its index in ``failed``) as an error result."""
     system: list[str] = []
     turns: list[tuple[str, list[dict[str, Any]]]] = []
     for index, message in enumerate(messages):
@@ -197,7 +259,7 @@ def _conversation(messages: list[dict[str, Any]], native: dict[int, list[dict[st
         elif role == "assistant":
             _add(turns, "assistant", _assistant_blocks(message))
         elif role == "tool":
-            _add(turns, "user", [_tool_result(message)])
+            _add(turns, "user", [_tool_result(message, index in failed)])
         else:  # user, and what collection refused (never crash on it)
             _add(turns, "user", _user_blocks(message.get("content")))
     return "\n\n".join(text for text in system if text), [_turn(*turn) for turn in turns]
@@ -218,8 +280,8 @@ def _turn(role: str, blocks: list[dict[str, Any]]) -> dict[str, Any]:
     """One turn as sent: tool results first (the API's rule), a lone text as a string."""
     if role == "user":
         blocks = sorted(blocks, key=lambda block: block["type"] != "tool_result")
-        if len(blocks) > 1:  # an empty text beside other blocks is refused; alone it is sent
-            blocks = [b for b in blocks if b["type"] != "text" or b["text"]] or blocks[:1]
+        if len(blocks) > 1:  # a blank text beside other blocks is refused; alone it is sent
+            blocks = [b for b in blocks if b["type"] != "text" or _has_text(b)] or blocks[:1]
         if len(blocks) == 1 and blocks[0]["type"] == "text":
             return {"role": role, "content": blocks[0]["text"]}
     return {"role": role, "content": blocks}
@@ -252,15 +314,22 @@ def _image(image_url: Any) -> dict[str, Any]:
 
 def _native_blocks(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A reply's content blocks as the server sent them: thinking blocks must go back
-    unchanged, signature and all. Only empty text blocks are left out: the API refuses them
+    unchanged, signature and all. Only blank text blocks are left out: the API refuses them
     in a request, and no signature covers them."""
-    return [block for block in blocks if block.get("type") != "text" or block.get("text")]
+    return [block for block in blocks if block.get("type") != "text" or _has_text(block)]
+
+
+def _has_text(block: dict[str, Any]) -> bool:
+    """Whether a text block holds more than whitespace: the API refuses one that does not
+    (``text content blocks must contain non-whitespace text``)."""
+    text = block.get("text")
+    return isinstance(text, str) and bool(text.strip())
 
 
 def _assistant_blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     text = message_text(message.get("content"))
-    if text:
+    if text.strip():
         blocks.append({"type": "text", "text": text})
     calls = message.get("tool_calls")
     for call in calls if isinstance(calls, list) else []:
@@ -287,14 +356,17 @@ def _input(arguments: Any) -> dict[str, Any]:
     return arguments if isinstance(arguments, dict) else {}
 
 
-def _tool_result(message: dict[str, Any]) -> dict[str, Any]:
+def _tool_result(message: dict[str, Any], failed: bool) -> dict[str, Any]:
     content = message.get("content")
     if isinstance(content, list):
         content = message_text(content)
     elif not isinstance(content, str):
         content = "" if content is None else json.dumps(content, ensure_ascii=False)
-    return {"type": "tool_result", "tool_use_id": str(message.get("tool_call_id") or ""),
-            "content": content}
+    result: dict[str, Any] = {"type": "tool_result", "tool_use_id": str(message.get("tool_call_id") or ""),
+                              "content": content}
+    if failed:
+        result["is_error"] = True
+    return result
 
 
 # --- tools ----------------------------------------------------------------------------------

@@ -1,7 +1,11 @@
 """Messages API replies -> :class:`Reply`: one ``message`` body, or its stream of events.
 
 A reply is a list of content blocks: ``text`` blocks are the answer, ``tool_use`` blocks the
-calls (``input`` an object), ``thinking`` and ``redacted_thinking`` blocks the reasoning. A
+calls (``input`` an object), ``thinking`` and ``redacted_thinking`` blocks the reasoning.
+Tools the service runs itself (``server_tool_use`` blocks: web_search, web_fetch,
+code_execution...; their input streams as ``input_json_delta`` too) and their results
+(``web_search_tool_result`` and every other ``*_tool_result``) are no calls to run: they
+stay in the reply's turn and go back in it as they came. A
 stream opens with ``message_start``, then per block ``content_block_start``, its
 ``content_block_delta`` events and ``content_block_stop``, then ``message_delta`` (the
 ``stop_reason`` and the output usage) and ``message_stop``; ``ping`` may come anywhere, an
@@ -35,15 +39,18 @@ from typing import Any, TypeGuard
 from ..records import Reply, StreamStats, ToolCall
 from .base import (
     JSON_ERRORS,
+    REDACTED_REASONING,
     Event,
     arguments_json,
     dumps,
+    error_kind,
     error_message,
     http_error,
     loads_event,
     read_body_json,
     snippet,
     split_think,
+    stream_error,
     with_token_totals,
 )
 
@@ -62,10 +69,6 @@ STOP_REASONS = {
     "refusal": "content_filter",
 }
 """``stop_reason`` -> the normalised finish reason; any other word (``pause_turn``) stays."""
-
-REDACTED_THINKING = "[redacted thinking]"
-"""What a ``redacted_thinking`` block adds to the reasoning: it carries no readable text,
-but the model did reason, and ``expect.reasoning`` should see that it did."""
 
 _CACHE_KEYS = ("cache_read_input_tokens", "cache_creation_input_tokens")
 
@@ -156,6 +159,13 @@ def _tool_call(block: _Block, streamed: bool, where: str, problems: list[str]) -
                     arguments_error=error, completed_ms=block.stopped_ms)
 
 
+def _takes_input(block_type: str) -> bool:
+    """Whether a block's input streams as ``input_json_delta``: the client's ``tool_use``,
+    and the calls the service runs itself (``server_tool_use``: web_search, web_fetch,
+    code_execution...; ``mcp_tool_use``)."""
+    return block_type.endswith("tool_use")
+
+
 def _has_input(value: Any) -> bool:
     return value is not None and value != {}
 
@@ -214,14 +224,15 @@ def _fill(reply: Reply, blocks: list[_Block], streamed: bool, where: str) -> Non
         elif block.type == "thinking":
             reasoning.append("".join(block.parts))
         elif block.type == "redacted_thinking":
-            reasoning.append(REDACTED_THINKING)
+            reasoning.append(REDACTED_REASONING)
     reply.tool_calls = [_tool_call(block, streamed, where, reply.problems) for block in uses]
     _check_ids(reply.tool_calls, uses, where, reply.problems)
     # A model that thinks in tags, on a server that does not take them apart: reasoning too.
     reply.text, thought = split_think("".join(text))
     given = "\n\n".join(part for part in reasoning if part)
     reply.reasoning = given or thought
-    reply.native_turn = ([_native(block, call) for block, call in _with_calls(blocks, reply)]
+    reply.native_turn = ([_native(block, call, reply.problems)
+                          for block, call in _with_calls(blocks, reply)]
                          if streamed else [block.raw for block in blocks])
 
 
@@ -231,7 +242,7 @@ def _with_calls(blocks: list[_Block], reply: Reply) -> list[tuple[_Block, ToolCa
     return [(block, next(calls) if block.type == "tool_use" else None) for block in blocks]
 
 
-def _native(block: _Block, call: ToolCall | None) -> dict[str, Any]:
+def _native(block: _Block, call: ToolCall | None, problems: list[str]) -> dict[str, Any]:
     """A streamed block as the turn goes back: its start with the text, thinking or input
     the deltas gave (input that joins into no object is ``{}``, the only kind the API takes).
     """
@@ -240,7 +251,20 @@ def _native(block: _Block, call: ToolCall | None) -> dict[str, Any]:
         native["input"] = call.arguments if isinstance(call.arguments, dict) else {}
     elif block.type in ("text", "thinking"):
         native[block.type] = "".join(block.parts)
+    elif _takes_input(block.type) and "".join(block.parts).strip():
+        native["input"] = _service_input(block, problems)
     return native
+
+
+def _service_input(block: _Block, problems: list[str]) -> dict[str, Any]:
+    """The streamed input of a call the service ran itself (it goes back as it came)."""
+    raw = "".join(block.parts)
+    value, error = arguments_json(raw)
+    if error is None and isinstance(value, dict):
+        return value
+    problems.append(f"{STREAM}: tool_use input: {block.label()}: the input_json_delta pieces"
+                    f" join into no JSON object: {snippet(raw)}; sent back as {{}}")
+    return {}
 
 
 # --- a whole body -----------------------------------------------------------------------
@@ -453,11 +477,12 @@ class MessageStream:
 
     def _fits(self, block: _Block, kind: str) -> bool:
         belongs = _DELTAS[kind][0]
-        if block.type != belongs:
+        fits = block.type == belongs or (belongs == "tool_use" and _takes_input(block.type))
+        if not fits:
             self._problems.append(f"{STREAM}: delta type does not fit the block: event"
                                   f" {self._events} sends {kind} into {block.label()}; it"
                                   f" belongs in a {belongs} block")
-        return block.type == belongs
+        return fits
 
     def _apply(self, block: _Block, kind: str, delta: dict[str, Any], offset_ms: float) -> None:
         key = _DELTAS[kind][1]
@@ -505,7 +530,10 @@ class MessageStream:
 
     def _on_error(self, payload: dict[str, Any], offset_ms: float) -> None:
         if self._error is None:  # the first error is the cause; later ones are fallout
-            self._error = error_message(payload.get("error", payload))
+            error = payload.get("error", payload)
+            self._error = error_message(error)
+            self._problems.append(stream_error(STREAM, "error event", error_kind(error),
+                                               self._error))
         self._done = True  # an error event is how the API ends a stream that failed
 
     def _on_ping(self, payload: dict[str, Any], offset_ms: float) -> None:

@@ -15,10 +15,14 @@ The request, from the chat-shaped conversation:
   server sent them (``RequestParts.native``; a stream's rebuilt from its events), as the
   API's stateless loop does: ``reasoning`` items with their ``id``, ``summary`` and
   ``encrypted_content`` (when the case asks for it with ``include:
-  [reasoning.encrypted_content]``), ``function_call`` items with their ``id``;
+  [reasoning.encrypted_content]``), ``function_call`` items with their ``id``. Reasoning
+  items that end the reply are left out: the API refuses one without the item that
+  followed it (400 "... was provided without its required following item"), and a reply
+  cut off while thinking has none;
 - ``tool`` -> ``{type: function_call_output, call_id: tool_call_id, output}``;
 - tools flat: ``{type: function, name, description, parameters, strict}`` (description
-  when given, strict when the case sets it);
+  when given; ``strict: false`` unless the case sets it, as the API takes a function without
+  ``strict`` for a strict one and rewrites its schema to fit);
 - ``tool_choice``: ``auto``/``none``/``required`` as they are, ``{name}`` ->
   ``{type: function, name}``, ``allowed_tools`` -> ``{type: allowed_tools, mode, tools:
   [{type: function, name}]}``;
@@ -26,7 +30,8 @@ The request, from the chat-shaped conversation:
   in any of its names, goes as ``max_output_tokens``; ``stream: true`` when streaming.
   Nothing is added (no ``store``): params stay the case's.
 
-Everything the case format asks can be said in this API, so no case is unsupported.
+Everything the case format asks can be said in this API; only a ``params`` key the
+request has no field for (``REQUEST_FIELDS``: ``seed`` is chat's) is a collection error.
 """
 
 from __future__ import annotations
@@ -43,9 +48,25 @@ if TYPE_CHECKING:
 __all__ = ["RESPONSES", "ResponsesApi"]
 
 
+REQUEST_FIELDS = frozenset({
+    # The request's fields, as openai-python's ResponseCreateParams names them (1.x to 3.x).
+    "access_programs", "background", "background_options", "context_management",
+    "conversation", "image", "include", "input", "instructions", "max_output_tokens",
+    "max_tool_calls", "metadata", "model", "moderation", "parallel_tool_calls",
+    "previous_response_id", "prompt", "prompt_cache_key", "prompt_cache_options",
+    "prompt_cache_retention", "reasoning", "safety_identifier", "service_tier", "store",
+    "stream", "stream_options", "temperature", "text", "tool_choice", "tools", "top_logprobs",
+    "top_p", "truncation", "user",
+    # The token limit's other names, sent as max_output_tokens.
+    "max_tokens", "max_completion_tokens",
+})
+"""What ``params`` may hold over this API; ``seed``, ``stop`` or ``n`` (chat's) are refused."""
+
+
 class ResponsesApi(WireApi):
     name = "responses"
     title = "Responses API"
+    request_fields = REQUEST_FIELDS
 
     def request(self, parts: RequestParts) -> dict[str, Any]:
         body: dict[str, Any] = {}
@@ -90,8 +111,19 @@ def _instructions(messages: list[dict[str, Any]]) -> tuple[str | None, list[dict
 def _items_of(message: dict[str, Any], native: list[dict[str, Any]] | None
               ) -> list[dict[str, Any]]:
     """A message's input items: the reply's own output items when it came from one."""
-    return native if native is not None and message.get("role") == "assistant" \
-        else _input_items(message)
+    if native is not None and message.get("role") == "assistant":
+        return _without_trailing_reasoning(native)
+    return _input_items(message)
+
+
+def _without_trailing_reasoning(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A reply's items without the reasoning items that end it: the API refuses a reasoning
+    item sent back without the item the model wrote after it, and a reply cut off while
+    thinking (incomplete for ``max_output_tokens``) holds nothing after its reasoning."""
+    end = len(items)
+    while end and items[end - 1].get("type") == "reasoning":
+        end -= 1
+    return items[:end]
 
 
 def _input_items(message: dict[str, Any]) -> list[dict[str, Any]]:
@@ -152,8 +184,10 @@ def _tool(tool: Tool) -> dict[str, Any]:
     if tool.description:
         body["description"] = tool.description
     body["parameters"] = tool.parameters
-    if tool.strict is not None:
-        body["strict"] = tool.strict
+    # The API reads a function without strict as strict, and makes its schema strict to fit
+    # (every property required, no other): an optional argument would be filled, and the
+    # case would mean something else here than over chat. Unset means not strict.
+    body["strict"] = bool(tool.strict)
     return body
 
 

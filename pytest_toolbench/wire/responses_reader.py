@@ -8,12 +8,16 @@ answer give the same Reply:
 - ``function_call`` items: one ToolCall each, ``id`` = the item's ``call_id`` (what the
   ``function_call_output`` pairs with), arguments as sent;
 - ``reasoning`` items: their ``summary[].text`` and ``content[].text`` are the reasoning,
-  never the text (a ``<think>`` block opening the text is reasoning too, as over chat).
+  never the text (a ``<think>`` block opening the text is reasoning too, as over chat); an
+  item with only ``encrypted_content`` reads as ``[redacted reasoning]``
+  (``base.REDACTED_REASONING``, the rule of every API).
 
-``finish_reason`` is ``tool_calls`` when the reply calls a function, else ``status`` in
-chat's words (``completed`` -> ``stop``; ``incomplete`` for ``max_output_tokens`` ->
-``length``, for ``content_filter`` -> ``content_filter``); a ``failed`` response has none,
-and its ``error.message`` is the reply's error. ``api_finish_reason`` is ``status``, or
+``finish_reason`` is chat's word for why the reply ended: an ``incomplete`` response's
+``incomplete_details.reason`` (``max_output_tokens`` -> ``length``, also when the reply holds
+the function call it was cut in; ``content_filter`` -> ``content_filter``; ``incomplete``
+when no reason is given), else ``tool_calls`` when the reply calls a function, else
+``status`` (``completed`` -> ``stop``). A ``failed`` response has none, and its
+``error.message`` is the reply's error. ``api_finish_reason`` is ``status``, or
 ``incomplete_details.reason`` when incomplete.
 
 ``Reply.native_turn`` is the response's ``output`` items as the server sent them (a
@@ -30,8 +34,13 @@ is a problem. Each problem starts with the name of the check it broke:
 - ``responses stream: event type``: the ``event:`` line and the data's ``type`` differ, or
   the data has no ``type`` (an ``event: error`` may carry its error alone);
 - ``responses stream: terminal event``: ``response.completed``, ``failed`` or ``incomplete``
-  carries no response, or an event came after it (a stream that never ends so is seen by
-  the stream's ``done``, which ``expect.stream.done`` checks);
+  carries no response, or an event came after it or after ``data: [DONE]`` (a stream that
+  never ends so is seen by the stream's ``done``, which ``expect.stream.done`` checks). A
+  ``data: [DONE]`` is chat's end marker, which relays (OpenRouter) send after the terminal
+  event; it is read as the official SDK reads it, as the end, and is not counted;
+- ``responses stream: sequence_number``: an event whose ``sequence_number`` is not above
+  every one before it (sent out of order, or twice); listed first, as it explains what
+  reads wrong after it. A server that sends no numbers (llama.cpp) is not held to them;
 - ``responses stream: cut``: the stream ended inside an event;
 - ``responses stream: item``: an item opened twice, or without an object; a function call
   without a name;
@@ -41,9 +50,12 @@ is a problem. Each problem starts with the name of the check it broke:
 - ``responses stream: call_id``: a function call without ``call_id``, or one shared by two;
 - ``responses stream: .done disagrees with deltas``: ``output_text.done``,
   ``function_call_arguments.done``, ``content_part.done``, ``output_item.done``... say
-  other than the deltas before them;
+  other than the deltas before them (a function call whose ``call_id`` changes is said so
+  here, once: the terminal output may hold either id);
 - ``responses stream: terminal output disagrees with the stream``: the terminal response's
-  ``output`` holds other function calls than the stream did.
+  ``output`` holds other function calls than the stream did;
+- ``responses stream: error event`` / ``response.failed``: an in-band error, named by its
+  code and said to be transient when it is (``base.stream_error``).
 
 Whole bodies: ``responses body: JSON``, ``responses body: response object`` (no ``output``
 list), ``responses body: item``, ``responses body: call_id``. A non-2xx body gives the
@@ -60,15 +72,18 @@ from typing import Any
 from ..records import Reply, StreamStats, ToolCall
 from .base import JSON_ERRORS as _JSON_ERRORS
 from .base import (
+    REDACTED_REASONING,
     Event,
     arguments_json,
     dumps,
+    error_kind,
     error_message,
     http_error,
     loads_event,
     read_body_json,
     snippet,
     split_think,
+    stream_error,
     with_token_totals,
 )
 
@@ -108,6 +123,8 @@ class _Snapshot:
     completed_ms: float | None = None
     """A streamed function call: when its arguments were complete (their last delta, or
     the ``.done`` event that closed them)."""
+    encrypted: bool = False
+    """A reasoning item that carries ``encrypted_content``."""
 
     def joined(self, kind: str) -> str:
         texts = [text for (k, _), text in sorted(self.parts.items()) if k == kind]
@@ -125,10 +142,15 @@ def _snapshot(data: dict[str, Any]) -> _Snapshot:
     elif snap.type == "reasoning":
         _read_parts(snap, "summary", data.get("summary"), ("text",))
         _read_parts(snap, "reasoning", data.get("content"), ("text",))
+        snap.encrypted = _encrypted(data)
     elif snap.type == "function_call" and "arguments" in data:
         snap.kinds.add("arguments")
         snap.parts["arguments", 0] = _text_of(data["arguments"])
     return snap
+
+
+def _encrypted(data: dict[str, Any] | None) -> bool:
+    return isinstance(data, dict) and bool(data.get("encrypted_content"))
 
 
 def _read_parts(snap: _Snapshot, kind: str, parts: Any, keys: tuple[str, ...]) -> None:
@@ -169,7 +191,7 @@ def _fill(reply: Reply, items: list[_Snapshot], response: dict[str, Any], check:
     """Text, reasoning, calls, usage and finish reasons from the items and the response."""
     text = "".join(item.joined("text") for item in items if item.type == "message")
     pieces = [piece for item in items if item.type == "reasoning"
-              for piece in (item.joined("summary"), item.joined("reasoning")) if piece]
+              for piece in _reasoning_of(item)]
     reply.text, thought = split_think(text)
     reply.reasoning = "\n\n".join(pieces) if pieces else thought
     reply.tool_calls = [_call(item, position, reply.problems, check)
@@ -179,6 +201,13 @@ def _fill(reply: Reply, items: list[_Snapshot], response: dict[str, Any], check:
     usage = with_token_totals(response.get("usage"), "input_tokens", "output_tokens")
     reply.usage = usage if usage is not None else reply.usage
     _set_finish(reply, response)
+
+
+def _reasoning_of(item: _Snapshot) -> list[str]:
+    """A reasoning item's text: its summary and content, else the marker when it came only
+    encrypted (``base.REDACTED_REASONING``)."""
+    said = [piece for piece in (item.joined("summary"), item.joined("reasoning")) if piece]
+    return said or ([REDACTED_REASONING] if item.encrypted else [])
 
 
 def _call(item: _Snapshot, position: int, problems: list[str], check: str) -> ToolCall:
@@ -220,10 +249,12 @@ def _set_finish(reply: Reply, response: dict[str, Any]) -> None:
     if status == "failed":
         reply.error = reply.error or "the response failed and said no more (no error.message)"
         reply.finish_reason = None
-    elif reply.tool_calls:
+    elif status == "incomplete" or not reply.tool_calls:
+        # A reply cut off by the token limit reads "length" even when it holds the call it
+        # was cut in, as chat's and the Messages API's do.
+        reply.finish_reason = _FINISH.get(reply.api_finish_reason or "", reply.api_finish_reason)
+    else:
         reply.finish_reason = "tool_calls"
-    elif reply.api_finish_reason is not None:
-        reply.finish_reason = _FINISH.get(reply.api_finish_reason, reply.api_finish_reason)
 
 
 # --- whole bodies -----------------------------------------------------------------------
@@ -303,7 +334,8 @@ class _Item:
     def snapshot(self) -> _Snapshot:
         parts = {key: part.said() or "" for key, part in self.parts.items()}
         return _Snapshot(self.head.type, self.head.id, self.head.call_id, self.head.name, parts,
-                         completed_ms=self.completed_ms)
+                         completed_ms=self.completed_ms,
+                         encrypted=_encrypted(self.whole) or _encrypted(self.opened))
 
     def native(self) -> dict[str, Any]:
         """The item as it goes back into the conversation: ``output_item.done``'s object;
@@ -375,16 +407,27 @@ class ResponsesStream:
         self._usage: dict[str, Any] | None = None
         self._error: str | None = None
         self._ttft_ms: float | None = None
+        self._done_marker = False
+        self._sequence: tuple[int, int] | None = None
+        """The last ``sequence_number`` and the event that carried it."""
+        self._out_of_order: list[str] = []
+        self._renamed: dict[str, str] = {}
+        """A function call's earlier ``call_id`` -> the one its ``output_item.done`` gave."""
 
     def add(self, event: Event, offset_ms: float) -> None:
+        if not event.data.startswith("{") and event.data.strip() == "[DONE]":
+            self._done_marker = True  # chat's end marker, which relays add after the terminal
+            return
         self._events += 1
         payload = self._payload(event)
         kind = self._type_of(event, payload) if payload is not None else None
         if payload is None or kind is None:
             return
-        if self._terminal is not None:
+        self._check_sequence(kind, payload)
+        ended = self._terminal or ("data: [DONE]" if self._done_marker else None)
+        if ended is not None:
             self._problems.append(f"{STREAM}: terminal event: event {self._events} ({kind})"
-                                  f" arrived after {self._terminal}")
+                                  f" arrived after {ended}")
         if kind in _TTFT and self._ttft_ms is None:
             self._ttft_ms = offset_ms
         handler = _HANDLERS.get(kind)
@@ -411,8 +454,14 @@ class ResponsesStream:
         if "status" not in response and self._terminal is not None:
             response["status"] = TERMINAL[self._terminal]
         _fill(reply, items, response, STREAM)
+        if self._error is None and reply.error is not None:  # a response.failed's error
+            error = response.get("error")
+            reply.problems.append(stream_error(STREAM, self._terminal or "response.failed",
+                                               error_kind(error), reply.error))
         reply.native_turn = [item.native() for item in self._items.values()]
         self._compare_terminal(reply.tool_calls)
+        # An event out of order explains what reads wrong after it: it comes first.
+        reply.problems[:0] = self._out_of_order
         return reply
 
     # -- reading one event -----------------------------------------------------------------
@@ -432,6 +481,21 @@ class ResponsesStream:
                                   f" {snippet(event.data)}")
             return None
         return payload
+
+    def _check_sequence(self, kind: str, payload: dict[str, Any]) -> None:
+        """``sequence_number``s rise event by event; a server that sends none (llama.cpp)
+        is not held to them."""
+        number = _as_index(payload.get("sequence_number"))
+        if number is None:
+            return
+        if self._sequence is not None and number <= self._sequence[0]:
+            before, where = self._sequence
+            self._out_of_order.append(
+                f"{STREAM}: sequence_number: event {self._events} ({kind}) has sequence_number"
+                f" {number}, not after event {where}'s {before}: the server sent its events out"
+                " of order or twice")
+        if self._sequence is None or number > self._sequence[0]:
+            self._sequence = (number, self._events)
 
     def _type_of(self, event: Event, payload: dict[str, Any]) -> str | None:
         """The data's ``type``; the ``event:`` line only stands in when the data has none."""
@@ -472,11 +536,14 @@ class ResponsesStream:
         error = payload.get("error")
         message = payload.get("message")
         self._set_error(message if isinstance(message, str) and message
-                        else error_message(error if error is not None else payload))
+                        else error_message(error if error is not None else payload),
+                        error_kind(error if isinstance(error, dict) else payload))
 
-    def _set_error(self, message: str) -> None:
+    def _set_error(self, message: str, kind: str | None = None) -> None:
+        """The stream's in-band error, said as the problem that fails the stage."""
         if self._error is None:  # the first error is the cause; later ones are fallout
             self._error = message
+            self._problems.append(stream_error(STREAM, "error event", kind, message))
 
     # -- items -------------------------------------------------------------------------------
 
@@ -544,6 +611,8 @@ class ResponsesStream:
                                     ("call_id", head.call_id, done.call_id)):
             if before and after and before != after:
                 self._disagrees(item, kind, f"its {what} {after!r}", f"{before!r}")
+        if head.call_id and done.call_id and head.call_id != done.call_id:
+            self._renamed[head.call_id] = done.call_id  # said once: not again at the end
         head.name = done.name or head.name
         head.call_id = done.call_id or head.call_id
         head.id = done.id or head.id
@@ -628,7 +697,8 @@ class ResponsesStream:
         output = self._response.get("output")
         if not isinstance(output, list):
             return  # a terminal response without output says nothing of the calls
-        terminal = [_call_line(item.call_id, item.name, item.parts.get(("arguments", 0), ""))
+        terminal = [_call_line(self._renamed.get(item.call_id or "", item.call_id), item.name,
+                               item.parts.get(("arguments", 0), ""))
                     for item in map(_snapshot, (i for i in output if isinstance(i, dict)))
                     if item.type == "function_call"]
         streamed = [_call_line(call.id, call.name, call.arguments_raw) for call in calls]

@@ -11,7 +11,9 @@ control that ``http.server`` hides. It is for tests only and uses the standard l
 
 Each ``POST`` to a wire API's route (``/v1/chat/completions``, ``/v1/responses``,
 ``/v1/messages``) takes its reply from the handler if one is set, else the next queued
-reply, else the default (a 500 "no scripted reply" when none is set). Any other path gets
+reply, else the default (a 500 "no scripted reply" when none is set). A Responses request
+the real service refuses before any model runs (a reasoning item sent back without the item
+that followed it) gets that service's 400 instead. Any other path gets
 a 404. Every request is recorded in ``server.requests``.
 """
 
@@ -558,6 +560,9 @@ class ChatServer:
             message = (f"no route for {request.method} {request.path}; only POST"
                        f" {', '.join(API_PATHS)}")
             return json_reply(_error_body(message, "not_found"), status=404)
+        refusal = _responses_refusal(request)
+        if refusal is not None:
+            return refusal
         with self._lock:
             handler, default = self._handler, self._default
             if handler is None and self._queue:
@@ -574,6 +579,39 @@ class ChatServer:
         except Exception as exc:  # noqa: BLE001 - a broken handler becomes a visible 500
             self.errors.append(exc)
             return json_reply(_error_body(f"handler raised {exc!r}", "server_error"), 500)
+
+
+RESPONSES_PATH = "/v1/responses"
+_FOLLOWING_ITEMS = frozenset({"message", "function_call"})
+"""What may follow a reasoning item in ``input``: the output item the model wrote after it."""
+
+
+def _responses_refusal(request: RecordedRequest) -> JsonReply | None:
+    """The 400 the Responses API answers a request with, for what it refuses before any
+    model runs: a ``reasoning`` item sent back without the item that followed it (a reply
+    cut off while thinking holds a reasoning item alone). None: the request is taken."""
+    if request.path.split("?")[0] != RESPONSES_PATH:
+        return None
+    try:
+        items = request.json().get("input")
+    except (ValueError, AttributeError):
+        return None
+    if not isinstance(items, list):
+        return None
+    for position, item in enumerate(items):
+        if not isinstance(item, dict) or item.get("type") != "reasoning":
+            continue
+        following = next((later for later in items[position + 1:]
+                          if not (isinstance(later, dict) and later.get("type") == "reasoning")),
+                         None)
+        if not (isinstance(following, dict) and following.get("type") in _FOLLOWING_ITEMS
+                and following.get("role", "assistant") == "assistant"):
+            message = (f"Item '{item.get('id')}' of type 'reasoning' was provided without its"
+                       " required following item.")
+            body = {"error": {"message": message, "type": "invalid_request_error",
+                              "param": "input", "code": None}}
+            return json_reply(body, status=400)
+    return None
 
 
 def start_chat_server() -> ChatServer:

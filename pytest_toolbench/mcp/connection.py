@@ -1,0 +1,231 @@
+"""One live MCP server, through the official ``mcp`` SDK: started, listed, called, closed.
+
+The SDK's transports and sessions are anyio task groups, which must be left by the task
+that entered them; so a task of the connection's own holds them open from start to close,
+and calls are made from the case's tasks. Every fault becomes ``McpFault``, whose message
+says what happened to which server, with the end of its stderr (stdio servers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import tempfile
+from collections.abc import AsyncIterator, Awaitable
+from typing import IO, TYPE_CHECKING, Any, TypeVar
+
+from .processes import SERVER_PROCESSES
+from .servers import ResolvedServer
+
+if TYPE_CHECKING:
+    from mcp import ClientSession
+
+_T = TypeVar("_T")
+STDERR_TAIL_LINES = 15
+"""How much of a failed stdio server's stderr its failure message shows."""
+_CLOSE_WAIT_S = 10.0
+"""How long closing may take (the SDK gives a stdio server 2 s, then kills its tree)."""
+
+
+class McpFault(Exception):
+    """The server could not be started or broke while in use; the message says how."""
+
+
+class McpConnection:
+    """A running MCP server and the client session that talks to it."""
+
+    def __init__(self, server: ResolvedServer) -> None:
+        self.server = server
+        self._session: ClientSession | None = None
+        self._stderr: IO[str] | None = None
+        self._ready: asyncio.Future[None] | None = None
+        self._closing = asyncio.Event()
+        self._broken: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        """Set, with what went wrong, when the connection breaks while in use."""
+        self._holder: asyncio.Task[None] | None = None
+
+    async def start(self) -> dict[str, Any]:
+        """Start the server, initialise the session; return its ``tools/list`` result."""
+        loop = asyncio.get_running_loop()
+        self._ready = loop.create_future()
+        self._holder = loop.create_task(self._hold(), name=f"toolbench-mcp-{self.server.name}")
+        timeout = self.server.startup_timeout_s
+        try:
+            await asyncio.wait_for(asyncio.shield(self._ready), timeout)
+        except asyncio.TimeoutError:
+            fault = self._fault(f"did not start within {timeout:g} s (startup_timeout_s)")
+            await self.aclose()
+            raise fault from None
+        except McpFault:
+            await self.aclose()
+            raise
+        return await self._request("tools/list", self._listed(), timeout)
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """``tools/call``: the server's result as sent (content, structuredContent, isError)."""
+        assert self._session is not None
+        return await self._request(f"tools/call {name}", self._called(name, arguments),
+                                   self.server.call_timeout_s)
+
+    async def aclose(self) -> None:
+        """Stop the server (stdio: close its stdin, then kill its process tree)."""
+        self._closing.set()
+        holder, self._holder = self._holder, None
+        if holder is not None and not holder.done():
+            if self._session is None:
+                holder.cancel()  # still starting: nothing to wind down politely
+            try:
+                await asyncio.wait_for(asyncio.shield(holder), _CLOSE_WAIT_S)
+            except asyncio.TimeoutError:
+                holder.cancel()
+            except asyncio.CancelledError:
+                holder.cancel()
+                raise
+            finally:
+                if not holder.done():
+                    with contextlib.suppress(BaseException):
+                        await asyncio.wait_for(holder, _CLOSE_WAIT_S)
+        if self._ready is not None and self._ready.done() and not self._ready.cancelled():
+            self._ready.exception()  # read: asyncio warns of a failure nobody read
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+    # -- the holder task ----------------------------------------------------------------
+
+    async def _hold(self) -> None:
+        assert self._ready is not None
+        try:
+            async with self._connected() as session:
+                self._session = session
+                self._ready.set_result(None)
+                await self._closing.wait()
+        except BaseException as exc:  # every way the server fails is a fault
+            what = _describe(exc)
+            if not self._ready.done():
+                said = ("closed the connection" if what.endswith("Connection closed")
+                        else what)
+                self._ready.set_exception(self._fault(f"did not start: {said}"))
+            self._break(f"the connection failed: {what}")
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+        finally:
+            self._session = None
+            self._break("closed the connection")
+
+    @contextlib.asynccontextmanager
+    async def _connected(self) -> AsyncIterator[ClientSession]:
+        from mcp import ClientSession  # the [mcp] extra: imported when a case uses MCP
+
+        async with contextlib.AsyncExitStack() as stack:
+            streams = await stack.enter_async_context(self._transport())
+            session = ClientSession(streams[0], streams[1], message_handler=self._on_message)
+            await stack.enter_async_context(session)
+            await session.initialize()
+            yield session
+
+    def _transport(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        server = self.server
+        if server.command is not None:
+            from mcp import StdioServerParameters, stdio_client
+
+            # Closed in aclose(), when the server is gone: its tail goes into messages.
+            self._stderr = tempfile.TemporaryFile(  # noqa: SIM115
+                "w+", encoding="utf-8", errors="replace")
+            parameters = StdioServerParameters(
+                command=server.command[0], args=list(server.command[1:]),
+                env=dict(server.env) or None, cwd=server.cwd)
+            return SERVER_PROCESSES.watch(stdio_client(parameters, errlog=self._stderr),
+                                          server.command)
+        import httpx2
+        from mcp.client.streamable_http import streamable_http_client
+
+        client = httpx2.AsyncClient(headers=dict(server.headers),
+                                    timeout=httpx2.Timeout(30, read=300))
+        return _closing_client(client, streamable_http_client(server.url or "",
+                                                              http_client=client))
+
+    async def _on_message(self, message: Any) -> None:
+        """Anything the server sent that the session could not take: broken JSON-RPC."""
+        if isinstance(message, Exception):
+            errors = getattr(message, "errors", None)  # pydantic's: say the first one
+            what = errors()[0]["msg"] if callable(errors) else _describe(message)
+            self._break(f"sent a message that is not JSON-RPC ({what})")
+
+    def _break(self, what: str) -> None:
+        if not self._broken.done():
+            self._broken.set_result(what)
+
+    # -- requests -----------------------------------------------------------------------
+
+    async def _listed(self) -> dict[str, Any]:
+        assert self._session is not None
+        tools: list[dict[str, Any]] = []
+        cursor = None
+        while True:  # every page
+            from mcp.types import PaginatedRequestParams
+
+            params = PaginatedRequestParams(cursor=cursor) if cursor else None
+            page = await self._session.list_tools(params=params)
+            tools += [_dump(tool) for tool in page.tools]
+            cursor = page.next_cursor
+            if not cursor:
+                return {"tools": tools}
+
+    async def _called(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        assert self._session is not None
+        return _dump(await self._session.call_tool(name, arguments))
+
+    async def _request(self, what: str, request: Awaitable[_T], timeout: float) -> _T:
+        """``request``, unless the connection breaks first or it takes past ``timeout``."""
+        task = asyncio.ensure_future(request)
+        waited: set[asyncio.Future[Any]] = {task, self._broken}
+        done, _ = await asyncio.wait(waited, timeout=timeout,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if task in done and task.exception() is None:
+            return task.result()
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        if self._broken.done():
+            raise self._fault(f"{self._broken.result()} (during {what})")
+        if task in done:
+            failure = _describe(task.exception())
+            if failure.endswith("Connection closed"):  # the holder may not know it yet
+                raise self._fault(f"closed the connection (during {what})")
+            raise self._fault(f"{what} failed: {failure}")
+        raise self._fault(f"{what} got no answer within {timeout:g} s (call_timeout_s)")
+
+    def _fault(self, what: str) -> McpFault:
+        tail = self._stderr_tail()
+        said = f"\n  its stderr ends:\n{tail}" if tail else ""
+        return McpFault(f"MCP server {self.server.name!r} {what}{said}")
+
+    def _stderr_tail(self) -> str:
+        if self._stderr is None:
+            return ""
+        self._stderr.flush()
+        self._stderr.seek(0)
+        lines = self._stderr.read()[-20_000:].splitlines()[-STDERR_TAIL_LINES:]
+        return "\n".join(f"    {line}" for line in lines)
+
+
+@contextlib.asynccontextmanager
+async def _closing_client(client: Any, transport: Any) -> AsyncIterator[Any]:
+    async with client, transport as streams:
+        yield streams
+
+
+def _dump(result: Any) -> dict[str, Any]:
+    """An SDK result in MCP's own words, as JSON data."""
+    dumped: dict[str, Any] = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return dumped
+
+
+def _describe(exc: BaseException | None) -> str:
+    while getattr(exc, "exceptions", None):  # an exception group, from anyio's task groups
+        exc = exc.exceptions[0]  # type: ignore[union-attr]
+    if exc is None:
+        return "unknown error"
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,0 +1,129 @@
+"""What the session plugs into a case run for its MCP servers (``RunContext.mcp``).
+
+``LiveMcp`` starts servers (fresh for the case, or the session's shared one for
+``scope: session``) and, while recording, hands every exchange to the cassette.
+``ReplayedMcp`` answers from the cassette and starts nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..casefile.load import LoadedCase
+from ..casefile.schema import McpTools
+from ..records import McpExchange
+from ..run.toolset import KeyPath, ToolSourceFault
+from ..scrubbing import Scrubber
+from .connection import McpConnection, McpFault
+from .servers import ResolvedServer, resolve
+from .source import McpSource, RecordedCalls
+
+if TYPE_CHECKING:
+    from ..run.runner import CaseRun
+
+McpSink = Callable[[McpExchange], None]
+
+
+def resolved(loaded: LoadedCase, index: int, entry: McpTools) -> ResolvedServer:
+    """The server ``tools[index]`` names, as it starts for this case."""
+    path: KeyPath = ("tools", index)
+    return resolve(entry.mcp, loaded.mcp_servers[entry.mcp], loaded.file.parent, path)
+
+
+def case_secrets(loaded: LoadedCase) -> tuple[str, ...]:
+    """The credentials in the env and headers of the servers the case uses, to scrub."""
+    found: list[str] = []
+    for index, entry in enumerate(loaded.case.tools):
+        if isinstance(entry, McpTools) and entry.mcp in loaded.mcp_servers:
+            try:
+                found += resolved(loaded, index, entry).secrets
+            except ToolSourceFault:
+                continue  # a variable that is not set: the run says so
+    return tuple(found)
+
+
+class SessionServers:
+    """The ``scope: session`` servers: each started when a case first needs it, shared by
+    every case whose definition resolves alike, stopped when the session ends."""
+
+    def __init__(self) -> None:
+        self._servers: dict[ResolvedServer, tuple[McpConnection, dict[str, Any]]] = {}
+        self._locks: dict[ResolvedServer, asyncio.Lock] = {}
+
+    async def get(self, server: ResolvedServer) -> tuple[McpConnection, dict[str, Any]]:
+        """The running server and its ``tools/list`` result (a failed start is tried again
+        by the next case that needs it)."""
+        lock = self._locks.setdefault(server, asyncio.Lock())
+        async with lock:
+            if server not in self._servers:
+                connection = McpConnection(server)
+                self._servers[server] = (connection, await connection.start())
+            return self._servers[server]
+
+    async def aclose(self) -> None:
+        servers, self._servers = list(self._servers.values()), {}
+        for connection, _listing in servers:
+            await connection.aclose()
+
+
+class LiveMcp:
+    """Live MCP servers for one case run, recorded when ``sink`` is given."""
+
+    def __init__(self, shared: SessionServers, scrubber: Scrubber,
+                 sink: McpSink | None = None) -> None:
+        self._shared, self._scrubber, self._sink = shared, scrubber, sink
+
+    async def source(self, case_run: CaseRun, index: int, entry: McpTools) -> McpSource:
+        server = resolved(case_run.loaded, index, entry)
+        path: KeyPath = ("tools", index)
+        try:
+            if server.scope == "session":
+                connection, listing = await self._shared.get(server)
+                closer = None
+            else:
+                connection = McpConnection(server)
+                listing = await connection.start()
+                closer = connection.aclose
+        except McpFault as fault:
+            raise ToolSourceFault(self._scrubber.text(str(fault)), path) from None
+        self._keep(McpExchange(server.name, "tools/list", listing))
+        try:
+            return McpSource(server.name, listing, entry, path,
+                             self._caller(server.name, connection, path), closer)
+        except BaseException:
+            if closer is not None:
+                await closer()
+            raise
+
+    def _caller(self, name: str, connection: McpConnection, path: KeyPath
+                ) -> Any:
+        async def call(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+            started = time.perf_counter()
+            try:
+                result = await connection.call(tool, arguments)
+            except McpFault as fault:
+                raise ToolSourceFault(self._scrubber.text(str(fault)), path) from None
+            self._keep(McpExchange(name, "tools/call", result,
+                                   {"name": tool, "arguments": arguments},
+                                   (time.perf_counter() - started) * 1000))
+            return result
+        return call
+
+    def _keep(self, exchange: McpExchange) -> None:
+        if self._sink is not None:
+            self._sink(self._scrubber.data(exchange))
+
+
+class ReplayedMcp:
+    """MCP servers answered from the case's cassette: no process, no connection."""
+
+    def __init__(self, recorded: RecordedCalls) -> None:
+        self.recorded = recorded
+
+    async def source(self, case_run: CaseRun, index: int, entry: McpTools) -> McpSource:
+        path: KeyPath = ("tools", index)
+        return McpSource(entry.mcp, self.recorded.listing(entry.mcp, path), entry, path,
+                         self.recorded.caller(entry.mcp, path))

@@ -1,0 +1,165 @@
+"""An MCP server's tools as a ``ToolSource`` of the agent loop, live or replayed.
+
+Live, each ``tools/list`` and ``tools/call`` goes to the server and, while recording, into
+the case's cassette. Replayed, both are answered from the cassette: the listing the server
+gave, and each call's result, found by its name and arguments; a call no recorded one
+matches fails the case with a diff, as a model request does. Replay starts no server.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ..casefile.schema import McpTools, Tool
+from ..records import McpExchange, ToolCall
+from ..run.toolset import KeyPath, ToolAnswer, ToolSourceFault
+from ..scrubbing import Scrubber
+from ..transport.replay import request_diff
+
+Caller = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+"""``tools/call``: a tool's name and arguments -> the server's result."""
+
+
+class McpSource:
+    """The tools one ``{mcp: NAME}`` entry takes from its server (a ``ToolSource``)."""
+
+    def __init__(self, server: str, listing: dict[str, Any], entry: McpTools, path: KeyPath,
+                 caller: Caller, closer: Callable[[], Awaitable[None]] | None = None) -> None:
+        """``listing``: the server's ``tools/list`` result; ``path``: the entry's key path."""
+        self.server = server
+        self._path = path
+        self._caller = caller
+        self._closer = closer
+        self.tools = _offered(server, listing, entry, path)
+
+    async def call(self, call: ToolCall) -> ToolAnswer:
+        if call.arguments_error is not None:
+            return ToolAnswer.failed(f"arguments are not valid JSON: {call.arguments_error}")
+        if not isinstance(call.arguments, dict):
+            return ToolAnswer.failed(
+                f"arguments must be a JSON object, got {json.dumps(call.arguments)}")
+        return answer_of(await self._caller(call.name, call.arguments))
+
+    async def aclose(self) -> None:
+        closer, self._closer = self._closer, None
+        if closer is not None:
+            await closer()
+
+
+def _offered(server: str, listing: dict[str, Any], entry: McpTools, path: KeyPath
+             ) -> list[Tool]:
+    """The listed tools as the case's requests offer them, those ``include`` names only."""
+    listed = {tool["name"]: tool for tool in listing.get("tools", [])
+              if isinstance(tool, dict) and isinstance(tool.get("name"), str)}
+    for position, name in enumerate(entry.include or []):
+        if name not in listed:
+            raise ToolSourceFault(
+                f"MCP server {server!r} lists no tool {name!r} (it lists:"
+                f" {', '.join(sorted(listed)) or 'none'})", (*path, "include", position))
+    names = entry.include if entry.include is not None else list(listed)
+    return [_tool(listed[name]) for name in names]
+
+
+def _tool(listed: dict[str, Any]) -> Tool:
+    """A listed MCP tool as the wire adapters send one: name, description, inputSchema."""
+    schema = listed.get("inputSchema")
+    description = listed.get("description")
+    # Not validated: the server's names and schemas are sent as the server gave them.
+    return Tool.model_construct(
+        {"name", "description", "parameters"}, name=listed["name"],
+        description=description if isinstance(description, str) else "",
+        parameters=schema if isinstance(schema, dict) else {"type": "object", "properties": {}})
+
+
+def answer_of(result: dict[str, Any]) -> ToolAnswer:
+    """A ``tools/call`` result as the tool message: its text blocks, one a line, then its
+    structured content as JSON unless a text block already says it; ``isError: true`` makes
+    the answer a failed tool's."""
+    blocks = result.get("content")
+    parts = [_block_text(block) for block in (blocks if isinstance(blocks, list) else [])]
+    structured = result.get("structuredContent")
+    if structured is not None and not any(_says(part, structured) for part in parts):
+        parts.append(json.dumps(structured, ensure_ascii=False))
+    content = "\n".join(parts)
+    if result.get("isError") is True:
+        return ToolAnswer(content, content or "the tool failed")
+    return ToolAnswer(content)
+
+
+def _block_text(block: Any) -> str:
+    """A text block's text; another block (image, audio, resource) as JSON, its bulky data
+    left out."""
+    if isinstance(block, dict) and block.get("type") == "text" and isinstance(
+            block.get("text"), str):
+        return str(block["text"])
+    if isinstance(block, dict):
+        resource = block.get("resource")
+        if isinstance(resource, dict) and isinstance(resource.get("text"), str):
+            return str(resource["text"])
+        return json.dumps({key: value for key, value in block.items()
+                           if key not in ("data", "blob")}, ensure_ascii=False)
+    return json.dumps(block)
+
+
+def _says(text: str, value: Any) -> bool:
+    try:
+        return bool(json.loads(text) == value)
+    except ValueError:
+        return False
+
+
+class RecordedCalls:
+    """Replay: one case's recorded MCP exchanges, handed out as its calls ask for them."""
+
+    def __init__(self, exchanges: list[McpExchange], shown: str, hint: str,
+                 scrubber: Scrubber) -> None:
+        self._exchanges = exchanges
+        self._used: set[int] = set()
+        self._shown, self._hint, self._scrubber = shown, hint, scrubber
+
+    def listing(self, server: str, path: KeyPath) -> dict[str, Any]:
+        """The ``tools/list`` result recorded for ``server``."""
+        for exchange in self._exchanges:
+            if exchange.server == server and exchange.method == "tools/list":
+                return exchange.result
+        raise ToolSourceFault(f"{self._shown} holds no tools/list of MCP server {server!r}:"
+                              f" the case changed since it was recorded; re-record with:"
+                              f" {self._hint}", path)
+
+    def caller(self, server: str, path: KeyPath) -> Caller:
+        async def call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+            return self._answer(server, {"name": name, "arguments": arguments}, path)
+        return call
+
+    def _answer(self, server: str, params: dict[str, Any], path: KeyPath) -> dict[str, Any]:
+        # Calls of one reply run at once, so they may have ended in any order: any unused
+        # recorded call of the server with the same name and arguments answers.
+        params = self._scrubber.data(params)
+        waiting = [index for index, exchange in enumerate(self._exchanges)
+                   if index not in self._used and exchange.server == server
+                   and exchange.method == "tools/call"]
+        for index in waiting:
+            if self._exchanges[index].params == params:
+                self._used.add(index)
+                return self._exchanges[index].result
+        if not waiting:
+            raise ToolSourceFault(
+                f"tools/call {params['name']} of MCP server {server!r} was not recorded in"
+                f" {self._shown} (its recorded calls are all used); re-record with:"
+                f" {self._hint}", path)
+        raise ToolSourceFault(
+            f"tools/call of MCP server {server!r} differs from the one recorded in"
+            f" {self._shown}; re-record with: {self._hint}\n"
+            + request_diff(self._exchanges[waiting[0]].params, params), path)
+
+    def unused(self) -> str | None:
+        """Why the case fails when recorded calls were left unused, or None."""
+        left = [exchange for index, exchange in enumerate(self._exchanges)
+                if exchange.method == "tools/call" and index not in self._used]
+        if not left:
+            return None
+        names = ", ".join(f"{exchange.server}/{exchange.params.get('name')}" for exchange in left)
+        return (f"{self._shown} holds MCP calls the case did not make ({names}): the case"
+                f" changed since it was recorded; re-record it with: {self._hint}")

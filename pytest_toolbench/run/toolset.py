@@ -1,0 +1,110 @@
+"""The tools of one case run, from wherever their answers come: the seam every tool source
+plugs into.
+
+A ``ToolSource`` offers some tools and answers their calls: the case's own tools (canned
+results, ``python`` callables, errors; ``run/tools.py``), or one MCP server's tools
+(``mcp/``). A ``Toolset`` puts a case's sources together for one run: the tools every
+request offers, and each call routed to the source that offers its tool. A source is opened
+before the case's first stage and closed when the case ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from ..records import ToolCall, ToolRun
+
+if TYPE_CHECKING:
+    from ..casefile.schema import Tool
+
+KeyPath = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class ToolAnswer:
+    """What a source answered one call: the tool message's content, and whether the tool
+    failed (``error`` is then its message)."""
+
+    content: str
+    error: str | None = None
+
+    @classmethod
+    def failed(cls, message: str, content: str | None = None) -> ToolAnswer:
+        """A failed call; its content is ``{"error": MESSAGE}`` unless the tool gave one."""
+        return cls(json.dumps({"error": message}) if content is None else content, message)
+
+
+class ToolSource(Protocol):
+    """Tools offered to the model and the answers to their calls."""
+
+    @property
+    def server(self) -> str | None:
+        """Who runs the tools, as reports show it (an MCP server's name); ``None`` for the
+        case's own tools."""
+
+    @property
+    def tools(self) -> list[Tool]:
+        """The tools as every request offers them (name, description, parameters)."""
+
+    async def call(self, call: ToolCall) -> ToolAnswer:
+        """Answer one call of one of ``tools``. A tool's own failure is an answer; only a
+        source that broke (a server that died) raises ``ToolSourceFault``."""
+
+    async def aclose(self) -> None:
+        """Release what the source holds (a server it started); safe to call twice."""
+
+
+class ToolSourceFault(Exception):
+    """A tool source broke: the case fails, naming it and what happened.
+
+    ``path`` is the key path, in the case, of what declared the source (``tools[1]``)."""
+
+    def __init__(self, message: str, path: KeyPath = ()) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = path
+
+
+class Toolset:
+    """The tools of one case run: every source's, each name offered once."""
+
+    def __init__(self, sources: list[ToolSource], paths: list[KeyPath]) -> None:
+        """``paths``: where each source is declared in the case, for messages."""
+        self.sources = sources
+        self._by_name: dict[str, ToolSource] = {}
+        for source, path in zip(sources, paths):
+            for tool in source.tools:
+                other = self._by_name.get(tool.name)
+                if other is not None:
+                    raise ToolSourceFault(
+                        f"tool name {tool.name!r} clash: {_owner(source)} and {_owner(other)}"
+                        " both offer it; leave one out (MCP servers: `include`)", path)
+                self._by_name[tool.name] = source
+
+    @property
+    def tools(self) -> list[Tool]:
+        return [tool for source in self.sources for tool in source.tools]
+
+    async def run(self, calls: list[ToolCall]) -> list[ToolRun]:
+        """Run every call at once; the runs come back in the order of the calls."""
+        return list(await asyncio.gather(*(self._run(call) for call in calls)))
+
+    async def _run(self, call: ToolCall) -> ToolRun:
+        source = self._by_name.get(call.name) or self.sources[0]  # the case's: "unknown tool"
+        started = time.perf_counter()
+        answer = await source.call(call)
+        duration = (time.perf_counter() - started) * 1000
+        return ToolRun(call.id, call.name, call.arguments_raw, answer.content, answer.error,
+                       duration, failed=answer.error is not None, server=source.server)
+
+    async def aclose(self) -> None:
+        for source in reversed(self.sources):
+            await source.aclose()
+
+
+def _owner(source: ToolSource) -> str:
+    return "the case's tools" if source.server is None else f"MCP server {source.server!r}"

@@ -1,0 +1,121 @@
+"""``toolbench merge``: shard reports joined into one, refused when two shards ran a case.
+
+The whole path (shards run by pytest-split, merged, read by diff and the HTML page) is in
+tests/test_shards.py; these check the command's own rules on reports written by hand.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_toolbench.commands.cli import main
+
+
+def case(name: str, model: str, outcome: str = "passed", api: str | None = None,
+         **extra: Any) -> dict[str, Any]:
+    """A case record as version 1 of the format first wrote it: no ``api``, ``marks`` or
+    ``request`` keys (``api`` only when given)."""
+    passed = outcome == "passed"
+    record: dict[str, Any] = {
+        "nodeid": f"s.case.yaml::{name}[{model}{'-' + api if api else ''}]", "case": name,
+        "model": model, "file": "s.case.yaml", "line": 1, "outcome": outcome,
+        "passes": int(passed), "runs_total": 1, "min_pass_rate": 1.0, "error": None,
+        "stages": 1, "turns": 1, "tool_calls": 0, "total_tokens": 15, "latency_ms": 1.0,
+        "ttft_ms": None, "runs": [{"number": 1, "passed": passed, "error": None,
+                                   "stages": []}], **extra}
+    if api:
+        record["api"] = api
+    return record
+
+
+def write(path: Path, *cases: dict[str, Any], version: Any = 1) -> Path:
+    summary = {"cases": len(cases)}
+    document: dict[str, Any] = {"summary": summary, "cases": list(cases)}
+    if version is not None:
+        document["version"] = version
+    path.write_text(json.dumps(document))
+    return path
+
+
+def merge(*argv: Any) -> int:
+    return main(["merge", *map(str, argv)])
+
+
+def test_merge_joins_reports_and_recomputes_the_pass_rates(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    one = write(tmp_path / "one.json", case("x", "a"), case("y", "a", "failed"),
+                case("x", "b", api="messages"))
+    two = write(tmp_path / "two.json", case("y", "b", "skipped", passes=0, runs_total=0,
+                                         runs=[]),
+                case("z", "b", api="messages"), case("z", "a"))
+    out = tmp_path / "all" / "merged.json"
+    assert merge(one, two, "-o", out) == 0
+    printed = capsys.readouterr().out
+    document = json.loads(out.read_text())
+    assert document["version"] == 1
+    assert document["summary"] == {"cases": 6, "failed": 1, "passed": 4, "skipped": 1}
+    assert [c["nodeid"].split("::")[1] for c in document["cases"]] == [
+        "x[a]", "y[a]", "x[b-messages]", "y[b]", "z[b-messages]", "z[a]"]
+    assert document["cases"][0]["api"] == "chat"  # read through the typed loader
+    assert document["cases"][0]["marks"] == []
+    assert f"merged 2 reports (6 cases) into {out}" in printed
+    lines = [" ".join(line.split()) for line in printed.splitlines()]
+    assert "a 2/3 67%" in lines and "b 2/2 100%" in lines  # per model: runs passed
+    assert "chat 2/3 67%" in lines and "messages 2/2 100%" in lines  # per API
+
+
+def test_a_case_in_two_shards_is_refused_naming_both(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    one = write(tmp_path / "shard1.json", case("x", "a"), case("y", "a"))
+    two = write(tmp_path / "shard2.json", case("z", "a"), case("y", "a", "failed"))
+    out = tmp_path / "all.json"
+    assert merge(one, two, "-o", out) == 2
+    error = capsys.readouterr().err
+    assert (f"toolbench merge: error: s.case.yaml::y[a] is in both {one} and {two}: each case"
+            " must come from one shard") in error
+    assert not out.exists()
+
+
+def test_the_same_report_twice_is_refused(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    one = write(tmp_path / "shard1.json", case("x", "a"))
+    assert merge(one, one, "-o", tmp_path / "all.json") == 2
+    assert f"s.case.yaml::x[a] is in both {one} and {one}" in capsys.readouterr().err
+
+
+def test_reports_of_a_newer_format_or_no_report_are_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ok = write(tmp_path / "ok.json", case("x", "a"))
+    newer = write(tmp_path / "newer.json", case("y", "a"), version=2)
+    assert merge(ok, newer, "-o", tmp_path / "all.json") == 2
+    assert (f"{newer} is a report of format version 2; this pytest-toolbench reads versions"
+            " up to 1: upgrade it") in capsys.readouterr().err
+    broken = write(tmp_path / "broken.json", {**case("y", "a"), "turns": "many"})
+    assert merge(ok, broken, "-o", tmp_path / "all.json") == 2
+    assert f"{broken}: case s.case.yaml::y[a]: turns:" in capsys.readouterr().err
+    (tmp_path / "text.json").write_text("not json")
+    assert merge(ok, tmp_path / "text.json", "-o", tmp_path / "all.json") == 2
+    assert "text.json is not JSON" in capsys.readouterr().err
+    assert not (tmp_path / "all.json").exists()
+
+
+def test_a_report_without_a_version_is_read_as_the_first(tmp_path: Path) -> None:
+    old = write(tmp_path / "old.json", case("x", "a"), version=None)
+    assert merge(old, "-o", tmp_path / "all.json") == 0
+    assert json.loads((tmp_path / "all.json").read_text())["summary"] == {
+        "cases": 1, "passed": 1}
+
+
+def test_merge_needs_an_output_and_writes_the_page_too(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    one = write(tmp_path / "one.json", case("x", "a"))
+    assert merge(one) == 2
+    assert "-o" in capsys.readouterr().err
+    page = tmp_path / "page.html"
+    assert merge(one, "-o", tmp_path / "all.json", "--html", page) == 0
+    assert "x[a]" in page.read_text()
+    assert f"wrote {page}" in capsys.readouterr().out

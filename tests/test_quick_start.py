@@ -1,0 +1,77 @@
+"""The README's quick start, run as the README shows it, against a server that answers as
+the local model (``toolbench serve-local``: Gemma 3 270M behind llama-cpp-python) does.
+
+What that model does, read from the example suite's cassettes (cases/__cassettes__/) and
+docs/conformance.md: a forced ``tool_choice`` gets a real call; offered tools with
+``tool_choice: auto`` it answers the question back as text, and a streamed request with
+``auto`` and tools gets an empty stream with no ``[DONE]``; asked for an answer after the
+tool result (``tool_choice: none``) it replies with an empty text. Its streams carry no
+usage chunk. A quick start that passes here asks no more of a model than that.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.chat_server import (
+    ChatServer,
+    RecordedRequest,
+    Reply,
+    chunks_for,
+    completion,
+    json_reply,
+    sse_reply,
+)
+
+README = Path(__file__).parent.parent / "README.md"
+
+
+def quick_start_case() -> str:
+    """The first YAML block of the README's "## Quick start" section, as printed there."""
+    section = README.read_text(encoding="utf-8").split("\n## Quick start\n", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    found = re.search(r"^```yaml\n(.*?)^```$", section, re.MULTILINE | re.DOTALL)
+    assert found, "the quick start has no ```yaml block"
+    return found[1]
+
+
+def like_the_local_model(request: RecordedRequest) -> Reply:
+    body = request.json()
+    tools, choice, streamed = body.get("tools"), body.get("tool_choice", "auto"), body.get("stream")
+    question = next(message["content"] for message in reversed(body["messages"])
+                    if message["role"] == "user")
+    if tools and (isinstance(choice, dict) or choice == "required"):
+        parts: dict[str, Any] = {"tool_calls": [("get_weather", {"city": "Paris"})]}
+    elif tools and choice == "auto":
+        if streamed:  # "Automatic streaming tool choice is not supported" in the server
+            return sse_reply([], done=False)
+        parts = {"text": question}
+    elif body["messages"][-1]["role"] == "tool":
+        parts = {"text": ""}
+    else:
+        parts = {"text": question}
+    if streamed:
+        return sse_reply(chunks_for(**parts, usage=None))
+    return json_reply(completion(**parts))
+
+
+def test_the_quick_start_passes_with_the_local_model_as_written(
+        pytester: pytest.Pytester, chat_server: ChatServer,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    chat_server.set_handler(like_the_local_model)
+    pytester.path.joinpath("weather.case.yaml").write_text(quick_start_case(), encoding="utf-8")
+    monkeypatch.setenv("TOOLBENCH_BASE_URL", chat_server.base_url)  # serve-local's export
+
+    recorded = pytester.runpytest("weather.case.yaml", "--toolbench-record",
+                                  "--toolbench-concurrency", "1")
+
+    recorded.assert_outcomes(passed=1)
+    # The call was answered with the tool's result before the model was asked again.
+    sent_back = [message for request in chat_server.requests
+                 for message in request.json()["messages"] if message["role"] == "tool"]
+    assert sent_back and '"temp_c": 21' in sent_back[0]["content"]
+    chat_server.close()  # replay: offline
+    pytester.runpytest("weather.case.yaml").assert_outcomes(passed=1)
