@@ -21,12 +21,11 @@ from .budget import BudgetSpent, TokenBudget
 from .casefile.load import CaseFileErrors, LoadedCase, describe_errors, load_case_file
 from .lookahead import LOOKAHEAD_KEY
 from .marks import MarkRefused, case_marks
-from .plugin import records_read
 from .records import CaseResult
 from .report.failure import render_failure
 from .run.runner import CaseRun, case_label
 from .session import SessionRuntime
-from .settings import SETTINGS_KEY
+from .settings import SETTINGS_KEY, records_read
 from .wire import wire_api
 
 RUNTIME_KEY = pytest.StashKey[SessionRuntime]()

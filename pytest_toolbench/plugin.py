@@ -15,7 +15,7 @@ import pytest
 
 from .defaults import CASSETTE_FOLDER
 from .lookahead import LOOKAHEAD_KEY, Lookahead
-from .settings import DEFAULT_FILES, OPTIONS, SETTINGS_KEY, Settings
+from .settings import DEFAULT_FILES, OPTIONS, SETTINGS_KEY, Settings, summary_shown
 
 if TYPE_CHECKING:
     from .items import CaseFile
@@ -71,18 +71,6 @@ def pytest_report_header(config: pytest.Config) -> str:
     where = "cassettes" if not settings.mode.is_live else \
         f"{mask_urls(settings.base_url_for())} (unless a case sets endpoint.base_url)"
     return f"toolbench: mode={settings.mode.value}, answers from {where}"
-
-
-def records_read(config: pytest.Config) -> bool:
-    """Whether the session reads its case records: the summary, which ``-q`` hides, or a
-    report file. When nothing does, items make none (a record costs a replayed case about
-    as much as its request)."""
-    settings = config.stash[SETTINGS_KEY]
-    return _summary_shown(config) or settings.report is not None or settings.html is not None
-
-
-def _summary_shown(config: pytest.Config) -> bool:
-    return config.get_verbosity() >= 0
 
 
 def _limits_text(rpm: float | None, tpm: float | None) -> str:
@@ -154,7 +142,7 @@ class SessionReports:
         return self._records
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if not self._arrived or not _summary_shown(self.config):
+        if not self._arrived or not summary_shown(self.config):
             return
         from .report.summary import render_summary
 

@@ -1,4 +1,4 @@
-"""The session's runtime: where cases run, one live client per endpoint, cassettes.
+"""The session's runtime: where cases run, one live client per endpoint, and which cassette.
 
 pytest runs items one by one on its own thread. A replayed case runs there too, to the
 end, on a loop of that thread: its answers are in its cassette, nothing is worth running
@@ -14,9 +14,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
-import hashlib
 import math
-import os
 import shlex
 import threading
 from collections.abc import Callable, Coroutine
@@ -25,13 +23,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .budget import TokenBudget
-from .defaults import CASSETTE_FOLDER
 from .records import CaseResult
 from .run.runner import CaseRun, RunContext, run_case
 from .scrubbing import LogScrubber, Scrubber, endpoint_secrets
 from .settings import Mode, ResolvedEndpoint, Settings
 from .transport.breaker import CircuitBreaker
-from .transport.cassette import Cassette
+from .transport.cassette import Cassette, CassettePaths
 from .transport.client import ApiClient, ClientConfig, InteractionSink
 from .transport.errors import ReplayError
 from .transport.ratelimit import LimiterStats, RateLimiter
@@ -56,8 +53,6 @@ class SessionRuntime:
         """Live cases are started only while it is not spent (``--toolbench-max-tokens``)."""
         self.live_tokens: dict[str, int | None] = {}
         """The tokens each live case used, by node id, until its report takes them."""
-        self.start_dir = start_dir
-        """Where pytest was started: messages show paths relative to it, as the user typed."""
         self._here: asyncio.AbstractEventLoop | None = None
         """The loop on pytest's own thread that replayed cases run on."""
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -70,8 +65,7 @@ class SessionRuntime:
         """What each distinct case endpoint resolves to, per API (a suite has a few)."""
         self._scrubbers: dict[tuple[ResolvedEndpoint, str | None], Scrubber] = {}
         """The scrubber of each endpoint and the key its environment variable holds."""
-        self._folders: dict[Path, tuple[Path, str]] = {}
-        """Case file -> the folder of its cassettes, and that folder as messages show it."""
+        self._cassettes = CassettePaths(settings.cassette_dir, start_dir)
         self._started: dict[str, concurrent.futures.Future[CaseResult]] = {}
         self._mcp_servers: SessionServers | None = None
         """The ``scope: session`` MCP servers, on the live loop; made when first needed."""
@@ -174,7 +168,7 @@ class SessionRuntime:
     async def _execute(self, case_run: CaseRun, replaying: bool) -> CaseResult:
         """Run ``case_run`` from its cassette (``replaying``: ``_replays`` decided) or live."""
         endpoint = self._endpoint(case_run)
-        path, shown = self._cassette_location(case_run)
+        path, shown = self._cassettes.locate(case_run.loaded.file, case_run.label)
         # From where pytest was started, not the rootdir (which the node id is relative to).
         hint = _printable(self._record_command(case_run))
         try:
@@ -332,26 +326,8 @@ class SessionRuntime:
         return CircuitBreaker(self.settings.breaker_threshold, self.settings.breaker_cooldown_s)
 
     def cassette_path(self, case_run: CaseRun) -> Path:
-        """``<cassette dir>/<file stem>/<case>[<model>].yaml``, always inside that folder."""
-        return self._cassette_location(case_run)[0]
-
-    def _cassette_location(self, case_run: CaseRun) -> tuple[Path, str]:
-        """The cassette's path, and the path as messages show it (relative to where pytest
-        was started). The folder is worked out once per case file, not once per case."""
-        file = case_run.loaded.file
-        if file not in self._folders:
-            directory = self.settings.cassette_dir or (file.parent / CASSETTE_FOLDER)
-            folder = directory / file.name.split(".case.")[0]
-            self._folders[file] = (folder, self._show(folder))
-        folder, shown = self._folders[file]
-        name = f"{cassette_file_stem(case_run.label)}.yaml"
-        return folder / name, os.path.join(shown, name)
-
-    def _show(self, path: Path) -> str:
-        try:
-            return str(path.relative_to(self.start_dir))
-        except ValueError:
-            return str(path)
+        """Where ``case_run``'s cassette is (``CassettePaths``)."""
+        return self._cassettes.locate(case_run.loaded.file, case_run.label)[0]
 
 
 def _client_config(endpoint: ResolvedEndpoint) -> ClientConfig:
@@ -401,28 +377,6 @@ def _printable(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
-
-
-_UNSAFE_IN_FILE_NAMES = frozenset("/\\%") | frozenset(map(chr, [*range(32), 127]))
-_MAX_STEM_BYTES = 200
-"""File systems refuse names past 255 bytes; this leaves room for ``.yaml`` and temp files."""
-
-
-def cassette_file_stem(label: str) -> str:
-    """``label`` (``case[model]``) as one file name: path separators, control characters
-    (NUL...), surrogates and ``%`` are %-encoded, so no model name can reach outside the
-    cassette folder; a name too long for the file system is cut and told apart by a hash."""
-    safe = label.isprintable() and not any(char in label for char in "/\\%")  # most are
-    stem = label if safe else "".join(
-        f"%{ord(char):02X}" if char in _UNSAFE_IN_FILE_NAMES
-        or "\ud800" <= char <= "\udfff" else char  # surrogates: not UTF-8
-        for char in label)
-    if len(stem.encode()) <= _MAX_STEM_BYTES:
-        return stem
-    digest = hashlib.sha256(label.encode(errors="surrogatepass")).hexdigest()[:16]
-    cut = stem.encode()[:_MAX_STEM_BYTES - 17].decode(errors="ignore")
-    partial = cut.rfind("%", len(cut) - 2)  # an escape cut in two
-    return f"{cut if partial == -1 else cut[:partial]}~{digest}"
 
 
 _CANCEL_WAIT_S = 5.0

@@ -242,6 +242,19 @@ class Settings:
         return (base_url or DEFAULT_BASE_URL).rstrip("/")
 
 
+def summary_shown(config: pytest.Config) -> bool:
+    """Whether the toolbench summary is printed (``-q`` hides it)."""
+    return config.get_verbosity() >= 0
+
+
+def records_read(config: pytest.Config) -> bool:
+    """Whether the session reads its case records: the summary, or a report file. When
+    nothing does, items make none (a record costs a replayed case about as much as its
+    request)."""
+    settings = config.stash[SETTINGS_KEY]
+    return summary_shown(config) or settings.report is not None or settings.html is not None
+
+
 def _apis(given: Given) -> tuple[str, ...]:
     """``chat,responses``: the named wire APIs, each once, in the order given."""
     value, name = given

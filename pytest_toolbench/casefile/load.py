@@ -16,15 +16,9 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from ..run.interpolate import did_you_mean, undefined_names
-from .loader import (
-    CaseFileError,
-    Document,
-    KeyedError,
-    KeyPath,
-    format_key_path,
-    load_documents,
-)
+from ..keypaths import KeyedError, KeyPath, format_key_path
+from .loader import CaseFileError, Document, load_documents
+from .placeholders import did_you_mean, undefined_names
 from .schema import Case, McpServer, SharedMcpServers
 
 

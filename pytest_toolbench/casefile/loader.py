@@ -21,7 +21,7 @@ try:  # libyaml is several times faster; collection of large suites depends on i
 except ImportError:  # pragma: no cover - depends on how PyYAML was built
     from yaml import SafeLoader as _SafeLoader  # type: ignore[assignment]
 
-KeyPath = tuple[str | int, ...]
+from ..keypaths import KeyPath, format_key_path
 
 
 class _Loader(_SafeLoader):
@@ -84,16 +84,6 @@ class YamlProblem(ValueError):
         self.path = path
 
 
-class KeyedError(ValueError):
-    """A validation error that knows the key path, below the field it was raised for, of
-    the value at fault, so the message can name that value's own line."""
-
-    def __init__(self, message: str, path: KeyPath = ()) -> None:
-        super().__init__(message)
-        self.message = message
-        self.path = path
-
-
 @dataclass(frozen=True)
 class CaseFileError(Exception):
     """A problem in a case file that the user must fix; printed without a traceback."""
@@ -142,14 +132,6 @@ class Document:
             if line is not None:
                 return line
         return self.start_line
-
-
-def format_key_path(path: Sequence[str | int]) -> str:
-    """``("stages", 0, "expect")`` -> ``stages[0].expect``."""
-    text = ""
-    for part in path:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text
 
 
 def load_documents(file: Path, text: str | None = None) -> list[Document]:

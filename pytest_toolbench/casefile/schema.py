@@ -32,8 +32,8 @@ from pydantic import (
 from pydantic.json_schema import GenerateJsonSchema
 from pydantic_core import core_schema
 
+from ..keypaths import KeyedError
 from ..matchers import Matcher, compile_matcher, compile_tool_calls
-from .loader import KeyedError
 from .strict import strict_schema_gaps
 
 _MATCHER_SCHEMA = {"description": "A value, or a mapping of $ operators (SPEC section 4)."}

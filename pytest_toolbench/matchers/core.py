@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from ..casefile.loader import KeyedError
+from ..keypaths import KeyedError
 
 Path = tuple[str | int, ...]
 

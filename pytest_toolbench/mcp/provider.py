@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..casefile.load import LoadedCase
 from ..casefile.schema import McpTools
+from ..keypaths import KeyPath
 from ..records import McpExchange
-from ..run.toolset import KeyPath, ToolSourceFault
+from ..run.toolset import ToolSourceFault
 from ..scrubbing import Scrubber
 from .connection import McpConnection, McpFault
 from .servers import ResolvedServer, resolve

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..casefile.schema import McpServer
-from ..run.toolset import KeyPath, ToolSourceFault
+from ..keypaths import KeyPath
+from ..run.toolset import ToolSourceFault
 from ..scrubbing import MIN_SECRET_LENGTH, is_credential
 
 _PLACEHOLDER = re.compile(r"\$\{([^}]+)\}")

@@ -13,8 +13,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..casefile.schema import McpTools, Tool
+from ..keypaths import KeyPath
 from ..records import McpExchange, ToolCall
-from ..run.toolset import KeyPath, ToolAnswer, ToolSourceFault
+from ..run.toolset import ToolAnswer, ToolSourceFault
 from ..scrubbing import Scrubber
 from ..transport.replay import request_diff
 

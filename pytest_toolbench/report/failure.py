@@ -8,7 +8,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..casefile.loader import format_key_path
+from ..keypaths import format_key_path
 from ..matchers import MISSING
 from ..records import (
     CaseResult,

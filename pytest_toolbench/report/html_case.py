@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ..casefile.loader import format_key_path
+from ..keypaths import format_key_path
 from .html_page import Data, count, json_lines, ms, plural, pretty
 from .html_page import escape as e
 from .html_plots import stream_timeline

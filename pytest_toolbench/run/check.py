@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..casefile.schema import Expect, StreamExpect
+from ..keypaths import KeyPath
 from ..matchers import MISSING, Matcher, MatchTimeout, Mismatch, time_limit
 from ..matchers.limits import DEFAULT_LIMIT_S
 from ..records import Failure, Reply, ToolCall
 
-KeyPath = tuple[str | int, ...]
 LineOf = Callable[[KeyPath], int]
 
 

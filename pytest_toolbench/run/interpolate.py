@@ -1,25 +1,22 @@
-"""``capture`` and ``${name}`` / ``${env.NAME}`` interpolation across stages.
+"""``capture`` and ``${name}`` / ``${env.NAME}`` interpolation across stages, as a case runs.
 
-A ``${name}`` names a value an earlier stage captured. ``undefined_names`` checks that
-when a case file is loaded (so collection and ``toolbench validate`` report a typo at its
-line); ``interpolate`` fills the values in as the case runs.
+A ``${name}`` names a value an earlier stage captured; ``interpolate`` fills the values in.
+That each name is captured by an earlier stage was checked when the case file was loaded
+(``casefile/placeholders.py``).
 """
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
-import re
-from collections.abc import Iterator
 from typing import Any
 
-from ..casefile.schema import Case, Expect, Stage
+from ..casefile.placeholders import PLACEHOLDER, did_you_mean
+from ..casefile.schema import Expect
+from ..keypaths import KeyPath
 from ..matchers import MatcherError, compile_matcher, compile_tool_calls
 from ..records import Reply, ToolCall
 
-PLACEHOLDER = re.compile(r"\$\{([^}]+)\}")
-KeyPath = tuple[str | int, ...]
 _MISSING = object()
 
 
@@ -61,67 +58,6 @@ def _lookup(name: str, variables: dict[str, Any], path: KeyPath) -> str:
                                  f" (captured so far: {', '.join(variables) or 'nothing'})", path)
     value = variables[name]
     return value if isinstance(value, str) else json.dumps(value)
-
-
-def did_you_mean(name: str, known: Any) -> str:
-    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
-    return f"; did you mean `{close[0]}`?" if close else ""
-
-
-# ---------------------------------------------------------------------------- load time
-
-
-def undefined_names(case: Case) -> Iterator[tuple[KeyPath, str]]:
-    """Each ``${name}`` that no earlier stage captures: its key path in the case, and why.
-
-    A stage's own ``capture`` runs after its checks, so it serves later stages only.
-    ``${env.NAME}`` is read when the stage runs and is not checked here.
-    """
-    captured: list[str] = []
-    for index, stage in enumerate(case.stages):
-        for path, value in _interpolated(stage):
-            for where, name in _placeholders(value, ("stages", index, *path)):
-                if name not in captured and not name.startswith("env."):
-                    yield where, _undefined(name, captured, case, index)
-        captured.extend(name for name in stage.capture if name not in captured)
-
-
-def _interpolated(stage: Stage) -> Iterator[tuple[KeyPath, Any]]:
-    """The values of a stage that ``${...}`` is filled into (``expect.stream`` is not)."""
-    yield ("user",), stage.user
-    yield ("messages",), stage.messages
-    yield ("params",), stage.params
-    for key in sorted(stage.expect.model_fields_set - {"stream"}):
-        yield ("expect", key), getattr(stage.expect, key).spec
-
-
-def _placeholders(value: Any, path: KeyPath) -> Iterator[tuple[KeyPath, str]]:
-    if isinstance(value, str):
-        yield from ((path, match.group(1).strip()) for match in PLACEHOLDER.finditer(value))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield from _placeholders(item, (*path, index))
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from _placeholders(item, (*path, key))
-
-
-def _undefined(name: str, captured: list[str], case: Case, index: int) -> str:
-    own = case.stages[index]
-    later = next((stage.name for stage in case.stages[index + 1:] if name in stage.capture), None)
-    if name in own.capture:
-        return (f"${{{name}}} is captured by this stage, after its checks;"
-                " only later stages can use it")
-    if later is not None:
-        return (f"${{{name}}} is captured by stage {later!r}, which runs after this one;"
-                " a stage sees only what earlier stages captured")
-    hint = did_you_mean(name, captured) or (
-        f" (earlier stages capture: {', '.join(captured)})" if captured else
-        f" (no earlier stage captures it: `capture: {{{name}: PATH}}` on one would)")
-    return f"${{{name}}} is not defined{hint}"
-
-
-# ---------------------------------------------------------------------------- run time
 
 
 def has_placeholder(value: Any) -> bool:

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from ..casefile.load import LoadedCase
 from ..casefile.schema import McpTools, Stage
+from ..keypaths import KeyPath
 from ..matchers.limits import DEFAULT_LIMIT_S as DEFAULT_MATCH_TIMEOUT_S
 from ..records import (
     CaseResult,
@@ -34,7 +35,7 @@ from .check import Outcome, check
 from .interpolate import InterpolationError, capture, interpolate, resolve_expect
 from .machine import StageMachine, StageState
 from .tools import CaseTools, tool_message
-from .toolset import KeyPath, Toolset, ToolSource, ToolSourceFault
+from .toolset import Toolset, ToolSource, ToolSourceFault
 
 
 @dataclass(frozen=True)

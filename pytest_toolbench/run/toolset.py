@@ -16,12 +16,11 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from ..keypaths import KeyPath
 from ..records import ToolCall, ToolRun
 
 if TYPE_CHECKING:
     from ..casefile.schema import Tool
-
-KeyPath = tuple[str | int, ...]
 
 
 @dataclass(frozen=True)

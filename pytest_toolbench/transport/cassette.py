@@ -1,8 +1,8 @@
 """Cassettes: one YAML file per case, model and API, recorded live and replayed offline.
 
 This module is the file format: what a cassette holds, reading it as untrusted input
-(``cassette_reader.py``), writing it atomically. Answering requests from one is
-``transport/replay.py``.
+(``cassette_reader.py``), writing it atomically, and where each case's cassette lives
+(``CassettePaths``). Answering requests from one is ``transport/replay.py``.
 
 Never stored: headers of any kind (so no Authorization, cookies or other credentials).
 What a cassette holds was scrubbed of the endpoint's credentials when it was recorded
@@ -11,7 +11,9 @@ What a cassette holds was scrubbed of the endpoint's credentials when it was rec
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ from typing import Any
 import yaml
 
 from ..atomic import write_atomic
-from ..defaults import API_PATHS
+from ..defaults import API_PATHS, CASSETTE_FOLDER
 from ..records import Interaction, McpExchange, StreamEvent
 from .cassette_reader import read_cassette
 from .errors import CassetteMissing, ReplayError
@@ -152,3 +154,55 @@ def _plain_event(event: StreamEvent) -> dict[str, Any]:
     if event.event != "message":
         plain["event"] = event.event
     return plain
+
+
+class CassettePaths:
+    """Where each case's cassette lives: ``<cassette dir>/<file stem>/<case>[<model>].yaml``,
+    always inside that folder. The cassette dir is ``--toolbench-cassette-dir``, else a
+    ``__cassettes__`` folder beside the case file."""
+
+    def __init__(self, cassette_dir: Path | None, start_dir: Path) -> None:
+        self.cassette_dir = cassette_dir
+        self.start_dir = start_dir
+        """Where pytest was started: messages show paths relative to it, as the user typed."""
+        self._folders: dict[Path, tuple[Path, str]] = {}
+        """Case file -> the folder of its cassettes, and that folder as messages show it."""
+
+    def locate(self, case_file: Path, label: str) -> tuple[Path, str]:
+        """The cassette's path for the case ``label`` (``case[model]``) of ``case_file``, and
+        the path as messages show it. The folder is worked out once per case file."""
+        if case_file not in self._folders:
+            directory = self.cassette_dir or (case_file.parent / CASSETTE_FOLDER)
+            folder = directory / case_file.name.split(".case.")[0]
+            self._folders[case_file] = (folder, self._show(folder))
+        folder, shown = self._folders[case_file]
+        name = f"{cassette_file_stem(label)}.yaml"
+        return folder / name, os.path.join(shown, name)
+
+    def _show(self, path: Path) -> str:
+        try:
+            return str(path.relative_to(self.start_dir))
+        except ValueError:
+            return str(path)
+
+
+_UNSAFE_IN_FILE_NAMES = frozenset("/\\%") | frozenset(map(chr, [*range(32), 127]))
+_MAX_STEM_BYTES = 200
+"""File systems refuse names past 255 bytes; this leaves room for ``.yaml`` and temp files."""
+
+
+def cassette_file_stem(label: str) -> str:
+    """``label`` (``case[model]``) as one file name: path separators, control characters
+    (NUL...), surrogates and ``%`` are %-encoded, so no model name can reach outside the
+    cassette folder; a name too long for the file system is cut and told apart by a hash."""
+    safe = label.isprintable() and not any(char in label for char in "/\\%")  # most are
+    stem = label if safe else "".join(
+        f"%{ord(char):02X}" if char in _UNSAFE_IN_FILE_NAMES
+        or "\ud800" <= char <= "\udfff" else char  # surrogates: not UTF-8
+        for char in label)
+    if len(stem.encode()) <= _MAX_STEM_BYTES:
+        return stem
+    digest = hashlib.sha256(label.encode(errors="surrogatepass")).hexdigest()[:16]
+    cut = stem.encode()[:_MAX_STEM_BYTES - 17].decode(errors="ignore")
+    partial = cut.rfind("%", len(cut) - 2)  # an escape cut in two
+    return f"{cut if partial == -1 else cut[:partial]}~{digest}"
