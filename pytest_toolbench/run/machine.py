@@ -51,51 +51,31 @@ def build_machine() -> Machine:
     )
 
 
-def _has_callbacks(machine: Machine) -> bool:
-    """Whether anything in the machine runs code on a transition: callbacks of the machine,
-    of its states or of its transitions, conditions, internal transitions (which run
-    callbacks without moving), or a queue of events."""
-    hooks = (machine.prepare_event, machine.before_state_change, machine.after_state_change,
-             machine.finalize_event, machine.on_exception, machine.on_final)
-    moves = [move for event in machine.events.values()
-             for moves in event.transitions.values() for move in moves]
-    return (machine.has_queue or any(hooks)
-            or any(state.on_enter or state.on_exit or state.final
-                   for state in machine.states.values())
-            or any(move.conditions or move.prepare or move.before or move.after
-                   or move.dest is None for move in moves))
-
-
 MACHINE = build_machine()
 """Built once: building a machine costs 0.5 ms, more than a whole replayed stage. It holds
 no model: each run is one without joining it (below), so it never holds a finished run."""
-
-if _has_callbacks(MACHINE):  # pragma: no cover - a guard for whoever extends the table
-    raise RuntimeError("run/machine.py: the table now runs callbacks or conditions;"
-                       " StageMachine.fire must go through Event.trigger for them to run")
 
 
 @final
 class StageMachine:
     """What one case run drives through ``TRANSITIONS``, stage by stage, keeping the trail.
 
-    A model of ``MACHINE`` that never joins it: ``Machine.add_model`` binds every trigger
-    and state test to the model as methods (about 30), which cost more than all of a
-    replayed stage's transitions. A trigger moves the model along the machine's own
-    table: the event's transitions from the current state (``Event.transitions``) give
-    the destination, which ``Machine.set_state`` sets. ``Event.trigger`` would do the
-    same through some 60 calls of callback and logging machinery a transition of this
-    table never uses (it has no callbacks or conditions: checked when it is built), a
-    seventh of a replayed case's work. A trigger the table forbids from the current state
-    goes to ``Event.trigger``, which raises its ``MachineError``. A ``with`` block is the
-    run; the machine keeps nothing of it to release.
+    A model of ``machine`` (``MACHINE``) moved by the machine's own events: ``fire`` calls
+    ``Event.trigger(model)``, the very call a joined model's trigger method makes, so the
+    table's checks, callbacks and conditions, transitions' logging and its ``MachineError``
+    for a trigger the table forbids from the current state are all the library's. The run
+    does not join the machine (``Machine.add_model`` binds every trigger and state test to
+    the model, about 30 methods, which cost more than all of a replayed stage's
+    transitions), so the machine keeps nothing of a run: a ``with`` block is the run, with
+    nothing to release.
     """
 
     state: StageState
 
-    def __init__(self) -> None:
+    def __init__(self, machine: Machine = MACHINE) -> None:
+        self.machine = machine
         self.trail: list[str] = [StageState.IDLE.value]
-        MACHINE.set_state(StageState.IDLE, model=self)
+        machine.set_state(StageState.IDLE, model=self)
 
     def __enter__(self) -> StageMachine:
         return self
@@ -106,17 +86,10 @@ class StageMachine:
     def begin_stage(self) -> None:
         """A new stage starts from idle with a trail of its own (the table has no way back
         from passed: a stage ends there)."""
-        MACHINE.set_state(StageState.IDLE, model=self)
+        self.machine.set_state(StageState.IDLE, model=self)
         self.trail = [StageState.IDLE.value]
 
     def fire(self, trigger: str) -> None:
         """Take the transition named ``trigger``; MachineError if the table forbids it."""
-        event = MACHINE.events[trigger]
-        moves = event.transitions.get(self.state.name)
-        if not moves:
-            event.trigger(self)  # raises the MachineError that names trigger and state
-            return
-        dest = moves[0].dest
-        assert dest is not None  # no internal transitions in the table: checked when built
-        MACHINE.set_state(dest, model=self)
-        self.trail.append(self.state.value)
+        if self.machine.events[trigger].trigger(self):
+            self.trail.append(self.state.value)
