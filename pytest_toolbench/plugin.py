@@ -165,15 +165,14 @@ class SessionReports:
         if hasattr(self.config, "workerinput") or (settings.report is None
                                                     and settings.html is None):
             return  # xdist workers send their records to the controller, which writes once
-        from .report.json_report import report_document, write_report
-
-        document = report_document(self.records())  # one document for both files
         if settings.html is not None:
             from .report.html import write_html
 
-            write_html(settings.html, document)
+            write_html(settings.html, self.records())
         if settings.report is not None:
-            write_report(settings.report, document)
+            from .report.json_report import report_document, write_report
+
+            write_report(settings.report, report_document(self.records()))
 
     def pytest_unconfigure(self) -> None:
         """The reports are written: the records need not outlive the session (pytest's

@@ -119,3 +119,33 @@ def test_merge_needs_an_output_and_writes_the_page_too(
     assert merge(one, "-o", tmp_path / "all.json", "--html", page) == 0
     assert "x[a]" in page.read_text()
     assert f"wrote {page}" in capsys.readouterr().out
+
+
+def test_every_reader_of_reports_takes_a_report_of_the_first_version(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A report as version 1 first wrote it (no ``version``, ``api``, ``marks`` or
+    ``request``), and a case a script wrote with only the keys it needed: html, diff and
+    merge read both through the one loader, the missing keys as their defaults."""
+    first = write(tmp_path / "first.json", case("x", "a"), version=None)
+    scripted = write(tmp_path / "scripted.json",
+                     {"nodeid": "s.case.yaml::x[a]", "outcome": "failed"}, version=None)
+    assert main(["html", str(first)]) == 0
+    page = first.with_suffix(".html").read_text()
+    assert 'data-api="chat"' in page and 'data-marks=""' in page
+    assert main(["diff", str(first), str(scripted)]) == 1
+    out = capsys.readouterr().out
+    assert " ! verdict       passed -> failed" in out and "   turns         1 -> 0" in out
+    assert merge(scripted, "-o", tmp_path / "all.json") == 0
+    merged = json.loads((tmp_path / "all.json").read_text())
+    assert merged["version"] == 1 and merged["cases"][0]["api"] == "chat"
+    assert merged["cases"][0]["runs"] == [] and merged["cases"][0]["marks"] == []
+
+
+def test_a_value_of_the_wrong_type_is_refused_by_every_reader_naming_case_and_key(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    broken = write(tmp_path / "broken.json", {**case("y", "a"), "latency_ms": "fast"})
+    for argv in (["html", broken], ["diff", broken, broken], ["merge", broken, "-o",
+                                                              tmp_path / "all.json"]):
+        assert main([*map(str, argv)]) == 2
+        assert (f"{broken}: case s.case.yaml::y[a]: latency_ms: "
+                in capsys.readouterr().err)

@@ -36,7 +36,6 @@ from pytest_toolbench.casefile.schema import Case
 from pytest_toolbench.commands.bfcl import ImportSummary
 from pytest_toolbench.commands.bfcl import _convert_all as bfcl_convert_all
 from pytest_toolbench.commands.diff_compare import Limits, compare_cases
-from pytest_toolbench.commands.html import ReportUnreadable, checked_report
 from pytest_toolbench.matchers import (
     MISSING,
     Matcher,
@@ -57,7 +56,7 @@ from pytest_toolbench.records import (
 )
 from pytest_toolbench.report.failure import render_failure
 from pytest_toolbench.report.html import render_html
-from pytest_toolbench.report.json_report import CaseRecord
+from pytest_toolbench.report.json_report import CaseRecord, ReportUnreadable, records_of
 from pytest_toolbench.report.summary import render_summary
 from pytest_toolbench.transport.client import request_content
 from pytest_toolbench.transport.errors import UnsendableRequest
@@ -1109,8 +1108,7 @@ def _report_everywhere(api: str, reply: Reply) -> None:
     json.dumps(record.to_json(), allow_nan=False)  # the JSON report's file
     assert "usage did not match" in render_failure(result, "hostile")
     assert "hostile" in render_summary([record], 120, color=False)
-    page = render_html({"version": 1, "summary": {"cases": 1, "failed": 1},
-                        "cases": [record.to_json()]})
+    page = render_html(records_of({"version": 1, "cases": [record.to_json()]}, "r.json"))
     assert "hostile" in page
 
 
@@ -1134,9 +1132,16 @@ REPORT_VALUES = st.recursive(
 @given(st.dictionaries(st.sampled_from(REPORT_KEYS), REPORT_VALUES, max_size=6),
        st.dictionaries(st.sampled_from(REPORT_KEYS), REPORT_VALUES, max_size=6))
 def test_diff_compares_any_two_case_records_without_raising(old: Any, new: Any) -> None:
-    """Reports come from other runs, other versions, other hands: whatever two case records
-    hold, comparing them gives changes (texts), never an exception."""
-    changes = list(compare_cases("a.case.yaml::a", old, new, Limits(20.0, 100.0)))
+    """Reports come from other runs, other versions, other hands: whatever two cases hold,
+    the report loader refuses them with a message naming the case, or comparing the
+    records it reads gives changes (texts), never an exception."""
+    try:
+        before, after = (records_of({"cases": [{**case, "nodeid": "a.case.yaml::a"}]},
+                                    "r.json")[0] for case in (old, new))
+    except ReportUnreadable as refused:
+        assert "r.json: case a.case.yaml::a: " in str(refused)
+        return
+    changes = list(compare_cases("a.case.yaml::a", before, after, Limits(20.0, 100.0)))
     assert all(isinstance(change.detail, str) for change in changes)
 
 
@@ -1197,11 +1202,11 @@ def test_the_html_page_of_any_valid_report_renders_without_raising(
         case = _replaced(case, path, value)
     document = {"version": 1, "summary": {"cases": 1, "failed": 1}, "cases": [case]}
     try:
-        checked = checked_report(document, Path("r.json"))
+        records = records_of(document, Path("r.json"))
     except ReportUnreadable as refused:
         assert "r.json: case t.case.yaml::weather[m]" in str(refused) or "r.json" in str(refused)
         return
-    page = render_html(checked)
+    page = render_html(records)
     assert page.startswith("<!DOCTYPE html>") and "weather" in page
 
 

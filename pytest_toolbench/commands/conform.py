@@ -27,6 +27,7 @@ import pytest
 
 from ..atomic import write_atomic
 from ..defaults import api_names
+from ..report.json_report import CaseRecord, read_report
 from ..transport.cassette import Cassette
 from ..transport.errors import ReplayError
 from .argtypes import positive_float, positive_int
@@ -161,7 +162,7 @@ def run_probes(args: argparse.Namespace, scratch: Path) -> list[Row] | None:
         print(f"toolbench conform: error: the probe run wrote no report (pytest exit code "
               f"{int(code)}); its output is above", file=sys.stderr)
         return None
-    return _rows(json.loads(report.read_text(encoding="utf-8")), scratch / "cassettes",
+    return _rows(read_report(report), scratch / "cassettes",
                  args.api)
 
 
@@ -184,9 +185,8 @@ def _pytest_args(args: argparse.Namespace, scratch: Path, report: Path) -> list[
             *given, "--", *(str(scratch / file.name) for file in probe_files())]
 
 
-def _rows(report: Mapping[str, Any], cassettes: Path, apis: Sequence[str]) -> list[Row]:
-    records = {(record["case"], record.get("api", "chat")): record
-               for record in report.get("cases", ())}
+def _rows(report: list[CaseRecord], cassettes: Path, apis: Sequence[str]) -> list[Row]:
+    records = {(record.case, record.api): record for record in report}
     rows: list[Row] = []
     for name, probe in PROBES.items():
         recorded = _interactions(cassettes / name)

@@ -23,6 +23,7 @@ from typing import Any
 from ..defaults import API_NAMES
 from ..records import Interaction
 from ..report.html_page import page
+from ..report.json_report import CaseRecord, RunRecord
 from ..wire import wire_api
 
 __all__ = [
@@ -258,23 +259,22 @@ class _RunFailures:
     failures: list[tuple[Cause, str]] = field(default_factory=list)
 
 
-def judge(probe: Probe, record: Mapping[str, Any] | None,
+def judge(probe: Probe, record: CaseRecord | None,
           interactions: Sequence[Interaction], api: str = "chat") -> Cell:
     """The cell for ``probe`` over ``api`` from its JSON-report ``record`` and its raw
     replies."""
     if record is None:
         return Cell(Verdict.FAIL, "the probe did not run (see pytest's output with "
                     "--verbose)", Cause.PROTOCOL)
-    runs = list(record.get("runs") or ())
-    passes = sum(1 for run in runs if run.get("passed"))
-    cell = _majority(probe, runs, passes)
+    passes = sum(1 for run in record.runs if run.passed)
+    cell = _majority(probe, record.runs, passes)
     return probe.raw_check(cell, interactions, api) if probe.raw_check else cell
 
 
-def _majority(probe: Probe, runs: list[Mapping[str, Any]], passes: int) -> Cell:
+def _majority(probe: Probe, runs: list[RunRecord], passes: int) -> Cell:
     if runs and passes * 2 > len(runs):
         return Cell(Verdict.PASS, _of(passes, len(runs)), None, passes, len(runs))
-    failed = [_run_failures(probe, run) for run in runs if not run.get("passed")]
+    failed = [_run_failures(probe, run) for run in runs if not run.passed]
     cause, message = _first_failure(failed)
     tally = f" ({_of(passes, len(runs))} passed)" if len(runs) > 1 else ""
     reason, short = message + tally, _short(message) + tally
@@ -323,15 +323,14 @@ def _refused(failed: list[_RunFailures]) -> bool:
         any(_REFUSED.match(message) for _cause, message in run.failures) for run in failed)
 
 
-def _run_failures(probe: Probe, run: Mapping[str, Any]) -> _RunFailures:
-    if run.get("error"):
-        return _RunFailures([(Cause.PROTOCOL, _one_line(run["error"]))])
+def _run_failures(probe: Probe, run: RunRecord) -> _RunFailures:
+    if run.error:
+        return _RunFailures([(Cause.PROTOCOL, _one_line(run.error))])
     found = _RunFailures()
-    for stage in run.get("stages") or ():
-        attempts = stage.get("attempts") or ()
-        for failure in attempts[-1].get("failures", ()) if attempts else ():
-            message = _one_line(str(failure.get("message", "")))
-            found.failures.append((_cause_of(probe, failure.get("key_path") or []), message))
+    for stage in run.stages:
+        for failure in stage.attempts[-1].failures if stage.attempts else ():
+            found.failures.append((_cause_of(probe, failure.key_path),
+                                   _one_line(failure.message)))
     return found
 
 

@@ -19,8 +19,8 @@ from typing import Any
 
 from ..atomic import write_atomic
 from ..report.failure import plural
-from .diff_compare import Change, Data, Limits, compare_cases
-from .html import ReportUnreadable, load_report
+from ..report.json_report import CaseRecord, ReportUnreadable, read_report
+from .diff_compare import Change, Limits, compare_cases
 
 DEFAULT_THRESHOLD = 20.0
 DEFAULT_MIN_MS = 100.0
@@ -57,15 +57,14 @@ class Comparison:
 
 def compare_reports(old: Path, new: Path, limits: Limits) -> Comparison:
     """Two JSON reports, case by case in the new report's order, by node id."""
-    before = {case["nodeid"]: case for case in load_report(old)["cases"]}
-    after = {case["nodeid"]: case for case in load_report(new)["cases"]}
+    before = {case.nodeid: case for case in read_report(old)}
+    after = {case.nodeid: case for case in read_report(new)}
     changes: list[Change] = []
     for nodeid in [*after, *(n for n in before if n not in after)]:
         if nodeid not in before:
-            changes.append(Change(nodeid, "case added",
-                                  f"new case: {after[nodeid].get('outcome')}"))
+            changes.append(Change(nodeid, "case added", f"new case: {after[nodeid].outcome}"))
         elif nodeid not in after:
-            changes.append(Change(nodeid, "case removed", f"was {before[nodeid].get('outcome')}"))
+            changes.append(Change(nodeid, "case removed", f"was {before[nodeid].outcome}"))
         else:
             changes.extend(compare_cases(nodeid, before[nodeid], after[nodeid], limits))
     return Comparison(old, new, changes, len(before.keys() & after.keys()))
@@ -98,10 +97,10 @@ def compare_folders(old: Path, new: Path, limits: Limits) -> Comparison:
                       by_name=pairs.by_name)
 
 
-def _exchanges(record: Data | None, error: str | None) -> str:
+def _exchanges(record: CaseRecord | None, error: str | None) -> str:
     if record is None:
         return f"unreadable: {error}"
-    return plural(record["turns"], "exchange")
+    return plural(record.turns, "exchange")
 
 
 # ---------------------------------------------------------------------------- output

@@ -3,7 +3,7 @@
 Each cassette is read as replay reads it (``Cassette.load``) and every exchange reduced to
 its reply by its API's own reader, whole or streamed event by event at the recorded
 offsets, so a reply in a cassette means what it meant to the case that recorded it. A
-cassette becomes one record in the JSON report's shape with one stage per exchange
+cassette becomes one case record of the JSON report with one stage per exchange
 (``exchange 1``, ``exchange 2``...): the diff then compares calls, arguments, answers,
 errors, turns and figures as it does for reports. Cassettes hold no verdict.
 
@@ -19,15 +19,20 @@ told.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ..defaults import CASSETTE_FOLDER
 from ..records import Interaction, Reply, total_tokens
-from ..report.json_report import ReplyRecord
+from ..report.json_report import (
+    AttemptRecord,
+    CaseRecord,
+    ReplyRecord,
+    RunRecord,
+    StageRecord,
+    TurnRecord,
+)
 from ..transport.cassette import Cassette
 from ..transport.errors import ReplayError
 from ..wire import WireApi, wire_api
@@ -41,7 +46,7 @@ class CassetteCase:
 
     path: str
     """Relative to its folder, ``/``-separated."""
-    record: dict[str, Any] | None
+    record: CaseRecord | None
     error: str | None = None
     """Why it could not be read."""
     api: str | None = None
@@ -121,16 +126,18 @@ def _reply(wire: WireApi, interaction: Interaction) -> Reply:
     return reply
 
 
-def _record(path: str, api: str, replies: list[Reply]) -> dict[str, Any]:
-    """The cassette as a case record: one stage per exchange, no verdict."""
-    stages = [{"name": f"exchange {number}", "passed": None, "attempts": [
-        {"number": 1, "turns": [{"reply": dataclasses.asdict(ReplyRecord.of(reply))}]}]}
+def _record(path: str, api: str, replies: list[Reply]) -> CaseRecord:
+    """The cassette as a case record: one stage per exchange, no verdict (its outcome is
+    ``recorded`` on both sides of a comparison)."""
+    stages = [StageRecord(f"exchange {number}", True, [AttemptRecord(
+        1, True, [], [], [], [TurnRecord(reply.stream is not None, None, None, [],
+                                         reply.latency_ms, ReplyRecord.of(reply), [])])])
         for number, reply in enumerate(replies, 1)]
-    return {"nodeid": path, "api": api, "outcome": None, "turns": len(replies),
-            "latency_ms": round(sum(r.latency_ms for r in replies), 1) if replies else None,
-            "ttft_ms": next((r.ttft_ms for r in replies if r.ttft_ms is not None), None),
-            "total_tokens": total_tokens(replies),
-            "runs": [{"number": 1, "stages": stages}]}
+    return CaseRecord(
+        nodeid=path, api=api, outcome="recorded", turns=len(replies),
+        latency_ms=round(sum(r.latency_ms for r in replies), 1) if replies else None,
+        ttft_ms=next((r.ttft_ms for r in replies if r.ttft_ms is not None), None),
+        total_tokens=total_tokens(replies), runs=[RunRecord(1, True, None, stages)])
 
 
 def shown(old: CassetteCase, new: CassetteCase) -> str:

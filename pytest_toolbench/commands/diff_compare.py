@@ -1,7 +1,8 @@
-"""What changed between two sets of cases, each case in the JSON report's shape.
+"""What changed between two sets of cases, each case a typed record of the JSON report.
 
-Two JSON reports give their case records as they are; two cassette folders give one
-case-shaped record per cassette (``diff_cassettes``), so both are compared by the same code.
+Two JSON reports give their case records as the report loader reads them; two cassette
+folders give one record per cassette (``diff_cassettes``), so both are compared by the same
+code.
 Of a case: a verdict that flipped (reports only: cassettes hold none), tool calls that
 appeared, disappeared or changed arguments, answers whose text changed (a short word diff),
 errors that came or went, the number of turns, and latency, time to first token and tokens
@@ -16,11 +17,12 @@ from __future__ import annotations
 import difflib
 import json
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-Data = Mapping[str, Any]
+from ..report.json_report import AttemptRecord, CaseRecord
+
 WORDS_AROUND = 4
 """Unchanged words kept either side of a change in an answer's word diff."""
 MAX_CHANGED_WORDS = 12
@@ -46,44 +48,33 @@ class Limits:
     """Milliseconds a timing must move by, whatever the percent (replays take ~1 ms)."""
 
 
-def compare_cases(nodeid: str, old: Data, new: Data, limits: Limits) -> Iterator[Change]:
+def compare_cases(nodeid: str, old: CaseRecord, new: CaseRecord,
+                  limits: Limits) -> Iterator[Change]:
     """Every change between two records of one case."""
-    if old.get("outcome") != new.get("outcome"):
-        regressed = old.get("outcome") == "passed" and new.get("outcome") == "failed"
-        yield Change(nodeid, "verdict", f"{old.get('outcome')} -> {new.get('outcome')}",
-                     regressed)
+    if old.outcome != new.outcome:
+        regressed = old.outcome == "passed" and new.outcome == "failed"
+        yield Change(nodeid, "verdict", f"{old.outcome} -> {new.outcome}", regressed)
     old_stages, new_stages = _final_stages(old), _final_stages(new)
     for name in [*new_stages, *(n for n in old_stages if n not in new_stages)]:
         yield from _stage_changes(nodeid, name, old_stages.get(name), new_stages.get(name))
-    if old.get("turns") != new.get("turns"):
-        yield Change(nodeid, "turns", f"{_num(old.get('turns'))} -> {_num(new.get('turns'))}")
+    if old.turns != new.turns:
+        yield Change(nodeid, "turns", f"{_num(old.turns)} -> {_num(new.turns)}")
     for figure in ("latency_ms", "ttft_ms", "total_tokens"):
         floor = 0.0 if figure == "total_tokens" else limits.min_ms
-        detail = _figure_change(old.get(figure), new.get(figure), limits.threshold, floor)
+        detail = _figure_change(getattr(old, figure), getattr(new, figure), limits.threshold,
+                                floor)
         if detail:
             yield Change(nodeid, figure, detail)
 
 
-def _final_stages(case: Data) -> dict[str, Data]:
+def _final_stages(case: CaseRecord) -> dict[str, AttemptRecord]:
     """Stage name -> the last attempt of that stage in the case's first run."""
-    runs = _list(case.get("runs"))
-    stages = [_mapping(stage) for stage in _list(_mapping(runs[0] if runs else {}).get("stages"))]
-    return {str(stage.get("name")): _mapping(_list(stage.get("attempts"))[-1])
-            for stage in stages if _list(stage.get("attempts"))}
+    stages = case.runs[0].stages if case.runs else []
+    return {stage.name: stage.attempts[-1] for stage in stages if stage.attempts}
 
 
-def _mapping(value: Any) -> Data:
-    """``value`` if it is a mapping, else an empty one: a report may come from other hands,
-    and a part of the wrong shape compares as missing instead of stopping the diff."""
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _stage_changes(nodeid: str, stage: str, old: Data | None,
-                   new: Data | None) -> Iterator[Change]:
+def _stage_changes(nodeid: str, stage: str, old: AttemptRecord | None,
+                   new: AttemptRecord | None) -> Iterator[Change]:
     old_calls, new_calls = _calls(old), _calls(new)
     for name in dict.fromkeys([c[0] for c in new_calls] + [c[0] for c in old_calls]):
         was = [args for called, args in old_calls if called == name]
@@ -107,35 +98,29 @@ def _stage_changes(nodeid: str, stage: str, old: Data | None,
         yield Change(nodeid, "answer", f"{stage}: {word_diff(old_text, new_text)}")
 
 
-def _turns(attempt: Data | None) -> list[Data]:
-    return [turn for turn in _list(_mapping(attempt).get("turns")) if isinstance(turn, Mapping)]
-
-
-def _calls(attempt: Data | None) -> list[tuple[str, str]]:
+def _calls(attempt: AttemptRecord | None) -> list[tuple[str, str]]:
     """(name, arguments) of every call in the attempt's replies, in order."""
-    return [(str(call.get("name")), str(call.get("arguments", "")))
-            for turn in _turns(attempt)
-            for call in _list(_mapping(turn.get("reply")).get("tool_calls"))
-            if isinstance(call, Mapping)]
+    if attempt is None:
+        return []
+    return [(call.name, call.arguments) for turn in attempt.turns if turn.reply is not None
+            for call in turn.reply.tool_calls]
 
 
-def _answer(attempt: Data) -> str:
+def _answer(attempt: AttemptRecord) -> str:
     """The text of the attempt's last reply: what the stage ended with."""
-    replies = [_mapping(turn["reply"]) for turn in _turns(attempt) if turn.get("reply")]
-    return str(replies[-1].get("text") or "") if replies else ""
+    replies = [turn.reply for turn in attempt.turns if turn.reply is not None]
+    return replies[-1].text if replies else ""
 
 
-def _error(attempt: Data) -> str | None:
+def _error(attempt: AttemptRecord) -> str | None:
     """Why the attempt's last turn got no answer, or the error its reply carried."""
-    turns = _turns(attempt)
-    if not turns:
+    if not attempt.turns:
         return None
-    reply = _mapping(turns[-1].get("reply"))
-    error = turns[-1].get("error") or reply.get("error")
-    status = reply.get("status")
-    if error and isinstance(status, int) and not 200 <= status < 300:
-        return f"HTTP {status}: {error}"
-    return str(error) if error else None
+    last = attempt.turns[-1]
+    error = last.error or (last.reply.error if last.reply is not None else None)
+    if error and last.reply is not None and not 200 <= last.reply.status < 300:
+        return f"HTTP {last.reply.status}: {error}"
+    return error or None
 
 
 def _parsed(arguments: str) -> Any:

@@ -3,8 +3,8 @@
 A suite split over CI runners (pytest-split's ``--splits N --group K``, or any other
 selection) writes one JSON report per shard; the merged report is the one a single run of
 the whole suite would have written, so ``toolbench diff`` and ``toolbench html`` take it
-like any other. Each case is read through the typed loader (``html.checked_report``), so
-reports written by older versions get the keys added since with their defaults, and the
+like any other. Each report is read by the one report loader (``json_report.read_report``),
+so reports written by older versions get the keys added since with their defaults, and the
 summary's counts and the pass rates are worked out again from the cases. A case in two
 reports is refused: two shards ran it, and which verdict stands cannot be told.
 """
@@ -15,10 +15,14 @@ import argparse
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
 
-from ..report.json_report import REPORT_VERSION, CaseRecord, report_document, write_report
-from .html import ReportUnreadable, checked_report, load_report
+from ..report.json_report import (
+    CaseRecord,
+    ReportUnreadable,
+    read_report,
+    report_document,
+    write_report,
+)
 
 
 def merged_records(paths: list[Path]) -> list[CaseRecord]:
@@ -26,28 +30,15 @@ def merged_records(paths: list[Path]) -> list[CaseRecord]:
     seen: dict[str, Path] = {}
     records = []
     for path in paths:
-        for case in _read(path)["cases"]:
-            nodeid = case["nodeid"]
-            if nodeid in seen:
+        for record in read_report(path):
+            if record.nodeid in seen:
                 raise ReportUnreadable(
-                    f"{nodeid} is in both {seen[nodeid]} and {path}: each case must come from"
-                    " one shard (were two shards given the same group, or one report twice?)")
-            seen[nodeid] = path
-            records.append(CaseRecord.from_json(case))
+                    f"{record.nodeid} is in both {seen[record.nodeid]} and {path}: each case"
+                    " must come from one shard (were two shards given the same group, or one"
+                    " report twice?)")
+            seen[record.nodeid] = path
+            records.append(record)
     return records
-
-
-def _read(path: Path) -> dict[str, Any]:
-    """One report, checked to be of a format version this one reads, its cases typed."""
-    document = load_report(path)
-    version = document.get("version", 1)  # the first reports may not have said
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise ReportUnreadable(f"{path}: version {version!r} is no report format version")
-    if version > REPORT_VERSION:
-        raise ReportUnreadable(
-            f"{path} is a report of format version {version}; this pytest-toolbench reads"
-            f" versions up to {REPORT_VERSION}: upgrade it")
-    return checked_report(document, path)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -75,7 +66,7 @@ def main(argv: list[str]) -> int:
         if args.html is not None:
             from ..report.html import write_html
 
-            write_html(args.html, document, args.title or f"toolbench report: {args.output.name}")
+            write_html(args.html, records, args.title or f"toolbench report: {args.output.name}")
         write_report(args.output, document)
     except ReportUnreadable as error:
         print(f"toolbench merge: error: {error}", file=sys.stderr)

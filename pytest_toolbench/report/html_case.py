@@ -3,7 +3,9 @@
 Each turn shows what was sent (collapsed), the reply (text, reasoning, tool calls, both
 finish reasons, protocol problems, a stream's timeline), the tools' answers; each attempt
 its state trail and failing expectations with expected vs actual as a diff. Everything is
-read from the JSON report's data, and every text is escaped (``e``).
+read from the case's typed record (``report/json_report.py``), and every text is escaped
+(``e``). Only what a server or a tool sent as it was (a request body, a usage object) is
+read as JSON data.
 """
 
 from __future__ import annotations
@@ -17,6 +19,18 @@ from ..keypaths import format_key_path
 from .html_page import Data, count, json_lines, ms, plural, pretty
 from .html_page import escape as e
 from .html_plots import stream_timeline
+from .json_report import (
+    AttemptRecord,
+    CaseRecord,
+    FailureRecord,
+    ReplyRecord,
+    RunRecord,
+    StageRecord,
+    StreamRecord,
+    ToolCallRecord,
+    ToolRunRecord,
+    TurnRecord,
+)
 
 OUTCOME_ORDER = {"failed": 0, "xpassed": 1, "xfailed": 2, "skipped": 3, "passed": 4}
 """Failures first: what needs reading comes before what passed."""
@@ -28,87 +42,78 @@ def outcome_rank(outcome: str) -> int:
     return OUTCOME_ORDER.get(outcome, len(OUTCOME_ORDER))
 
 
-def model_of(case: Data) -> str:
-    return str(case.get("model") or "-")
+def model_of(case: CaseRecord) -> str:
+    return case.model or "-"
 
 
-def api_of(case: Data) -> str:
-    return str(case.get("api") or "chat")  # reports written before other APIs: chat
+def api_of(case: CaseRecord) -> str:
+    return case.api
 
 
-def render_case(case: Data) -> str:
-    outcome = str(case.get("outcome", ""))
-    attrs = {"nodeid": case.get("nodeid", ""), "outcome": outcome, "model": model_of(case),
-             "api": api_of(case), "file": case.get("file", ""),
-             "marks": " ".join(case.get("marks", []))}
+def render_case(case: CaseRecord) -> str:
+    attrs = {"nodeid": case.nodeid, "outcome": case.outcome, "model": model_of(case),
+             "api": case.api, "file": case.file, "marks": " ".join(case.marks)}
     data = " ".join(f'data-{key}="{e(value)}"' for key, value in attrs.items())
-    is_open = " open" if outcome_rank(outcome) < OUTCOME_ORDER["xfailed"] else ""
-    runs = case.get("runs", [])
-    parts = [_error_box("case", case.get("error"))] if case.get("error") else []
-    parts.extend(_run(case, run, len(runs)) for run in runs)
-    if not runs:
+    is_open = " open" if outcome_rank(case.outcome) < OUTCOME_ORDER["xfailed"] else ""
+    parts = [_error_box("case", case.error)] if case.error else []
+    parts.extend(_run(case, run, len(case.runs)) for run in case.runs)
+    if not case.runs:
         parts.append('<div class="none">did not run</div>')
-    marks = " ".join(f'<span class="mark">{e(mark)}</span>' for mark in case.get("marks", []))
+    marks = " ".join(f'<span class="mark">{e(mark)}</span>' for mark in case.marks)
     return (f'<details class="case" {data}{is_open}><summary>'
-            f'<span class="badge o-{e(outcome)}">{e(outcome)}</span>'
-            f'<span class="id">{e(case.get("nodeid"))}</span>{marks}'
+            f'<span class="badge o-{e(case.outcome)}">{e(case.outcome)}</span>'
+            f'<span class="id">{e(case.nodeid)}</span>{marks}'
             f'<span class="figs">{e(_figures(case))}</span></summary>\n'
-            f'<div class="body"><div class="muted">{e(case.get("file"))}:'
-            f'{e(case.get("line"))} · {e(api_of(case))} API</div>\n'
+            f'<div class="body"><div class="muted">{e(case.file)}:'
+            f'{e(case.line)} · {e(case.api)} API</div>\n'
             + "\n".join(parts) + "</div></details>")
 
 
-def _figures(case: Data) -> str:
-    runs = f"{case.get('passes')}/{case.get('runs_total')} runs, " \
-        if (case.get("runs_total") or 0) > 1 else ""
-    return (f"{runs}{plural(case.get('turns'), 'turn')}, "
-            f"{plural(case.get('tool_calls'), 'call')}, {count(case.get('total_tokens'))} "
-            f"tokens, {ms(case.get('latency_ms'))}, ttft {ms(case.get('ttft_ms'))}")
+def _figures(case: CaseRecord) -> str:
+    runs = f"{case.passes}/{case.runs_total} runs, " if case.runs_total > 1 else ""
+    return (f"{runs}{plural(case.turns, 'turn')}, "
+            f"{plural(case.tool_calls, 'call')}, {count(case.total_tokens)} "
+            f"tokens, {ms(case.latency_ms)}, ttft {ms(case.ttft_ms)}")
 
 
-def _run(case: Data, run: Data, runs: int) -> str:
-    head = f'<div class="head">run {e(run.get("number"))}</div>' if runs > 1 else ""
-    error = _error_box("run", run.get("error")) if run.get("error") else ""
-    stages = "".join(_stage(case, stage) for stage in run.get("stages", []))
+def _run(case: CaseRecord, run: RunRecord, runs: int) -> str:
+    head = f'<div class="head">run {e(run.number)}</div>' if runs > 1 else ""
+    error = _error_box("run", run.error) if run.error else ""
+    stages = "".join(_stage(case, stage) for stage in run.stages)
     return f'<div class="run">{head}{error}{stages}</div>'
 
 
-def _stage(case: Data, stage: Data) -> str:
-    state = "passed" if stage.get("passed") else "failed"
-    attempts = stage.get("attempts", [])
-    body = "".join(_attempt(case, attempt, len(attempts)) for attempt in attempts)
-    return (f'<div class="stage {state}"><div class="head">stage {e(stage.get("name"))} '
+def _stage(case: CaseRecord, stage: StageRecord) -> str:
+    state = "passed" if stage.passed else "failed"
+    body = "".join(_attempt(case, attempt, len(stage.attempts)) for attempt in stage.attempts)
+    return (f'<div class="stage {state}"><div class="head">stage {e(stage.name)} '
             f'<span class="badge o-{state}">{state}</span></div>{body}</div>')
 
 
-def _attempt(case: Data, attempt: Data, attempts: int) -> str:
-    state = "passed" if attempt.get("passed") else "failed"
-    head = (f'<div class="head">attempt {e(attempt.get("number"))} of {attempts}: {state}'
+def _attempt(case: CaseRecord, attempt: AttemptRecord, attempts: int) -> str:
+    state = "passed" if attempt.passed else "failed"
+    head = (f'<div class="head">attempt {e(attempt.number)} of {attempts}: {state}'
             "</div>") if attempts > 1 else ""
-    trail = " → ".join(e(step) for step in attempt.get("trail", []))
+    trail = " → ".join(e(step) for step in attempt.trail)
     parts = [head, f'<div class="trail">states: {trail}</div>']
-    parts.extend(_tool_run(run, "answers a call left open") for run in
-                 attempt.get("answered_first", []))
-    parts.extend(_turn(turn, number) for number, turn in enumerate(attempt.get("turns", []), 1))
-    parts.extend(_failure(case, failure) for failure in attempt.get("failures", []))
+    parts.extend(_tool_run(run, "answers a call left open") for run in attempt.answered_first)
+    parts.extend(_turn(turn, number) for number, turn in enumerate(attempt.turns, 1))
+    parts.extend(_failure(case, failure) for failure in attempt.failures)
     return f'<div class="attempt {state}">{"".join(parts)}</div>'
 
 
 # ---------------------------------------------------------------------------- one turn
 
 
-def _turn(turn: Any, number: int) -> str:
-    if not isinstance(turn, Mapping):  # the documented example shortens with "..."
-        return f'<div class="none">{e(turn)}</div>'
-    kind = "streamed request" if turn.get("streamed") else "request"
-    retries = "".join(f"<li>{e(line)}</li>" for line in turn.get("retries", []))
-    head = (f'<div class="muted">{kind} {number}: {ms(turn.get("elapsed_ms"))}, '
-            f'stop: {e(turn.get("stop_reason"))}</div>'
+def _turn(turn: TurnRecord, number: int) -> str:
+    kind = "streamed request" if turn.streamed else "request"
+    retries = "".join(f"<li>{e(line)}</li>" for line in turn.retries)
+    head = (f'<div class="muted">{kind} {number}: {ms(turn.elapsed_ms)}, '
+            f'stop: {e(turn.stop_reason)}</div>'
             + (f'<ul class="muted">{retries}</ul>' if retries else ""))
-    sent = _sent(turn["request"]) if isinstance(turn.get("request"), Mapping) else ""
-    reply = turn.get("reply")
-    body = _reply(reply) if isinstance(reply, Mapping) else _error_box("no reply", turn.get("error"))
-    runs = "".join(_tool_run(run, "tool") for run in turn.get("tool_runs", []))
+    sent = _sent(turn.request) if turn.request is not None else ""
+    body = _reply(turn.reply) if turn.reply is not None else _error_box("no reply", turn.error)
+    runs = "".join(_tool_run(run, "tool") for run in turn.tool_runs)
     return head + sent + body + runs
 
 
@@ -160,70 +165,67 @@ def _settings(request: Data) -> str:
     return " · ".join(parts)
 
 
-def _reply(reply: Data) -> str:
-    parts = [(f'<div class="who">assistant · HTTP {e(reply.get("status"))} · finish '
-              f'{e(_finish(reply))} · {ms(reply.get("latency_ms"))}'
-              f'{_usage(reply.get("usage"))}</div>')]
-    if reply.get("reasoning"):
+def _reply(reply: ReplyRecord) -> str:
+    parts = [(f'<div class="who">assistant · HTTP {e(reply.status)} · finish '
+              f'{e(_finish(reply))} · {ms(reply.latency_ms)}'
+              f'{_usage(reply.usage)}</div>')]
+    if reply.reasoning:
         parts.append(f'<div class="reasoning"><div class="who">reasoning</div>'
-                     f"<pre>{e(reply['reasoning'])}</pre></div>")
-    if reply.get("text"):
-        parts.append(f"<pre>{e(reply['text'])}</pre>")
-    parts.extend(_tool_call(call) for call in reply.get("tool_calls", []))
-    if not reply.get("text") and not reply.get("tool_calls"):
+                     f"<pre>{e(reply.reasoning)}</pre></div>")
+    if reply.text:
+        parts.append(f"<pre>{e(reply.text)}</pre>")
+    parts.extend(_tool_call(call) for call in reply.tool_calls)
+    if not reply.text and not reply.tool_calls:
         parts.append('<div class="none">no text, no tool call</div>')
-    if reply.get("error"):
-        parts.append(f"<pre>error: {e(reply['error'])}</pre>")
-    parts.extend(f"<pre>protocol problem: {e(p)}</pre>" for p in reply.get("problems", []))
-    if reply.get("stream") is not None:
-        parts.append(_stream(reply))
+    if reply.error:
+        parts.append(f"<pre>error: {e(reply.error)}</pre>")
+    parts.extend(f"<pre>protocol problem: {e(p)}</pre>" for p in reply.problems)
+    if reply.stream is not None:
+        parts.append(_stream(reply, reply.stream))
     return f'<div class="msg assistant">{"".join(parts)}</div>'
 
 
-def _finish(reply: Data) -> str:
+def _finish(reply: ReplyRecord) -> str:
     """The normalised finish reason, and the API's own word beside it when it differs."""
-    normalised, own = reply.get("finish_reason"), reply.get("api_finish_reason")
+    normalised, own = reply.finish_reason, reply.api_finish_reason
     if own is None or own == normalised:
         return str(normalised)
     return f"{normalised} (API: {own})"
 
 
-def _tool_call(call: Data) -> str:
-    arguments = pretty(call.get("arguments", ""))
-    error = f"<pre>{e(call['arguments_error'])}</pre>" if call.get("arguments_error") else ""
-    return (f'<div>calls <b>{e(call.get("name"))}</b> <span class="muted">'
-            f'{e(call.get("id"))}</span><pre>{e(arguments)}</pre>{error}</div>')
+def _tool_call(call: ToolCallRecord) -> str:
+    error = f"<pre>{e(call.arguments_error)}</pre>" if call.arguments_error else ""
+    return (f'<div>calls <b>{e(call.name)}</b> <span class="muted">'
+            f'{e(call.id)}</span><pre>{e(pretty(call.arguments))}</pre>{error}</div>')
 
 
-def _tool_run(run: Data, role: str) -> str:
-    kind = "error" if run.get("error") else "tool"
-    outcome = (f"<pre>error: {e(run['error'])}</pre>" if run.get("error")
-               else f"<pre>{e(pretty(run.get('content', '')))}</pre>")
-    server = f'MCP server {e(run["server"])}: ' if run.get("server") else ""
-    return (f'<div class="msg {kind}"><div class="who">{e(role)} {server}{e(run.get("name"))}'
-            f'({e(run.get("arguments"))}) · {ms(run.get("duration_ms"))}</div>{outcome}</div>')
+def _tool_run(run: ToolRunRecord, role: str) -> str:
+    kind = "error" if run.error else "tool"
+    outcome = (f"<pre>error: {e(run.error)}</pre>" if run.error
+               else f"<pre>{e(pretty(run.content))}</pre>")
+    server = f"MCP server {e(run.server)}: " if run.server else ""
+    return (f'<div class="msg {kind}"><div class="who">{e(role)} {server}{e(run.name)}'
+            f"({e(run.arguments)}) · {ms(run.duration_ms)}</div>{outcome}</div>")
 
 
-def _stream(reply: Data) -> str:
-    stream = reply["stream"]
-    facts = (f"{stream.get('chunks')} chunks, "
-             f"{'ended properly' if stream.get('done') else 'no end event'}, "
-             f"{'usage sent' if stream.get('usage') else 'no usage chunk'}")
-    calls = [(str(call.get("name")), call.get("completed_ms"))
-             for call in reply.get("tool_calls", [])]
+def _stream(reply: ReplyRecord, stream: StreamRecord) -> str:
+    facts = (f"{stream.chunks} chunks, "
+             f"{'ended properly' if stream.done else 'no end event'}, "
+             f"{'usage sent' if stream.usage else 'no usage chunk'}")
+    calls = [(call.name, call.completed_ms) for call in reply.tool_calls]
     return (f'<div class="muted">stream: {e(facts)}</div>'
-            + stream_timeline(reply.get("ttft_ms"), reply.get("latency_ms"), calls))
+            + stream_timeline(reply.ttft_ms, reply.latency_ms, calls))
 
 
 # ---------------------------------------------------------------------------- failures
 
 
-def _failure(case: Data, failure: Data) -> str:
-    where = f"{case.get('file')}:{failure.get('line') or case.get('line')}"
+def _failure(case: CaseRecord, failure: FailureRecord) -> str:
+    where = f"{case.file}:{failure.line or case.line}"
     return (f'<div class="failure"><span class="where">{e(where)}</span> '
-            f'<span class="muted">{e(format_key_path(failure.get("key_path", [])))}</span>'
-            f'<div>{e(failure.get("message"))}</div>'
-            f'{_diff(failure.get("expected"), failure.get("actual"))}</div>')
+            f'<span class="muted">{e(format_key_path(failure.key_path))}</span>'
+            f"<div>{e(failure.message)}</div>"
+            f"{_diff(failure.expected, failure.actual)}</div>")
 
 
 def _diff(expected: Any, actual: Any) -> str:

@@ -18,7 +18,7 @@ from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
 from ..atomic import write_atomic
 from ..records import (
@@ -34,6 +34,13 @@ from ..records import (
 from .failure import json_value
 
 REPORT_VERSION = 1
+"""The format's version. Keys are only ever added, each with a default, so reading a report
+of an earlier version fills in what it lacks; a later version is refused."""
+
+
+class ReportUnreadable(Exception):
+    """The file is missing, not JSON, not a toolbench JSON report, of a newer format
+    version, or holds a case no session could have written (the message says which)."""
 
 
 @dataclass(frozen=True)
@@ -183,27 +190,31 @@ class RunRecord:
 
 @dataclass(frozen=True)
 class CaseRecord:
-    """One item: figures for the summary and junit, and every run, stage and attempt."""
+    """One item: figures for the summary and junit, and every run, stage and attempt.
+
+    A session writes every field; a reader takes a missing one as its default (``read``),
+    so a report of any earlier version, or one a script wrote with the keys it needed,
+    still loads. Only the node id, which names the case, is required."""
 
     nodeid: str
-    case: str
-    model: str | None
-    file: str
-    line: int
-    outcome: str
+    case: str = ""
+    model: str | None = None
+    file: str = ""
+    line: int = 0
+    outcome: str = ""
     """pytest's outcome: passed, failed, skipped, xfailed or xpassed."""
-    passes: int
-    runs_total: int
-    min_pass_rate: float
-    error: str | None
-    stages: int
-    turns: int
-    tool_calls: int
-    total_tokens: int | None
+    passes: int = 0
+    runs_total: int = 0
+    min_pass_rate: float = 1.0
+    error: str | None = None
+    stages: int = 0
+    turns: int = 0
+    tool_calls: int = 0
+    total_tokens: int | None = None
     """None (null, shown ``-``) when no reply reported usage: never a made-up 0."""
-    latency_ms: float | None
-    ttft_ms: float | None
-    runs: list[RunRecord]
+    latency_ms: float | None = None
+    ttft_ms: float | None = None
+    runs: list[RunRecord] = field(default_factory=list)
     api: str = "chat"
     """The wire API the case spoke: chat, responses or messages."""
     marks: list[str] = field(default_factory=list)
@@ -286,12 +297,64 @@ _NON_FINITE = {"Infinity": "inf", "-Infinity": "-inf", "NaN": "nan"}
 def report_document(records: list[CaseRecord]) -> dict[str, Any]:
     """The JSON report's document, which the HTML page is drawn from too: the format's
     version, how many cases ended with each outcome, and each case's record as data."""
-    cases = [record.to_json() for record in records]
-    outcomes = [case["outcome"] for case in cases]
-    summary = {"cases": len(cases), **{o: outcomes.count(o) for o in sorted(set(outcomes))}}
-    return {"version": REPORT_VERSION, "summary": summary, "cases": cases}
+    return {"version": REPORT_VERSION, "summary": outcome_counts(records),
+            "cases": [record.to_json() for record in records]}
+
+
+def outcome_counts(records: Sequence[CaseRecord]) -> dict[str, int]:
+    """``{"cases": N, "failed": F, "passed": P...}``: the report's summary."""
+    outcomes = [record.outcome for record in records]
+    return {"cases": len(records), **{o: outcomes.count(o) for o in sorted(set(outcomes))}}
 
 
 def write_report(path: Path, document: dict[str, Any]) -> None:
     """Write the report atomically: an interrupted run leaves the previous one whole."""
     write_atomic(path, json.dumps(document, indent=2, ensure_ascii=False))
+
+
+# ---------------------------------------------------------------------------- reading
+
+
+def read_report(path: Path) -> list[CaseRecord]:
+    """The case records of a saved JSON report, of this format version or an earlier one;
+    ReportUnreadable saying what is wrong otherwise (``toolbench html``, ``diff``,
+    ``merge`` and ``conform`` all read reports here)."""
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ReportUnreadable(f"cannot read {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise ReportUnreadable(f"{path} is not JSON: {exc}") from None
+    return records_of(document, path)
+
+
+def records_of(document: Any, path: Path | str) -> list[CaseRecord]:
+    """The case records of a report ``document`` (JSON data) read from ``path``."""
+    if not isinstance(document, dict) or not isinstance(document.get("cases"), list) \
+            or not all(isinstance(case, dict) and isinstance(case.get("nodeid"), str)
+                       for case in document["cases"]):
+        raise ReportUnreadable(f"{path} is not a toolbench JSON report (write one with "
+                               "pytest --toolbench-report PATH)")
+    _check_version(document.get("version", 1), path)  # the first reports may not have said
+    return [_record(case, path) for case in document["cases"]]
+
+
+def _check_version(version: Any, path: Path | str) -> None:
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ReportUnreadable(f"{path}: version {version!r} is no report format version")
+    if version > REPORT_VERSION:
+        raise ReportUnreadable(
+            f"{path} is a report of format version {version}; this pytest-toolbench reads"
+            f" versions up to {REPORT_VERSION}: upgrade it")
+
+
+def _record(case: dict[str, Any], path: Path | str) -> CaseRecord:
+    """One case as the record type a session writes, or ReportUnreadable naming the case
+    and the first key that is not one."""
+    try:
+        return CaseRecord.from_json(case)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"])
+        raise ReportUnreadable(f"{path}: case {case['nodeid']}: {where}: {error['msg']}"
+                               " (not a case record of a toolbench JSON report)") from None
