@@ -15,7 +15,7 @@ import pytest
 
 from .defaults import CASSETTE_FOLDER
 from .lookahead import LOOKAHEAD_KEY, Lookahead
-from .settings import DEFAULT_FILES, OPTIONS, SETTINGS_KEY, Settings, summary_shown
+from .settings import OPTIONS, SETTINGS_KEY, Settings, summary_shown
 
 if TYPE_CHECKING:
     from .items import CaseFile
@@ -23,19 +23,18 @@ if TYPE_CHECKING:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    """Each option of ``OPTIONS`` as its flag and its ini twin (CLI > ini: ``Settings``);
+    the flags' own default is None, so ``Settings`` can tell a flag given from one not."""
     group = parser.getgroup("toolbench", "toolbench: LLM tool-calling cases (*.case.yaml)")
-    for flag, name, metavar, help_text in OPTIONS:
-        group.addoption(f"--toolbench-{flag}", dest=f"toolbench_{name}", default=None,
-                        metavar=metavar, help=help_text)
-        parser.addini(f"toolbench_{name}", help_text, default=None)
+    for option in OPTIONS:
+        group.addoption(option.flag, dest=f"toolbench_{option.name}", default=None,
+                        metavar=option.metavar, help=option.help_text)
+        parser.addini(option.ini, option.help_text, type=option.ini_type,  # type: ignore[arg-type]
+                      default=option.default if option.ini_type else None)
     group.addoption("--toolbench-record", dest="toolbench_record", action="store_true",
                     help="shorthand for --toolbench-mode=record: run live, rewrite cassettes")
     group.addoption("--toolbench-live", dest="toolbench_live", action="store_true",
                     help="shorthand for --toolbench-mode=live: run live, write nothing")
-    group.addoption("--toolbench-files", dest="toolbench_files", default=None, metavar="GLOBS",
-                    help="globs of case files, comma-separated (default: *.case.yaml,*.case.yml)")
-    parser.addini("toolbench_files", "globs of case files, one per line", type="linelist",
-                  default=list(DEFAULT_FILES))
 
 
 def pytest_configure(config: pytest.Config) -> None:

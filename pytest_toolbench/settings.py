@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .defaults import DEFAULT_KEY_ENVS, api_names
+from .defaults import CASSETTE_FOLDER, DEFAULT_KEY_ENVS, api_names
 from .defaults import MATCH_TIMEOUT_S as DEFAULT_MATCH_TIMEOUT_S
 from .transport.breaker import DEFAULT_COOLDOWN_S, DEFAULT_THRESHOLD
 from .transport.limits import DEFAULT_MAX_REPLY_BYTES, DEFAULT_MAX_STREAM_EVENTS, ReplyLimits
@@ -68,52 +68,105 @@ class ResolvedEndpoint:
 Given = tuple[Any, str]
 """A setting's raw value and the name to show for it: the flag or the ini key it came from."""
 
-# (flag, ini name, metavar, help). The ini twin of every flag is ``toolbench_<name>``.
-OPTIONS: tuple[tuple[str, str, str, str], ...] = (
-    ("mode", "mode", "MODE", "where answers come from: replay (default), record, missing, live"),
-    ("base-url", "base_url", "URL", "base URL of the OpenAI-compatible API (.../v1)"),
-    ("api-key-env", "api_key_env", "NAME",
-     ("the environment variable holding the API key (default OPENAI_API_KEY;"
-      " ANTHROPIC_API_KEY for the messages API)")),
-    ("timeout", "timeout", "S",
-     "the longest wait for a connection or for the next bytes of a reply, seconds (default 60)"),
-    ("deadline", "deadline", "S",
-     ("the longest one reply may take, from sending the request to its last byte, seconds"
-      " (default 10 x the timeout)")),
-    ("max-reply-bytes", "max_reply_bytes", "N",
-     (f"the largest reply body or stream, in bytes once decompressed (default"
-      f" {DEFAULT_MAX_REPLY_BYTES}: 64 MiB)")),
-    ("max-stream-events", "max_stream_events", "N",
-     f"the most SSE events one streamed reply may send (default {DEFAULT_MAX_STREAM_EVENTS})"),
-    ("model", "model", "A[,B...]", "run every case against these models"),
-    ("api", "api", "NAME[,NAME...]",
-     ("run every case over these wire APIs, one item each: chat (chat completions, the"
-      " default), responses (OpenAI Responses), messages (Anthropic Messages)")),
-    ("repeat", "repeat", "N", "run every case N times (the case's min_pass_rate applies)"),
-    ("concurrency", "concurrency", "N", "live/record cases run at most N at a time (default 8)"),
-    ("replay-speed", "replay_speed", "X",
-     "0 replays instantly (default); 1 with the recorded timing"),
-    ("match-timeout", "match_timeout", "S",
-     "the longest a stage's expectations may take to check, seconds (default 10)"),
-    ("report", "report", "PATH", "write a JSON report of every case, stage and attempt"),
-    ("html", "html", "PATH",
-     "write one self-contained HTML report: overview, filters, every conversation"),
-    ("cassette-dir", "cassette_dir", "DIR",
-     "where cassettes live (default: __cassettes__ beside each case file)"),
-    ("max-tokens", "max_tokens", "N",
-     ("live/record cases stop being started once the replies used N tokens; the rest are"
-      " skipped (under -n each worker holds N / workers)")),
-    ("rpm", "rpm", "N",
-     ("live requests a minute at most, per endpoint, paced evenly (under -n each worker"
-      " N / workers); 429s and rate-limit headers slow requests down too")),
-    ("tpm", "tpm", "N",
-     ("live tokens a minute at most, per endpoint, as the replies report them (under -n"
-      " each worker N / workers)")),
-    ("breaker-threshold", "breaker_threshold", "N",
-     "consecutive transport failures that open an endpoint's circuit (default 3; 0: never)"),
-    ("breaker-cooldown", "breaker_cooldown", "S",
-     "seconds an open circuit fails requests at once before one may try again (default 30)"),
+@dataclass(frozen=True)
+class Option:
+    """One pytest option, declared once: the flag ``--toolbench-<name>``, its ini twin
+    ``toolbench_<name>``, its default and its help, which says the default."""
+
+    name: str
+    metavar: str
+    help: str
+    default: Any = None
+    """The value when neither the command line nor the ini sets one (None: none, the
+    feature is off); ``Settings`` applies the same constant."""
+    shown: str | None = None
+    """How the help says the default when the value alone would not say it."""
+    ini_type: str | None = None
+    """pytest's ini type (``linelist``); None: a string."""
+
+    @property
+    def flag(self) -> str:
+        return "--toolbench-" + self.name.replace("_", "-")
+
+    @property
+    def ini(self) -> str:
+        return f"toolbench_{self.name}"
+
+    @property
+    def help_text(self) -> str:
+        if self.default is None and self.shown is None:
+            return self.help
+        return f"{self.help} (default {self.shown or _shown(self.default)})"
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, tuple):
+        return ",".join(map(str, value))
+    return str(value.value if isinstance(value, enum.Enum) else value)
+
+
+DEFAULT_CONCURRENCY = 8
+DEFAULT_REPLAY_SPEED = 0.0
+
+OPTIONS: tuple[Option, ...] = (
+    Option("mode", "MODE", "where answers come from: replay, record, missing, live",
+           Mode.REPLAY),
+    Option("base_url", "URL", "base URL of the OpenAI-compatible API (.../v1)",
+           shown=f"TOOLBENCH_BASE_URL or OPENAI_BASE_URL from the environment, else"
+           f" {DEFAULT_BASE_URL}"),
+    Option("api_key_env", "NAME", "the environment variable holding the API key",
+           shown="; ".join(f"{env} for {api}" for api, env in DEFAULT_KEY_ENVS.items())),
+    Option("timeout", "S",
+           "the longest wait for a connection or for the next bytes of a reply, seconds",
+           DEFAULT_TIMEOUT_S),
+    Option("deadline", "S", "the longest one reply may take, from sending the request to its"
+           " last byte, seconds", shown=f"{DEADLINE_PER_TIMEOUT} x the timeout"),
+    Option("max_reply_bytes", "N",
+           "the largest reply body or stream, in bytes once decompressed",
+           DEFAULT_MAX_REPLY_BYTES,
+           shown=f"{DEFAULT_MAX_REPLY_BYTES}: {DEFAULT_MAX_REPLY_BYTES / 2**20:g} MiB"),
+    Option("max_stream_events", "N", "the most SSE events one streamed reply may send",
+           DEFAULT_MAX_STREAM_EVENTS),
+    Option("model", "A[,B...]", "run every case against these models"),
+    Option("api", "NAME[,NAME...]",
+           "run every case over these wire APIs, one item each: chat (chat completions),"
+           " responses (OpenAI Responses), messages (Anthropic Messages)",
+           shown="the case's endpoint.api, else chat"),
+    Option("repeat", "N", "run every case N times (the case's min_pass_rate applies)"),
+    Option("concurrency", "N", "live/record cases run at most N at a time",
+           DEFAULT_CONCURRENCY),
+    Option("replay_speed", "X", "0 replays instantly; 1 with the recorded timing",
+           DEFAULT_REPLAY_SPEED),
+    Option("match_timeout", "S",
+           "the longest a stage's expectations may take to check, seconds",
+           DEFAULT_MATCH_TIMEOUT_S),
+    Option("report", "PATH", "write a JSON report of every case, stage and attempt"),
+    Option("html", "PATH",
+           "write one self-contained HTML report: overview, filters, every conversation"),
+    Option("cassette_dir", "DIR", "where cassettes live",
+           shown=f"{CASSETTE_FOLDER} beside each case file"),
+    Option("max_tokens", "N",
+           "live/record cases stop being started once the replies used N tokens; the rest"
+           " are skipped (under -n each worker holds N / workers)"),
+    Option("rpm", "N",
+           "live requests a minute at most, per endpoint, paced evenly (under -n each worker"
+           " N / workers); 429s and rate-limit headers slow requests down too"),
+    Option("tpm", "N",
+           "live tokens a minute at most, per endpoint, as the replies report them (under -n"
+           " each worker N / workers)"),
+    Option("breaker_threshold", "N",
+           "consecutive transport failures that open an endpoint's circuit (0: never)",
+           DEFAULT_THRESHOLD),
+    Option("breaker_cooldown", "S",
+           "seconds an open circuit fails requests at once before one may try again",
+           DEFAULT_COOLDOWN_S),
+    Option("files", "GLOBS", "globs of case files: comma-separated on the command line, one"
+           " per line in the ini", DEFAULT_FILES, ini_type="linelist"),
 )
+"""Every option with a value; ``--toolbench-record`` and ``--toolbench-live`` are
+shorthands for ``--toolbench-mode``, flags without an ini twin."""
 
 
 @dataclass(frozen=True)
@@ -131,8 +184,8 @@ class Settings:
     ini_apis: tuple[str, ...] = ()
     """ini ``toolbench_api``: the APIs of a case whose endpoint names none."""
     repeat: int | None = None
-    concurrency: int = 8
-    replay_speed: float = 0.0
+    concurrency: int = DEFAULT_CONCURRENCY
+    replay_speed: float = DEFAULT_REPLAY_SPEED
     match_timeout_s: float = DEFAULT_MATCH_TIMEOUT_S
     """A catastrophic regex or a huge $schema check fails the stage past this."""
     report: Path | None = None
@@ -189,8 +242,9 @@ class Settings:
             apis=_apis(flag("api")),
             ini_apis=_apis(ini_key("api")),
             repeat=_number(given("repeat"), int, minimum=1),
-            concurrency=_or(_number(given("concurrency"), int, minimum=1), 8),
-            replay_speed=_or(_number(given("replay_speed"), float, minimum=0), 0.0),
+            concurrency=_or(_number(given("concurrency"), int, minimum=1), DEFAULT_CONCURRENCY),
+            replay_speed=_or(_number(given("replay_speed"), float, minimum=0),
+                             DEFAULT_REPLAY_SPEED),
             match_timeout_s=_or(_seconds(given("match_timeout")), DEFAULT_MATCH_TIMEOUT_S),
             report=_path(config, either("report")),
             html=_path(config, either("html")),
