@@ -54,7 +54,7 @@ from pytest_toolbench.records import (
     Turn,
 )
 from pytest_toolbench.report.html import render_html
-from pytest_toolbench.report.json_report import CaseRecord
+from pytest_toolbench.report.json_report import CaseRecord, records_of
 
 TARGET_S = 2.0
 MODELS = ("gpt-4o-mini", "gemma-3-270m")
@@ -172,16 +172,16 @@ def main() -> None:
     folder = args.keep or Path(tempfile.mkdtemp(prefix="bench_html_"))
     folder.mkdir(parents=True, exist_ok=True)
     document = build_report(args.cases)
+    records = records_of(document, "bench")  # as toolbench html reads a saved report
     renders = []
     for _ in range(3):
         started = time.perf_counter()
-        text = render_html(document)
+        text = render_html(records)
         renders.append(time.perf_counter() - started)
     (folder / "report.html").write_text(text, encoding="utf-8")  # the page as written
     page, empty = folder / "report.clock.html", folder / "empty.clock.html"
     page.write_text(with_clock(text), encoding="utf-8")
-    empty.write_text(with_clock(render_html({"version": 1, "summary": {"cases": 0},
-                                             "cases": []})), encoding="utf-8")
+    empty.write_text(with_clock(render_html([])), encoding="utf-8")
     open_page(chromium, empty, 0)  # untimed: the first start reads chromium from disk
     runs: dict[Path, list[tuple[float, float]]] = {page: [], empty: []}
     for _ in range(args.repeat):
