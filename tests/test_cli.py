@@ -16,7 +16,8 @@ import jsonschema
 import pytest
 import yaml
 
-from pytest_toolbench.commands.cli import SCHEMA_PATH, main, schema_text
+from pytest_toolbench.commands.cli import main
+from pytest_toolbench.commands.schema import SCHEMA_PATH, schema_text
 from pytest_toolbench.run.machine import TRANSITIONS, StageState
 
 VALID = """\
