@@ -29,6 +29,9 @@ Where the checker's code is laxer than these rules, the cases follow the rules: 
 also accepts ``""`` sent as the value of a string that may be left out, ``[]`` for a list
 that may be left out, and a list of floats given as integers only when the answer has
 integers; it compares values inside dict answers without type checks.
+
+Records of the multi-turn categories (they name ``involved_classes``) become cases of
+several stages, run on BFCL's own classes: ``bfcl_multi.py``.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ except ImportError:  # pragma: no cover - depends on how PyYAML was built
 from ..casefile.schema import Case
 from ..report.failure import plural
 from .argtypes import positive_int
+from .bfcl_multi import MultiTurnUnmappable, is_multi_turn, multi_turn_case
 
 __all__ = ["BfclError", "ImportSummary", "SkippedRecord", "import_bfcl", "json_schema", "main"]
 
@@ -161,9 +165,10 @@ def _convert_all(records: list[dict[str, Any]], truths: dict[str, Any] | None,
         record_id = str(record.get("id", ""))
         try:
             case = _case(record, truths, default_category)
+            _validate(case)
             if case["name"] in names:  # ids that differ only in characters names cannot hold
                 raise _Unmappable(f"its case name {case['name']!r} is already taken")
-        except _Unmappable as reason:
+        except (_Unmappable, MultiTurnUnmappable) as reason:
             summary.skipped.append(SkippedRecord(record_id or "<no id>", str(reason)))
             continue
         names.add(case["name"])
@@ -178,8 +183,10 @@ def _case(record: dict[str, Any], truths: dict[str, Any] | None,
     record_id = record.get("id")
     if not isinstance(record_id, str) or not record_id:
         raise _Unmappable("the record has no id")
-    functions = _functions(record)
     category = _record_category(record_id, default_category)
+    if is_multi_turn(record):
+        return multi_turn_case(record, _NOT_IN_CASE_NAME.sub("_", record_id), category, truths)
+    functions = _functions(record)
     expect = {"tool_calls": _expected_calls(record_id, truths, functions)}
     case = {
         "name": _NOT_IN_CASE_NAME.sub("_", record_id),
@@ -198,9 +205,20 @@ def _validate(case: dict[str, Any]) -> None:
     try:
         Case.model_validate(case)
     except ValidationError as error:
+        _stop_if_bfcl_missing(error)
         first = error.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
         raise _Unmappable(f"the case would not load: {where}: {first['msg']}") from None
+
+
+def _stop_if_bfcl_missing(error: ValidationError) -> None:
+    """Multi-turn cases load only with bfcl-eval installed: without it no record can be
+    written, and the import stops saying how to install it."""
+    from ..bfcl.backend import INSTALL_HINT
+
+    message = str(error.errors()[0].get("msg", ""))
+    if INSTALL_HINT in message:
+        raise BfclError(message.removeprefix("Value error, "))
 
 
 def _messages(record: dict[str, Any]) -> list[dict[str, Any]]:
@@ -208,8 +226,9 @@ def _messages(record: dict[str, Any]) -> list[dict[str, Any]]:
     if not isinstance(question, list) or not question:
         raise _Unmappable("the record has no question (is this an answer file?)")
     if len(question) != 1:
-        # Later turns depend on the tools' results, which BFCL's multi-turn checker simulates.
-        raise _Unmappable(f"multi-turn questions are not supported ({len(question)} turns)")
+        # Multi-turn records name the backend classes that answer their calls; this has none.
+        raise _Unmappable(f"a multi-turn question ({len(question)} turns) without"
+                          " involved_classes: no backend classes to run its calls on")
     turn = question[0]
     if not isinstance(turn, list) or not all(_is_message(message) for message in turn):
         raise _Unmappable("the question is not a list of {role, content} messages")
@@ -492,6 +511,10 @@ class _FlowList(list[Any]):
     """A list dumped on one line."""
 
 
+class _Lines(list[Any]):
+    """A list dumped one item a line."""
+
+
 class _Block(dict[str, Any]):
     """A mapping dumped one key per line, even when all its values are scalars."""
 
@@ -512,6 +535,10 @@ def _represent_flow_list(dumper: _SafeDumper, data: list[Any]) -> yaml.Node:
     return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=True)
 
 
+def _represent_lines(dumper: _SafeDumper, data: list[Any]) -> yaml.Node:
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=False)
+
+
 def _represent_block(dumper: _SafeDumper, data: dict[str, Any]) -> yaml.Node:
     return dumper.represent_mapping("tag:yaml.org,2002:map", data, flow_style=False)
 
@@ -524,6 +551,7 @@ def _represent_text(dumper: _SafeDumper, data: str) -> yaml.Node:
 
 _CaseDumper.add_representer(_Flow, _represent_flow)
 _CaseDumper.add_representer(_FlowList, _represent_flow_list)
+_CaseDumper.add_representer(_Lines, _represent_lines)
 _CaseDumper.add_representer(_Block, _represent_block)
 _CaseDumper.add_representer(_Text, _represent_text)
 
@@ -534,6 +562,10 @@ def _styled(case: dict[str, Any]) -> dict[str, Any]:
     PyYAML's leaf-flow default would put a long message on one wrapped line and a call's
     scalar-only arguments inline, but a nested matcher over several lines.
     """
+    if "bfcl" in case["stages"][0]["expect"]:  # multi-turn: a ground-truth call a line
+        return {**case, "stages": [
+            {**stage, "expect": {"bfcl": {"ground_truth": _Lines(
+                stage["expect"]["bfcl"]["ground_truth"])}}} for stage in case["stages"]]}
     stages = []
     for stage in case["stages"]:
         calls = [{**call, "arguments": _styled_arguments(call["arguments"])}
@@ -579,17 +611,22 @@ def build_parser() -> argparse.ArgumentParser:
         "case files, one case per record, written as <category>_<first>-<last>.case.yaml.\n"
         "Each case's expect.tool_calls applies the leaderboard's checker: the exact set of\n"
         "parameters, optional ones, normalised strings, exact types, parallel calls in any\n"
-        "order, and no call at all for irrelevance.",
+        "order, and no call at all for irrelevance. A multi-turn file (multi_turn_base,\n"
+        "_miss_func, _miss_param, _long_context) gives cases of one stage a turn, run on\n"
+        "BFCL's own backend classes and checked turn by turn as BFCL checks them; they\n"
+        "need bfcl-eval installed: pip install --no-deps bfcl-eval mpmath.",
         epilog="example:\n"
         "  toolbench import-bfcl BFCL_v4_simple_python.json \\\n"
         "      possible_answer/BFCL_v4_simple_python.json cases/bfcl\n"
         "  toolbench import-bfcl BFCL_v4_irrelevance.json - cases/bfcl\n"
+        "  toolbench import-bfcl BFCL_v4_multi_turn_base.json \\\n"
+        "      possible_answer/BFCL_v4_multi_turn_base.json cases/bfcl\n"
         "  pytest cases/bfcl --toolbench-live --toolbench-model=MODEL -m bfcl_simple_python\n"
         "\n"
         "The cases leave 'model' unset: choose it with --toolbench-model. They are marked\n"
         "bfcl and bfcl_<category>, marks the plugin registers itself (no ini entry needed,\n"
-        "--strict-markers accepts them). Records the case format cannot express (multi-turn\n"
-        "questions, types with no JSON Schema equivalent such as Java's) are skipped and\n"
+        "--strict-markers accepts them). Records the case format cannot express (types with\n"
+        "no JSON Schema equivalent such as Java's) are skipped and\n"
         "listed with their reason. Exit status: 0 when cases were written, 1 when none\n"
         "could be, 2 when an input file does not exist.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
