@@ -1,0 +1,328 @@
+"""BFCL's multi-turn categories imported and run: the real records of the bfcl-eval wheel,
+a loopback server that plays their ground truth (or perturbations of it), and BFCL's own
+checker run on the same calls to agree with, record by record."""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.bfcl_package import IndexUnreachable, data_dir, ensure_installed
+from support.chat_server import ChatServer, completion, json_reply
+
+from pytest_toolbench.commands.bfcl import main
+
+CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param",
+              "multi_turn_long_context")
+PER_CATEGORY = 2
+"""Records of each category in a sample: the unit tests run a few; the benchmark all."""
+CASE_HEADER = "# a case written for the test\n"
+GFS = {"GorillaFileSystem": {"root": {"home": {"type": "directory", "contents": {}}}}}
+
+
+@pytest.fixture(scope="session")
+def bfcl_data() -> Path:
+    """BFCL's data folder, bfcl-eval installed with --no-deps for the tests (cached)."""
+    try:
+        ensure_installed()
+    except IndexUnreachable as unreachable:
+        pytest.skip(str(unreachable))
+    # Imported here, outside any pytester run, so they stay imported between runs.
+    import bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker  # noqa: F401
+
+    return data_dir()
+
+
+@pytest.fixture
+def server(chat_server: ChatServer) -> ChatServer:
+    return chat_server
+
+
+# ---------------------------------------------------------------------------- records
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def sample(data: Path, category: str, count: int = PER_CATEGORY) -> list[dict[str, Any]]:
+    """``count`` records of the category, each adding a backend class the others lack;
+    the categories start at different records, so no two share their questions."""
+    records = read_jsonl(data / f"BFCL_v4_{category}.json")
+    start = CATEGORIES.index(category) * 50
+    chosen: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for record in records[start:] + records[:start]:
+        if len(chosen) == count:
+            break
+        if set(record["involved_classes"]) - seen and "${" not in json.dumps(record["question"]):
+            chosen.append(record)
+            seen.update(record["involved_classes"])
+    return chosen
+
+
+def truths(data: Path, category: str) -> dict[str, list[list[str]]]:
+    rows = read_jsonl(data / "possible_answer" / f"BFCL_v4_{category}.json")
+    return {row["id"]: row["ground_truth"] for row in rows}
+
+
+def import_sample(data: Path, out: Path, records: list[dict[str, Any]]) -> None:
+    """Write the records in BFCL's layout (questions, possible_answer) and import them."""
+    by_category: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        by_category.setdefault(record["id"].rsplit("_", 1)[0], []).append(record)
+    for category, chosen in by_category.items():
+        answers = truths(data, category)
+        questions = out / "data" / f"BFCL_v4_{category}.json"
+        possible = out / "data" / "possible_answer" / questions.name
+        possible.parent.mkdir(parents=True, exist_ok=True)
+        questions.write_text("".join(json.dumps(r) + "\n" for r in chosen), encoding="utf-8")
+        possible.write_text("".join(json.dumps({"id": r["id"], "ground_truth": answers[r["id"]]})
+                                    + "\n" for r in chosen), encoding="utf-8")
+        assert main([str(questions), str(possible), str(out / "suite")]) == 0
+
+
+# ---------------------------------------------------------------------------- model scripts
+
+Calls = list[dict[str, Any]]
+
+
+def call_of(text: str, classes: list[str]) -> dict[str, Any]:
+    from pytest_toolbench.bfcl.backend import as_arguments, parse_call
+
+    parsed = parse_call(text)
+    return {"name": parsed.name, "arguments": as_arguments(parsed, classes)}
+
+
+def truth_turns(record: dict[str, Any], truth: list[list[str]]) -> list[Calls]:
+    return [[call_of(text, record["involved_classes"]) for text in turn] for turn in truth]
+
+
+def steps_of(calls: Calls, one_a_step: bool) -> list[Calls]:
+    """A turn's calls as the steps the server plays: all at once, or one a step (at most
+    20 steps, BFCL's limit: the calls past the 20th come together in the last)."""
+    if not calls:
+        return []
+    if not one_a_step:
+        return [calls]
+    return [[call] for call in calls[:19]] + ([calls[19:]] if calls[19:] else [])
+
+
+def user_texts(record: dict[str, Any]) -> list[str]:
+    from pytest_toolbench.commands.bfcl_multi import ADDED_FUNCTIONS_TEXT
+
+    return [turn[0]["content"] if turn else ADDED_FUNCTIONS_TEXT for turn in record["question"]]
+
+
+class Player:
+    """The loopback model: each record's calls, turn by turn, found from the conversation
+    (its user messages so far, the assistant messages since the last)."""
+
+    def __init__(self, one_a_step: bool) -> None:
+        self.one_a_step = one_a_step
+        self.script: dict[tuple[str, ...], Calls] = {}
+        self.ids = iter(range(10**9))
+
+    def add(self, record: dict[str, Any], turns: list[Calls]) -> None:
+        texts = user_texts(record)
+        for index, calls in enumerate(turns):
+            key = tuple(texts[:index + 1])
+            assert self.script.get(key, calls) == calls, f"two records share {key}"
+            self.script[key] = calls
+
+    def __call__(self, request: Any) -> Any:
+        messages = request.json()["messages"]
+        users = [i for i, message in enumerate(messages) if message["role"] == "user"]
+        done = sum(1 for message in messages[users[-1]:] if message["role"] == "assistant")
+        steps = steps_of(self.script[tuple(messages[i]["content"] for i in users)],
+                         self.one_a_step)
+        if done >= len(steps):
+            return json_reply(completion("Done."))
+        return json_reply(completion(tool_calls=[
+            {"id": f"call_{next(self.ids)}", "type": "function",
+             "function": {"name": call["name"], "arguments": json.dumps(call["arguments"])}}
+            for call in steps[done]]))
+
+
+def bfcl_verdict(record: dict[str, Any], truth: list[list[str]], turns: list[Calls],
+                 one_a_step: bool) -> tuple[int | None, str | None]:
+    """BFCL's own checker on the same calls, decoded as its OpenAI handler decodes them:
+    the turn it fails and the type of its error, or ``(None, None)`` when it passes.
+
+    Its message does not always name the turn, so the turn is the shortest run of turns
+    the checker fails (it checks turn by turn, stopping at the first that fails).
+    """
+    from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
+
+    decoded = [[[_as_string(call) for call in step] for step in steps_of(calls, one_a_step)]
+               for calls in turns]
+    entry = {key: record[key] for key in ("id", "initial_config", "involved_classes")}
+    for end in range(1, len(turns) + 1):
+        # Its instances live in a module global keyed by the model's name: fresh names.
+        verdict = multi_turn_checker(decoded[:end], truth[:end], entry,
+                                     record["id"].rsplit("_", 1)[0], f"agree_{uuid.uuid4().hex}")
+        if not verdict["valid"]:
+            return end - 1, str(verdict["error_type"])
+    return None, None
+
+
+def _as_string(call: dict[str, Any]) -> str:
+    arguments = json.loads(json.dumps(call["arguments"]))  # what the model's JSON says
+    return f"{call['name']}({','.join(f'{k}={v!r}' for k, v in arguments.items())})"
+
+
+# ---------------------------------------------------------------------------- perturbations
+
+
+def _first_turn(turns: list[Calls]) -> int:
+    return next(index for index, calls in enumerate(turns) if calls)
+
+
+def changed_argument(record: dict[str, Any], turns: list[Calls]) -> list[Calls] | None:
+    """The first argument of the first call with a text or number argument, changed."""
+    for index, calls in enumerate(turns):
+        for position, call in enumerate(calls):
+            for key, value in call["arguments"].items():
+                if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+                    new = value + "_x" if isinstance(value, str) else value + 1
+                    changed = {**call, "arguments": {**call["arguments"], key: new}}
+                    return [*turns[:index], [*calls[:position], changed, *calls[position + 1:]],
+                            *turns[index + 1:]]
+    return None
+
+
+def dropped_call(record: dict[str, Any], turns: list[Calls]) -> list[Calls] | None:
+    """The last call of the first turn that makes calls, left out."""
+    index = _first_turn(turns)
+    return [*turns[:index], turns[index][:-1], *turns[index + 1:]]
+
+
+def added_call(record: dict[str, Any], turns: list[Calls]) -> list[Calls] | None:
+    """The first call of a later turn, made in the first turn too."""
+    index = _first_turn(turns)
+    later = next((calls[0] for calls in turns[index + 1:] if calls), None)
+    if later is None:
+        return None
+    return [*turns[:index], [*turns[index], later], *turns[index + 1:]]
+
+
+def early_calls(record: dict[str, Any], turns: list[Calls]) -> list[Calls] | None:
+    """The calls of the turn that adds held-back functions, made a turn early instead."""
+    held = [int(turn) for turn in record.get("missed_function", {})]
+    if not held or not turns[held[0]]:
+        return None
+    index = held[0]
+    return [*turns[:index - 1], turns[index - 1] + turns[index], [], *turns[index + 1:]]
+
+
+PERTURBATIONS: dict[str, Callable[[dict[str, Any], list[Calls]], list[Calls] | None]] = {
+    "changed_argument": changed_argument, "dropped_call": dropped_call,
+    "added_call": added_call, "early_calls": early_calls}
+
+
+# ---------------------------------------------------------------------------- runs
+
+
+def run_suite(pytester: pytest.Pytester, server: ChatServer, *args: str
+              ) -> tuple[pytest.RunResult, dict[str, dict[str, Any]]]:
+    report = pytester.path / "report.json"
+    result = pytester.runpytest("suite", "--toolbench-live", "--toolbench-base-url",
+                                server.base_url, "--toolbench-report", str(report), *args)
+    cases = json.loads(report.read_text(encoding="utf-8"))["cases"]
+    return result, {case["case"]: case for case in cases}
+
+
+def last_stage(case: dict[str, Any]) -> tuple[str, list[str]]:
+    stage = case["runs"][0]["stages"][-1]
+    return stage["name"], [failure["message"] for failure in stage["attempts"][-1]["failures"]]
+
+
+@pytest.mark.parametrize("one_a_step", [True, False], ids=["one call a step", "all at once"])
+def test_a_model_that_replays_the_ground_truth_passes_every_case(
+        pytester: pytest.Pytester, server: ChatServer, bfcl_data: Path, one_a_step: bool
+) -> None:
+    records = [r for category in CATEGORIES for r in sample(bfcl_data, category)]
+    import_sample(bfcl_data, pytester.path, records)
+    player = Player(one_a_step)
+    for record in records:
+        category = record["id"].rsplit("_", 1)[0]
+        player.add(record, truth_turns(record, truths(bfcl_data, category)[record["id"]]))
+    server.set_handler(player)
+
+    result, cases = run_suite(pytester, server)
+
+    result.assert_outcomes(passed=len(records))
+    assert sorted(cases) == sorted(record["id"] for record in records)
+    assert not server.errors
+
+
+LONG_TURN = "multi_turn_long_context_38"
+"""A record whose first turn makes 34 calls: more than one request a call would allow."""
+
+
+def test_a_turn_of_34_calls_passes_in_at_most_20_steps(
+        pytester: pytest.Pytester, server: ChatServer, bfcl_data: Path) -> None:
+    records = read_jsonl(bfcl_data / "BFCL_v4_multi_turn_long_context.json")
+    record = next(r for r in records if r["id"] == LONG_TURN)
+    import_sample(bfcl_data, pytester.path, [record])
+    player = Player(one_a_step=True)
+    turns = truth_turns(record, truths(bfcl_data, "multi_turn_long_context")[LONG_TURN])
+    assert len(turns[0]) == 34
+    player.add(record, turns)
+    server.set_handler(player)
+
+    result, cases = run_suite(pytester, server)
+
+    result.assert_outcomes(passed=1)
+    first = cases[LONG_TURN]["runs"][0]["stages"][0]["attempts"][0]
+    assert len(first["turns"]) == 21  # 20 tool-calling steps, then the answer
+
+
+@pytest.mark.parametrize("kind", sorted(PERTURBATIONS))
+def test_a_perturbed_model_fails_where_bfcl_fails_it(
+        pytester: pytest.Pytester, server: ChatServer, bfcl_data: Path, kind: str) -> None:
+    perturb = PERTURBATIONS[kind]
+    categories = ("multi_turn_miss_func",) if kind == "early_calls" else CATEGORIES
+    player = Player(one_a_step=False)
+    expected: dict[str, tuple[int | None, str | None]] = {}
+    chosen = []
+    for category in categories:
+        answers = truths(bfcl_data, category)
+        for record in sample(bfcl_data, category, 4 if kind == "early_calls" else 2):
+            turns = perturb(record, truth_turns(record, answers[record["id"]]))
+            if turns is None:
+                continue
+            expected[record["id"]] = bfcl_verdict(record, answers[record["id"]], turns, False)
+            player.add(record, turns)
+            chosen.append(record)
+    assert any(turn is not None for turn, _ in expected.values()), "nothing BFCL fails"
+    import_sample(bfcl_data, pytester.path, chosen)
+    server.set_handler(player)
+
+    result, cases = run_suite(pytester, server)
+
+    for record_id, (turn, error_type) in expected.items():
+        case = cases[record_id]
+        assert (case["outcome"] == "passed") == (turn is None), (record_id, turn, error_type)
+        if error_type is not None:
+            stage, messages = last_stage(case)
+            assert stage == f"turn_{turn}", (record_id, error_type)
+            assert _said(error_type) in messages[0], (record_id, messages)
+    failed = [record_id for record_id, (turn, _) in expected.items() if turn is not None]
+    turn, error_type = expected[failed[0]]
+    assert error_type is not None
+    result.stdout.fnmatch_lines([f"suite/*.case.yaml:*: {failed[0]}: stages[[]{turn}].expect.bfcl"
+                                 f".ground_truth: *{_said(error_type)}*"])
+
+
+def _said(error_type: str) -> str:
+    """What the case's failure says for each kind of BFCL failure."""
+    return {"multi_turn:empty_turn_model_response": "the model made no tool call in this turn",
+            "multi_turn:instance_state_mismatch": "state differs from the ground truth's",
+            "multi_turn:execution_response_mismatch": "results are not among the model's",
+            }[error_type]
