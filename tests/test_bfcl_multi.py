@@ -5,9 +5,8 @@ checker run on the same calls to agree with, record by record."""
 from __future__ import annotations
 
 import json
-import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -316,8 +315,8 @@ def test_a_perturbed_model_fails_where_bfcl_fails_it(
     failed = [record_id for record_id, (turn, _) in expected.items() if turn is not None]
     turn, error_type = expected[failed[0]]
     assert error_type is not None
-    result.stdout.fnmatch_lines([f"suite/*.case.yaml:*: {failed[0]}: stages[[]{turn}].expect.bfcl"
-                                 f".ground_truth: *{_said(error_type)}*"])
+    where = f"stages[[]{turn}].expect.bfcl.ground_truth"
+    result.stdout.fnmatch_lines([f"suite/*.case.yaml:*: {failed[0]}: {where}: *{_said(error_type)}*"])
 
 
 def _said(error_type: str) -> str:
