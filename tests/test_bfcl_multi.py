@@ -5,6 +5,7 @@ checker run on the same calls to agree with, record by record."""
 from __future__ import annotations
 
 import json
+import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -325,3 +326,162 @@ def _said(error_type: str) -> str:
             "multi_turn:instance_state_mismatch": "state differs from the ground truth's",
             "multi_turn:execution_response_mismatch": "results are not among the model's",
             }[error_type]
+
+
+# ---------------------------------------------------------------------------- written cases
+
+FILES_CASE = """\
+name: files
+tools:
+  - bfcl:
+      involved_classes: [GorillaFileSystem, MathAPI]
+      initial_config: {GorillaFileSystem: {root: {home: {type: directory, contents: {}}}}}
+      held_back: {more: [mean]}
+stages:
+  - name: make
+    user: Make a folder called notes.
+    run_tools: true
+    max_turns: 21
+    expect:
+      bfcl: {ground_truth: ["mkdir(dir_name='notes')"]}
+  - name: more
+    user: I have updated some more functions you can choose from. What about now?
+    run_tools: true
+    max_turns: 21
+    expect:
+      bfcl: {ground_truth: ["mean([1, 2, 3])"]}
+"""
+
+
+def scripted(turns: dict[str, list[Calls]]) -> Callable[[Any], Any]:
+    """A model that plays, for the stage whose user text starts with a key, these steps."""
+    def answer(request: Any) -> Any:
+        messages = request.json()["messages"]
+        users = [i for i, message in enumerate(messages) if message["role"] == "user"]
+        steps = next(steps for start, steps in turns.items()
+                     if messages[users[-1]]["content"].startswith(start))
+        done = sum(1 for message in messages[users[-1]:] if message["role"] == "assistant")
+        if done >= len(steps):
+            return json_reply(completion("Done."))
+        return json_reply(completion(tool_calls=[(call["name"], call["arguments"])
+                                                 for call in steps[done]]))
+    return answer
+
+
+def call(name: str, **arguments: Any) -> dict[str, Any]:
+    return {"name": name, "arguments": arguments}
+
+
+def test_held_back_functions_are_offered_from_their_stage_and_any_method_runs(
+        pytester: pytest.Pytester, server: ChatServer, bfcl_data: Path) -> None:
+    pytester.makefile(".case.yaml", files=FILES_CASE)
+    server.set_handler(scripted({
+        "Make": [[call("nope"), call("mean", numbers=[5])], [call("mkdir", dir_name="notes")]],
+        "I have": [[call("mean", numbers=[1, 2, 3])]]}))
+
+    result = pytester.runpytest("--toolbench-live", "--toolbench-base-url", server.base_url)
+
+    result.assert_outcomes(passed=1)
+    offered = [[tool["function"]["name"] for tool in request.json()["tools"]]
+               for request in server.requests]
+    from pytest_toolbench.bfcl.backend import function_docs
+
+    files, maths = ([doc["name"] for doc in function_docs(name)]
+                    for name in ("GorillaFileSystem", "MathAPI"))
+    # Every doc of each class, in order, the held-back one left out until its stage...
+    assert offered[0] == files + [name for name in maths if name != "mean"]
+    assert offered[-1] == [*offered[0], "mean"]  # ...which adds it at the end
+    answers = [message["content"] for message in server.requests[1].json()["messages"]
+               if message["role"] == "tool"]
+    # An unknown name fails as BFCL's eval does; a held-back method runs before its turn.
+    assert answers == ["Error during execution: name 'nope' is not defined",
+                       '{"result": 5.0}']
+
+
+@pytest.mark.parametrize(("steps", "passes"), [(20, True), (21, False)])
+def test_a_turn_allows_20_tool_calling_steps(pytester: pytest.Pytester, server: ChatServer,
+                                             bfcl_data: Path, steps: int, passes: bool) -> None:
+    pytester.makefile(".case.yaml", files=FILES_CASE)
+    looking = [[call("pwd")] for _ in range(steps - 1)]
+    server.set_handler(scripted({"Make": [[call("mkdir", dir_name="notes")], *looking],
+                                 "I have": [[call("mean", numbers=[1, 2, 3])]]}))
+
+    result = pytester.runpytest("--toolbench-live", "--toolbench-base-url", server.base_url)
+
+    if passes:
+        result.assert_outcomes(passed=1)
+    else:
+        result.assert_outcomes(failed=1)
+        result.stdout.fnmatch_lines([("files.case.yaml:11: files: stages[[]0].max_turns:"
+                                     " max_turns (21) reached and the model still calls tools:"
+                                     " pwd")])
+
+
+def test_the_first_check_that_fails_is_reported_with_its_values(
+        pytester: pytest.Pytester, server: ChatServer, bfcl_data: Path) -> None:
+    pytester.makefile(".case.yaml", files=FILES_CASE)
+    server.set_handler(scripted({"Make": [[call("mkdir", dir_name="nodes")]]}))
+
+    result = pytester.runpytest("--toolbench-live", "--toolbench-base-url", server.base_url)
+
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        ("files.case.yaml:13: files: stages[[]0].expect.bfcl.ground_truth: GorillaFileSystem's"
+        " state differs from the ground truth's after this turn in root"), "*",
+        "*nodes*", "*notes*"])
+
+
+BROKEN = {
+    "unknown class": ("      involved_classes: [GorillaFileSystem, NoSuchAPI]\n",
+                      ("*files.case.yaml:4: tools[[]0[]].bfcl.involved_classes[[]1]:"
+                      " bfcl-eval has no backend class 'NoSuchAPI'*")),
+    "held-back function": ("      held_back: {more: [median_of_all]}\n",
+                           ("*files.case.yaml:6: tools[[]0[]].bfcl.held_back.more[[]0]: held-back"
+                           " function 'median_of_all' is not one of*")),
+    "held-back stage": ("      held_back: {later: [mean]}\n",
+                        ("*files.case.yaml:6: tools[[]0[]].bfcl.held_back.later: held_back names"
+                        " stage 'later', which the case lacks")),
+    "ground truth": ("      bfcl: {ground_truth: [\"mkdir(dir_name='notes'\"]}\n",
+                     ("*files.case.yaml:13: stages[[]0].expect.bfcl.ground_truth[[]0]: not a Python"
+                     " call: *")),
+}
+
+
+@pytest.mark.parametrize("kind", list(BROKEN))
+def test_a_broken_bfcl_case_is_a_collection_error_at_its_line(
+        pytester: pytest.Pytester, bfcl_data: Path, kind: str) -> None:
+    line, expected = BROKEN[kind]
+    key = line.split(":")[0]
+    broken = "".join(line if current.split(":")[0] == key else current
+                     for current in FILES_CASE.splitlines(keepends=True))
+    assert broken != FILES_CASE
+    pytester.makefile(".case.yaml", files=broken)
+
+    result = pytester.runpytest("--collect-only")
+
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([expected])
+
+
+def test_without_bfcl_eval_the_cases_fail_to_collect_naming_the_install(
+        pytester: pytest.Pytester, bfcl_data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_toolbench.bfcl import backend
+
+    for name in [name for name in sys.modules if name.split(".")[0] == "bfcl_eval"] + [
+            "bfcl_eval"]:
+        monkeypatch.setitem(sys.modules, name, None)  # importing it raises ImportError
+    caches = (backend.backend, backend.backend_class, backend.function_docs)
+    for cache in caches:
+        cache.cache_clear()
+    pytester.makefile(".case.yaml", files=FILES_CASE)
+    try:
+        result = pytester.runpytest("--collect-only")
+    finally:
+        for cache in caches:
+            cache.cache_clear()
+
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([("*files.case.yaml:4: tools[[]0[]].bfcl.involved_classes[[]0]:"
+                                 " BFCL's backend classes come from the bfcl-eval package,"
+                                 " which cannot be imported *; install it with:"
+                                 " pip install --no-deps bfcl-eval mpmath")])
