@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.bfcl_model import Calls, Player, read_jsonl, steps_of, truth_turns, truths
 from support.bfcl_package import IndexUnreachable, data_dir, ensure_installed
 from support.chat_server import ChatServer, completion, json_reply
 
@@ -46,10 +47,6 @@ def server(chat_server: ChatServer) -> ChatServer:
 # ---------------------------------------------------------------------------- records
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-
-
 def sample(data: Path, category: str, count: int = PER_CATEGORY) -> list[dict[str, Any]]:
     """``count`` records of the category, each adding a backend class the others lack;
     the categories start at different records, so no two share their questions."""
@@ -64,11 +61,6 @@ def sample(data: Path, category: str, count: int = PER_CATEGORY) -> list[dict[st
             chosen.append(record)
             seen.update(record["involved_classes"])
     return chosen
-
-
-def truths(data: Path, category: str) -> dict[str, list[list[str]]]:
-    rows = read_jsonl(data / "possible_answer" / f"BFCL_v4_{category}.json")
-    return {row["id"]: row["ground_truth"] for row in rows}
 
 
 def import_sample(data: Path, out: Path, records: list[dict[str, Any]]) -> None:
@@ -88,66 +80,6 @@ def import_sample(data: Path, out: Path, records: list[dict[str, Any]]) -> None:
 
 
 # ---------------------------------------------------------------------------- model scripts
-
-Calls = list[dict[str, Any]]
-
-
-def call_of(text: str, classes: list[str]) -> dict[str, Any]:
-    from pytest_toolbench.bfcl.backend import as_arguments, parse_call
-
-    parsed = parse_call(text)
-    return {"name": parsed.name, "arguments": as_arguments(parsed, classes)}
-
-
-def truth_turns(record: dict[str, Any], truth: list[list[str]]) -> list[Calls]:
-    return [[call_of(text, record["involved_classes"]) for text in turn] for turn in truth]
-
-
-def steps_of(calls: Calls, one_a_step: bool) -> list[Calls]:
-    """A turn's calls as the steps the server plays: all at once, or one a step (at most
-    20 steps, BFCL's limit: the calls past the 20th come together in the last)."""
-    if not calls:
-        return []
-    if not one_a_step:
-        return [calls]
-    return [[call] for call in calls[:19]] + ([calls[19:]] if calls[19:] else [])
-
-
-def user_texts(record: dict[str, Any]) -> list[str]:
-    from pytest_toolbench.commands.bfcl_multi import ADDED_FUNCTIONS_TEXT
-
-    return [turn[0]["content"] if turn else ADDED_FUNCTIONS_TEXT for turn in record["question"]]
-
-
-class Player:
-    """The loopback model: each record's calls, turn by turn, found from the conversation
-    (its user messages so far, the assistant messages since the last)."""
-
-    def __init__(self, one_a_step: bool) -> None:
-        self.one_a_step = one_a_step
-        self.script: dict[tuple[str, ...], Calls] = {}
-        self.ids = iter(range(10**9))
-
-    def add(self, record: dict[str, Any], turns: list[Calls]) -> None:
-        texts = user_texts(record)
-        for index, calls in enumerate(turns):
-            key = tuple(texts[:index + 1])
-            assert self.script.get(key, calls) == calls, f"two records share {key}"
-            self.script[key] = calls
-
-    def __call__(self, request: Any) -> Any:
-        messages = request.json()["messages"]
-        users = [i for i, message in enumerate(messages) if message["role"] == "user"]
-        done = sum(1 for message in messages[users[-1]:] if message["role"] == "assistant")
-        steps = steps_of(self.script[tuple(messages[i]["content"] for i in users)],
-                         self.one_a_step)
-        if done >= len(steps):
-            return json_reply(completion("Done."))
-        return json_reply(completion(tool_calls=[
-            {"id": f"call_{next(self.ids)}", "type": "function",
-             "function": {"name": call["name"], "arguments": json.dumps(call["arguments"])}}
-            for call in steps[done]]))
-
 
 def bfcl_verdict(record: dict[str, Any], truth: list[list[str]], turns: list[Calls],
                  one_a_step: bool) -> tuple[int | None, str | None]:
