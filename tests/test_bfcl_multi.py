@@ -417,3 +417,30 @@ def test_without_bfcl_eval_the_cases_fail_to_collect_naming_the_install(
                                  " BFCL's backend classes come from the bfcl-eval package,"
                                  " which cannot be imported *; install it with:"
                                  " pip install --no-deps bfcl-eval mpmath")])
+
+
+def test_the_ground_truth_runs_as_bfcl_runs_it(bfcl_data: Path) -> None:
+    """Results and states of the ground-truth chain, turn by turn, equal those of BFCL's own
+    executor (which ``eval``s the call strings) on a sample of every category."""
+    from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils import (
+        execute_multi_turn_func_call,
+    )
+
+    from pytest_toolbench.bfcl.backend import Chain, parse_call
+
+    for category in CATEGORIES:
+        answers = truths(bfcl_data, category)
+        for record in sample(bfcl_data, category, 6):
+            long_context = "long_context" in category
+            chain = Chain(record["involved_classes"], record["initial_config"], long_context)
+            name = f"agree_{uuid.uuid4().hex}"
+            for turn in answers[record["id"]]:
+                ours = [chain.call(p.name, p.args, p.kwargs) for p in map(parse_call, turn)]
+                theirs, instances = execute_multi_turn_func_call(
+                    turn, record["initial_config"], record["involved_classes"], name,
+                    record["id"], long_context=long_context, is_evaL_run=True)
+                assert ours == theirs, record["id"]
+                for class_name, instance in instances.items():
+                    public = {k: v for k, v in vars(instance).items() if not k.startswith("_")}
+                    mine = {k: getattr(chain.instances[class_name], k) for k in public}
+                    assert mine == public, (record["id"], class_name)
