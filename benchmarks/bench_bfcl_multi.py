@@ -24,7 +24,6 @@ import time
 from pathlib import Path
 
 from _common import REPO, clean_env, median, print_table, run_pytest, start_chat_server
-
 from support.bfcl_model import Player, read_jsonl, truth_turns, truths
 from support.bfcl_package import data_dir, ensure_installed, install_dir
 
