@@ -39,11 +39,12 @@ def undefined_names(case: Case) -> Iterator[tuple[KeyPath, str]]:
 
 
 def _interpolated(stage: Stage) -> Iterator[tuple[KeyPath, Any]]:
-    """The values of a stage that ``${...}`` is filled into (``expect.stream`` is not)."""
+    """The values of a stage that ``${...}`` is filled into (``expect.stream`` and
+    ``expect.bfcl`` are not)."""
     yield ("user",), stage.user
     yield ("messages",), stage.messages
     yield ("params",), stage.params
-    for key in sorted(stage.expect.model_fields_set - {"stream"}):
+    for key in sorted(stage.expect.model_fields_set - {"stream", "bfcl"}):
         yield ("expect", key), getattr(stage.expect, key).spec
 
 

@@ -226,15 +226,68 @@ class McpTools(StrictModel):
         return include
 
 
+class BfclToolbox(StrictModel):
+    """BFCL's own backend classes for one multi-turn record, from the installed ``bfcl-eval``
+    package (``pip install --no-deps bfcl-eval mpmath``)."""
+
+    involved_classes: list[Annotated[str, Field(min_length=1)]] = Field(min_length=1)
+    """BFCL's class names (``GorillaFileSystem``, ``MathAPI``...): their function docs are
+    the tools, in this order; their instances run the calls."""
+    initial_config: dict[str, JsonValue] = Field(default_factory=dict)
+    """Class name -> the scenario each class loads (``_load_scenario``)."""
+    long_context: bool = False
+    """Load the scenarios with BFCL's long-context setting (more files, longer results)."""
+    held_back: dict[Name, list[Annotated[str, Field(min_length=1)]]] = Field(
+        default_factory=dict)
+    """Stage name -> functions not offered before that stage, offered from it on
+    (BFCL's ``missed_function``)."""
+
+    @field_validator("involved_classes")
+    @classmethod
+    def _installed(cls, classes: list[str]) -> list[str]:
+        from ..bfcl.backend import backend_class  # imports bfcl-eval: only cases that use it
+
+        _reject_duplicates("class", classes, key=None)
+        for index, name in enumerate(classes):
+            try:
+                backend_class(name)
+            except ValueError as error:
+                raise KeyedError(str(error), (index,)) from None
+        return classes
+
+    @model_validator(mode="after")
+    def _held_back_documented(self) -> BfclToolbox:
+        from ..bfcl.backend import function_docs
+
+        names = {doc["name"] for cls in self.involved_classes for doc in function_docs(cls)}
+        for stage, functions in self.held_back.items():
+            for index, function in enumerate(functions):
+                if function not in names:
+                    raise KeyedError(f"held-back function {function!r} is not one of the"
+                                     " involved classes' functions", ("held_back", stage, index))
+        return self
+
+
+class BfclTools(StrictModel):
+    """``{bfcl: {...}}``: a BFCL multi-turn record's tools, run on BFCL's own classes."""
+
+    bfcl: BfclToolbox
+
+
 def _tool_kind(value: Any) -> str:
-    """Which kind of ``tools`` entry a value is: an MCP server's tools, or one tool."""
-    if isinstance(value, dict):
-        return "McpTools" if "mcp" in value else "Tool"
-    return "McpTools" if isinstance(value, McpTools) else "Tool"
+    """Which kind of ``tools`` entry a value is: an MCP server's tools, BFCL's classes, or
+    one tool."""
+    for key, kind in (("mcp", "McpTools"), ("bfcl", "BfclTools")):
+        if isinstance(value, dict) and key in value:
+            return kind
+    if isinstance(value, (McpTools, BfclTools)):
+        return type(value).__name__
+    return "Tool"
 
 
 ToolEntry = Annotated[
-    Annotated[Tool, Tag("Tool")] | Annotated[McpTools, Tag("McpTools")],
+    Annotated[Tool, Tag("Tool")] | Annotated[McpTools, Tag("McpTools")]
+    | Annotated[BfclTools, Tag("BfclTools")],
     Discriminator(_tool_kind),
 ]
 
@@ -314,6 +367,26 @@ class StreamExpect(StrictModel):
     """True: a usage object must arrive; false: none may."""
 
 
+class BfclExpect(StrictModel):
+    """BFCL's per-turn check of a multi-turn record (the case needs a ``bfcl`` tools entry)."""
+
+    ground_truth: list[str]
+    """The turn's ground-truth calls, BFCL's literal Python calls (``cd(folder='docs')``),
+    run on the ground-truth instances; empty: the turn is not checked."""
+
+    @field_validator("ground_truth")
+    @classmethod
+    def _calls(cls, calls: list[str]) -> list[str]:
+        from ..bfcl.backend import parse_call
+
+        for index, call in enumerate(calls):
+            try:
+                parse_call(call)
+            except ValueError as error:
+                raise KeyedError(str(error), (index,)) from None
+        return calls
+
+
 class Expect(StrictModel):
     """What must hold after a stage; every key given must hold (SPEC section 4)."""
 
@@ -332,6 +405,8 @@ class Expect(StrictModel):
     usage: MatcherField = None
     latency_ms: MatcherField = None
     stream: StreamExpect | None = None
+    bfcl: BfclExpect | None = None
+    """BFCL's multi-turn check of the stage as one turn: state, results, calls made."""
 
 
 class Stage(StrictModel):
@@ -403,8 +478,9 @@ class Case(StrictModel):
 
     @field_validator("tools")
     @classmethod
-    def _unique_tool_names(cls, tools: list[Tool | McpTools]) -> list[Tool | McpTools]:
-        names = [tool.name if isinstance(tool, Tool) else f"mcp:{tool.mcp}" for tool in tools]
+    def _unique_tool_names(cls, tools: list[ToolEntry]) -> list[ToolEntry]:
+        names = [tool.name if isinstance(tool, Tool) else f"mcp:{tool.mcp}"
+                 for tool in tools if not isinstance(tool, BfclTools)]
         for index, name in enumerate(names):
             if name in names[:index]:
                 kind, key = (("MCP server", "mcp") if name.startswith("mcp:")
@@ -414,8 +490,34 @@ class Case(StrictModel):
         return tools
 
     @model_validator(mode="after")
+    def _bfcl_turns(self) -> Case:
+        """A BFCL entry's instances carry over from stage to stage: a stage runs once."""
+        entries = [index for index, tool in enumerate(self.tools) if isinstance(tool, BfclTools)]
+        if len(entries) > 1:
+            raise KeyedError("one bfcl entry a case: its classes are one record's", (
+                "tools", entries[1]))
+        stages = {stage.name for stage in self.stages}
+        for index in entries:
+            entry = self.tools[index]
+            assert isinstance(entry, BfclTools)
+            for name in entry.bfcl.held_back:
+                if name not in stages:
+                    raise KeyedError(f"held_back names stage {name!r}, which the case lacks",
+                                     ("tools", index, "bfcl", "held_back", name))
+        for index, stage in enumerate(self.stages):
+            if stage.expect.bfcl is not None and not entries:
+                raise KeyedError("expect.bfcl needs a `bfcl` entry in the case's tools",
+                                 ("stages", index, "expect", "bfcl"))
+            if entries and (stage.stream == "both" or stage.retry is not None):
+                key = "stream" if stage.stream == "both" else "retry"
+                raise KeyedError(f"{key} runs a stage twice, but BFCL's instances keep what"
+                                 " the first run did: not with a bfcl entry", ("stages", index,
+                                                                              key))
+        return self
+
+    @model_validator(mode="after")
     def _allowed_tools_exist(self) -> Case:
-        if self.mcp_tools:  # an MCP server's tool names are known once it is started
+        if self.mcp_tools or self.bfcl_tools:  # names known once the tools are opened
             return self
         names = {tool.name for tool in self.function_tools}
         for index, stage in enumerate(self.stages):
@@ -444,6 +546,11 @@ class Case(StrictModel):
     def mcp_tools(self) -> list[McpTools]:
         """The ``{mcp: NAME}`` entries of ``tools``."""
         return [tool for tool in self.tools if isinstance(tool, McpTools)]
+
+    @property
+    def bfcl_tools(self) -> list[BfclTools]:
+        """The ``{bfcl: ...}`` entry of ``tools`` (one at most)."""
+        return [tool for tool in self.tools if isinstance(tool, BfclTools)]
 
     def tool(self, name: str) -> Tool | None:
         return next((tool for tool in self.function_tools if tool.name == name), None)

@@ -29,6 +29,9 @@ Where the checker's code is laxer than these rules, the cases follow the rules: 
 also accepts ``""`` sent as the value of a string that may be left out, ``[]`` for a list
 that may be left out, and a list of floats given as integers only when the answer has
 integers; it compares values inside dict answers without type checks.
+
+Records of the multi-turn categories (they name ``involved_classes``) become cases of
+several stages, run on BFCL's own classes: ``bfcl_multi.py``.
 """
 
 from __future__ import annotations
@@ -51,9 +54,11 @@ try:  # libyaml's emitter is several times faster than PyYAML's; the output is t
 except ImportError:  # pragma: no cover - depends on how PyYAML was built
     from yaml import SafeDumper as _SafeDumper  # type: ignore[assignment]
 
+from ..bfcl import types as bfcl_types
 from ..casefile.schema import Case
 from ..report.failure import plural
 from .argtypes import positive_int
+from .bfcl_multi import MultiTurnUnmappable, is_multi_turn, multi_turn_case
 
 __all__ = ["BfclError", "ImportSummary", "SkippedRecord", "import_bfcl", "json_schema", "main"]
 
@@ -62,10 +67,6 @@ CHUNK_SIZE: Final = 100
 OPTIONAL: Final = ""
 """BFCL's acceptable value meaning "the parameter may be left out"."""
 
-# BFCL's Python type names -> JSON Schema; "any" is absent: it constrains nothing.
-_TYPE_NAMES: Final = {"dict": "object", "float": "number", "tuple": "array"}
-_JSON_TYPES: Final = frozenset({"string", "integer", "number", "boolean", "array", "object",
-                                "null"})
 _TOOL_NAME: Final = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")  # what OpenAI-compatible APIs accept
 _NOT_IN_CASE_NAME: Final = re.compile(r"[^A-Za-z0-9_.-]")
 _NOT_IN_MARK: Final = re.compile(r"[^A-Za-z0-9_]")
@@ -89,6 +90,15 @@ class BfclUsageError(BfclError):
 
 class _Unmappable(Exception):
     """A record the case format cannot express; it is skipped with this message."""
+
+
+def json_schema(schema: Any, where: str) -> Any:
+    """BFCL's parameter schema as JSON Schema (``bfcl.types.json_schema``); a type with no
+    JSON Schema twin makes the record unmappable."""
+    try:
+        return bfcl_types.json_schema(schema, where)
+    except bfcl_types.NoJsonType as error:
+        raise _Unmappable(str(error)) from None
 
 
 @dataclass(frozen=True)
@@ -161,9 +171,10 @@ def _convert_all(records: list[dict[str, Any]], truths: dict[str, Any] | None,
         record_id = str(record.get("id", ""))
         try:
             case = _case(record, truths, default_category)
+            _validate(case)
             if case["name"] in names:  # ids that differ only in characters names cannot hold
                 raise _Unmappable(f"its case name {case['name']!r} is already taken")
-        except _Unmappable as reason:
+        except (_Unmappable, MultiTurnUnmappable) as reason:
             summary.skipped.append(SkippedRecord(record_id or "<no id>", str(reason)))
             continue
         names.add(case["name"])
@@ -178,8 +189,10 @@ def _case(record: dict[str, Any], truths: dict[str, Any] | None,
     record_id = record.get("id")
     if not isinstance(record_id, str) or not record_id:
         raise _Unmappable("the record has no id")
-    functions = _functions(record)
     category = _record_category(record_id, default_category)
+    if is_multi_turn(record):
+        return multi_turn_case(record, _NOT_IN_CASE_NAME.sub("_", record_id), category, truths)
+    functions = _functions(record)
     expect = {"tool_calls": _expected_calls(record_id, truths, functions)}
     case = {
         "name": _NOT_IN_CASE_NAME.sub("_", record_id),
@@ -198,9 +211,20 @@ def _validate(case: dict[str, Any]) -> None:
     try:
         Case.model_validate(case)
     except ValidationError as error:
+        _stop_if_bfcl_missing(error)
         first = error.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
         raise _Unmappable(f"the case would not load: {where}: {first['msg']}") from None
+
+
+def _stop_if_bfcl_missing(error: ValidationError) -> None:
+    """Multi-turn cases load only with bfcl-eval installed: without it no record can be
+    written, and the import stops saying how to install it."""
+    from ..bfcl.backend import INSTALL_HINT
+
+    message = str(error.errors()[0].get("msg", ""))
+    if INSTALL_HINT in message:
+        raise BfclError(message.removeprefix("Value error, "))
 
 
 def _messages(record: dict[str, Any]) -> list[dict[str, Any]]:
@@ -208,8 +232,9 @@ def _messages(record: dict[str, Any]) -> list[dict[str, Any]]:
     if not isinstance(question, list) or not question:
         raise _Unmappable("the record has no question (is this an answer file?)")
     if len(question) != 1:
-        # Later turns depend on the tools' results, which BFCL's multi-turn checker simulates.
-        raise _Unmappable(f"multi-turn questions are not supported ({len(question)} turns)")
+        # Multi-turn records name the backend classes that answer their calls; this has none.
+        raise _Unmappable(f"a multi-turn question ({len(question)} turns) without"
+                          " involved_classes: no backend classes to run its calls on")
     turn = question[0]
     if not isinstance(turn, list) or not all(_is_message(message) for message in turn):
         raise _Unmappable("the question is not a list of {role, content} messages")
@@ -266,38 +291,6 @@ def _parameters(function: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(parameters, dict) or not isinstance(parameters.get("properties", {}), dict):
         raise _Unmappable(f"function {function['name']!r} has no parameter properties")
     return parameters
-
-
-def json_schema(schema: Any, where: str) -> Any:
-    """A BFCL parameter schema as JSON Schema: BFCL's type names translated, all else kept.
-
-    ``where`` names the schema in the reason given when a type has no JSON Schema twin
-    (Java's ``HashMap``, JavaScript's ``String``...).
-    """
-    if isinstance(schema, list):
-        return [json_schema(item, where) for item in schema]
-    if not isinstance(schema, dict):
-        return schema
-    translated: dict[str, Any] = {}
-    for key, value in schema.items():
-        if key == "type":
-            if value != "any":
-                translated[key] = _json_type(value, where)
-        elif key == "properties" and isinstance(value, dict):
-            translated[key] = {name: json_schema(sub, f"{where}.{name}")
-                               for name, sub in value.items()}
-        elif key in ("items", "additionalProperties"):
-            translated[key] = json_schema(value, f"{where}[]")
-        else:
-            translated[key] = value
-    return translated
-
-
-def _json_type(name: Any, where: str) -> str:
-    translated = _TYPE_NAMES.get(name, name) if isinstance(name, str) else None
-    if translated not in _JSON_TYPES:  # a list of types, a number...: not BFCL's own
-        raise _Unmappable(f"{where} has type {name!r}, which has no JSON Schema equivalent")
-    return str(translated)
 
 
 # ---------------------------------------------------------------------------- expectations
@@ -406,7 +399,7 @@ def _value(value: Any, schema: Any, path: str) -> Any:
 def _kind(schema: Any) -> str | None:
     """The JSON Schema type of a BFCL schema; ``None`` for ``any`` or no schema."""
     kind = schema.get("type") if isinstance(schema, dict) else None
-    return _TYPE_NAMES.get(kind, kind) if isinstance(kind, str) and kind != "any" else None
+    return bfcl_types.TYPE_NAMES.get(kind, kind) if isinstance(kind, str) and kind != "any" else None
 
 
 # ---------------------------------------------------------------------------- files
@@ -492,6 +485,10 @@ class _FlowList(list[Any]):
     """A list dumped on one line."""
 
 
+class _Lines(list[Any]):
+    """A list dumped one item a line."""
+
+
 class _Block(dict[str, Any]):
     """A mapping dumped one key per line, even when all its values are scalars."""
 
@@ -512,6 +509,10 @@ def _represent_flow_list(dumper: _SafeDumper, data: list[Any]) -> yaml.Node:
     return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=True)
 
 
+def _represent_lines(dumper: _SafeDumper, data: list[Any]) -> yaml.Node:
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=False)
+
+
 def _represent_block(dumper: _SafeDumper, data: dict[str, Any]) -> yaml.Node:
     return dumper.represent_mapping("tag:yaml.org,2002:map", data, flow_style=False)
 
@@ -524,6 +525,7 @@ def _represent_text(dumper: _SafeDumper, data: str) -> yaml.Node:
 
 _CaseDumper.add_representer(_Flow, _represent_flow)
 _CaseDumper.add_representer(_FlowList, _represent_flow_list)
+_CaseDumper.add_representer(_Lines, _represent_lines)
 _CaseDumper.add_representer(_Block, _represent_block)
 _CaseDumper.add_representer(_Text, _represent_text)
 
@@ -534,6 +536,10 @@ def _styled(case: dict[str, Any]) -> dict[str, Any]:
     PyYAML's leaf-flow default would put a long message on one wrapped line and a call's
     scalar-only arguments inline, but a nested matcher over several lines.
     """
+    if "bfcl" in case["stages"][0]["expect"]:  # multi-turn: a ground-truth call a line
+        return {**case, "stages": [
+            {**stage, "expect": {"bfcl": {"ground_truth": _Lines(
+                stage["expect"]["bfcl"]["ground_truth"])}}} for stage in case["stages"]]}
     stages = []
     for stage in case["stages"]:
         calls = [{**call, "arguments": _styled_arguments(call["arguments"])}
@@ -579,17 +585,22 @@ def build_parser() -> argparse.ArgumentParser:
         "case files, one case per record, written as <category>_<first>-<last>.case.yaml.\n"
         "Each case's expect.tool_calls applies the leaderboard's checker: the exact set of\n"
         "parameters, optional ones, normalised strings, exact types, parallel calls in any\n"
-        "order, and no call at all for irrelevance.",
+        "order, and no call at all for irrelevance. A multi-turn file (multi_turn_base,\n"
+        "_miss_func, _miss_param, _long_context) gives cases of one stage a turn, run on\n"
+        "BFCL's own backend classes and checked turn by turn as BFCL checks them; they\n"
+        "need bfcl-eval installed: pip install --no-deps bfcl-eval mpmath.",
         epilog="example:\n"
         "  toolbench import-bfcl BFCL_v4_simple_python.json \\\n"
         "      possible_answer/BFCL_v4_simple_python.json cases/bfcl\n"
         "  toolbench import-bfcl BFCL_v4_irrelevance.json - cases/bfcl\n"
+        "  toolbench import-bfcl BFCL_v4_multi_turn_base.json \\\n"
+        "      possible_answer/BFCL_v4_multi_turn_base.json cases/bfcl\n"
         "  pytest cases/bfcl --toolbench-live --toolbench-model=MODEL -m bfcl_simple_python\n"
         "\n"
         "The cases leave 'model' unset: choose it with --toolbench-model. They are marked\n"
         "bfcl and bfcl_<category>, marks the plugin registers itself (no ini entry needed,\n"
-        "--strict-markers accepts them). Records the case format cannot express (multi-turn\n"
-        "questions, types with no JSON Schema equivalent such as Java's) are skipped and\n"
+        "--strict-markers accepts them). Records the case format cannot express (types with\n"
+        "no JSON Schema equivalent such as Java's) are skipped and\n"
         "listed with their reason. Exit status: 0 when cases were written, 1 when none\n"
         "could be, 2 when an input file does not exist.",
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..casefile.load import LoadedCase
-from ..casefile.schema import McpTools, Stage
+from ..casefile.schema import BfclTools, McpTools, Stage
 from ..keypaths import KeyPath
 from ..matchers.limits import DEFAULT_LIMIT_S as DEFAULT_MATCH_TIMEOUT_S
 from ..records import (
@@ -160,7 +160,8 @@ async def run_case(case_run: CaseRun, ctx: RunContext) -> CaseResult:
 
 
 async def open_toolset(case_run: CaseRun, ctx: RunContext) -> Toolset:
-    """The case's own tools, then each ``{mcp: NAME}`` entry's, in the order of ``tools``."""
+    """The case's own tools, then each ``{mcp: NAME}`` and ``{bfcl: ...}`` entry's, in the
+    order of ``tools``."""
     case = case_run.loaded.case
     sources: list[ToolSource] = [CaseTools(case)]
     paths: list[KeyPath] = [("tools",)]
@@ -171,6 +172,11 @@ async def open_toolset(case_run: CaseRun, ctx: RunContext) -> Toolset:
                     raise ToolSourceFault("MCP servers cannot be used here", ("tools", index))
                 sources.append(await ctx.mcp.source(case_run, index, entry))
                 paths.append(("tools", index))
+            elif isinstance(entry, BfclTools):
+                from .bfcl import BfclSource  # bfcl-eval: only for cases that use it
+
+                sources.append(BfclSource(entry.bfcl, ("tools", index)))
+                paths.append(("tools", index))
         return Toolset(sources, paths)
     except BaseException:
         for source in reversed(sources):
@@ -178,12 +184,12 @@ async def open_toolset(case_run: CaseRun, ctx: RunContext) -> Toolset:
         raise
 
 
-def _setup_failed(case_run: CaseRun, fault: ToolSourceFault) -> RunResult:
+def _setup_failed(case_run: CaseRun, fault: ToolSourceFault, number: int = 1) -> RunResult:
     """A run that could not start, its failure at the line of what declared the tools."""
     first = case_run.loaded.case.stages[0].name
     failure = Failure(fault.message, fault.path, case_run.loaded.document.line_of(fault.path))
     attempt = StageAttempt(first, 1, failures=[failure])
-    return RunResult(1, stages=[StageResult(first, [attempt])])
+    return RunResult(number, stages=[StageResult(first, [attempt])])
 
 
 async def run_once(case_run: CaseRun, ctx: RunContext, number: int,
@@ -193,6 +199,11 @@ async def run_once(case_run: CaseRun, ctx: RunContext, number: int,
     conversation = Conversation()
     if case.system:
         conversation.messages.append({"role": "system", "content": case.system})
+    try:
+        toolset.begin_run()
+    except Exception as error:  # noqa: BLE001 - a tool source's own code failed to start
+        return _setup_failed(case_run, ToolSourceFault(
+            f"the tools could not start: {type(error).__name__}: {error}", ("tools",)), number)
     with StageMachine() as machine:
         for index, stage in enumerate(case.stages):
             stage_result = await run_stage(case_run, ctx, conversation, index, stage, machine,
@@ -210,6 +221,7 @@ async def run_stage(case_run: CaseRun, ctx: RunContext, conversation: Conversati
     attempts = stage.retry.attempts if stage.retry else 1
     before = conversation.snapshot()
     machine.begin_stage()
+    toolset.begin_stage(stage)
     for number in range(1, attempts + 1):
         if number > 1:
             machine.fire("retry")
@@ -275,6 +287,7 @@ class StageRunner:
         finally:
             self.conversation = carried
         self._compare(attempt, outcomes)
+        self._check_sources(attempt)
         self._capture(attempt, outcomes[0])
         self.machine.fire("mismatch" if attempt.failures else "all_hold")
 
@@ -421,6 +434,15 @@ class StageRunner:
                     f"streamed and non-streamed replies differ in {key}",
                     (*self.base[:-1], "stream"), self._line_of(("stages", self.index, "stream")),
                     expected=plain[key], actual=streamed[key]))
+
+    def _check_sources(self, attempt: StageAttempt) -> None:
+        """What the tool sources find wrong with the stage (BFCL's turn check)."""
+        if attempt.failures:
+            return
+        for found in self.toolset.end_stage(self.stage):
+            failure = self._failure(found.message, found.path)
+            failure.expected, failure.actual = found.expected, found.actual
+            attempt.failures.append(failure)
 
     def _capture(self, attempt: StageAttempt, outcome: Outcome) -> None:
         if attempt.failures or not self.stage.capture:

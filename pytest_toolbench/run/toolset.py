@@ -2,10 +2,15 @@
 plugs into.
 
 A ``ToolSource`` offers some tools and answers their calls: the case's own tools (canned
-results, ``python`` callables, errors; ``run/tools.py``), or one MCP server's tools
-(``mcp/``). A ``Toolset`` puts a case's sources together for one run: the tools every
-request offers, and each call routed to the source that offers its tool. A source is opened
-before the case's first stage and closed when the case ends.
+results, ``python`` callables, errors; ``run/tools.py``), one MCP server's tools
+(``mcp/``), or a BFCL record's backend classes (``bfcl/``). A ``Toolset`` puts a case's
+sources together for one run: the tools every request offers, and each call routed to the
+source that offers its tool. A source is opened before the case's first stage and closed
+when the case ends.
+
+A source whose tools change from stage to stage, or that checks a stage itself, is also a
+``StagedSource``: the runner tells it when a run and each stage begin, and asks it, once a
+stage's agent loop is over, what it finds wrong with the stage.
 """
 
 from __future__ import annotations
@@ -14,13 +19,13 @@ import asyncio
 import json
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ..keypaths import KeyPath
 from ..records import ToolCall, ToolRun
 
 if TYPE_CHECKING:
-    from ..casefile.schema import Tool
+    from ..casefile.schema import Stage, Tool
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,22 @@ class ToolSource(Protocol):
         """Release what the source holds (a server it started); safe to call twice."""
 
 
+@runtime_checkable
+class StagedSource(Protocol):
+    """A source that follows the case's stages (BFCL's record: tools added at a turn, the
+    turn checked against the ground truth)."""
+
+    def begin_run(self) -> None:
+        """A run (of ``repeat``) starts: start from the source's initial state."""
+
+    def begin_stage(self, stage: Stage) -> None:
+        """``stage`` starts: the tools its requests offer may change here."""
+
+    def end_stage(self, stage: Stage) -> list[Any]:
+        """The stage's agent loop is over: what the source finds wrong with the stage, as
+        items with ``message``, ``path`` (below the stage), ``expected`` and ``actual``."""
+
+
 class ToolSourceFault(Exception):
     """A tool source broke: the case fails, naming it and what happened.
 
@@ -74,6 +95,11 @@ class Toolset:
     def __init__(self, sources: list[ToolSource], paths: list[KeyPath]) -> None:
         """``paths``: where each source is declared in the case, for messages."""
         self.sources = sources
+        self.staged = [source for source in sources if isinstance(source, StagedSource)]
+        # A call of a name no source offers: a source that runs such calls itself, else
+        # the case's own tools, which answer "unknown tool".
+        self._unoffered = next((source for source in sources
+                                if getattr(source, "runs_unoffered", False)), sources[0])
         self._by_name: dict[str, ToolSource] = {}
         for source, path in zip(sources, paths):
             for tool in source.tools:
@@ -93,12 +119,23 @@ class Toolset:
         return list(await asyncio.gather(*(self._run(call) for call in calls)))
 
     async def _run(self, call: ToolCall) -> ToolRun:
-        source = self._by_name.get(call.name) or self.sources[0]  # the case's: "unknown tool"
+        source = self._by_name.get(call.name) or self._unoffered
         started = time.perf_counter()
         answer = await source.call(call)
         duration = (time.perf_counter() - started) * 1000
         return ToolRun(call.id, call.name, call.arguments_raw, answer.content, answer.error,
                        duration, failed=answer.error is not None, server=source.server)
+
+    def begin_run(self) -> None:
+        for source in self.staged:
+            source.begin_run()
+
+    def begin_stage(self, stage: Stage) -> None:
+        for source in self.staged:
+            source.begin_stage(stage)
+
+    def end_stage(self, stage: Stage) -> list[Any]:
+        return [failure for source in self.staged for failure in source.end_stage(stage)]
 
     async def aclose(self) -> None:
         for source in reversed(self.sources):
