@@ -292,6 +292,24 @@ stages:
     assert last == {"role": "user", "content": "Now Lyon in kelvin"}
 
 
+def test_a_doubled_dollar_sends_a_literal_placeholder(
+    pytester: pytest.Pytester, chat_server: ChatServer
+) -> None:
+    """``$${`` is the escape of a literal ``${``: not checked at collection, sent as text."""
+    chat_server.enqueue(json_reply(completion(text="ok")), json_reply(completion(text="ok")))
+    write_case(pytester, chat_server, """name: escaped
+stages:
+  - name: ask
+    user: "The total is $${price}; keep $$ and $ as they are"
+    capture: {price: text}
+  - name: again
+    messages: [{role: user, content: "${price} then $${price}"}]
+""")
+    run_live(pytester).assert_outcomes(passed=1)
+    sent = [request.json()["messages"][-1]["content"] for request in chat_server.requests]
+    assert sent == ["The total is ${price}; keep $$ and $ as they are", "ok then ${price}"]
+
+
 def test_expectations_use_captured_values(
     pytester: pytest.Pytester, chat_server: ChatServer
 ) -> None:

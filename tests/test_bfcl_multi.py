@@ -193,6 +193,29 @@ def test_a_model_that_replays_the_ground_truth_passes_every_case(
     assert not server.errors
 
 
+def test_a_record_whose_text_holds_a_placeholder_sign_is_sent_as_bfcl_wrote_it(
+        pytester: pytest.Pytester, server: ChatServer, bfcl_data: Path) -> None:
+    """A ``${`` in BFCL's text is text: imported escaped, sent as written (the loopback model
+    knows its record by the user texts, so a changed text finds no script and fails)."""
+    records = [r for r in read_jsonl(bfcl_data / "BFCL_v4_multi_turn_base.json")
+               if "${" in json.dumps(r["question"])]
+    assert records  # multi_turn_base_147 in bfcl-eval 2026.3.23
+    import_sample(bfcl_data, pytester.path, records)
+    player = Player(one_a_step=False)
+    for record in records:
+        category = record["id"].rsplit("_", 1)[0]
+        player.add(record, truth_turns(record, truths(bfcl_data, category)[record["id"]]))
+    server.set_handler(player)
+
+    result, cases = run_suite(pytester, server)
+
+    result.assert_outcomes(passed=len(records))
+    sent = [message["content"] for request in server.requests
+            for message in request.json()["messages"] if message["role"] == "user"]
+    assert any("${" in text for text in sent)
+    assert not server.errors
+
+
 LONG_TURN = "multi_turn_long_context_38"
 """A record whose first turn makes 34 calls: more than one request a call would allow."""
 

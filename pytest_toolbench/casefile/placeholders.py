@@ -9,13 +9,32 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..keypaths import KeyPath
 from .schema import Case, Stage
 
-PLACEHOLDER = re.compile(r"\$\{([^}]+)\}")
+PLACEHOLDER = re.compile(r"\$\$(?=\{)|\$\{([^}]+)\}")
+"""``${name}`` (group 1 the name), or ``$$`` before a ``{``: the escape of a literal ``${``."""
+
+
+def placeholder_names(text: str) -> Iterator[str]:
+    """The names of the placeholders in ``text``, escaped ``$${...}`` left out."""
+    return (match.group(1).strip() for match in PLACEHOLDER.finditer(text)
+            if match.group(1) is not None)
+
+
+def fill_placeholders(text: str, value_of: Callable[[str], str]) -> str:
+    """``text`` with each ``${name}`` replaced by ``value_of(name)`` and each ``$${`` by
+    ``${``."""
+    return PLACEHOLDER.sub(
+        lambda match: "$" if match.group(1) is None else value_of(match.group(1).strip()), text)
+
+
+def escape_placeholders(text: str) -> str:
+    """``text`` written so that a case reads it back as it is: each ``${`` as ``$${``."""
+    return text.replace("${", "$${")
 
 
 def did_you_mean(name: str, known: Any) -> str:
@@ -50,7 +69,7 @@ def _interpolated(stage: Stage) -> Iterator[tuple[KeyPath, Any]]:
 
 def _placeholders(value: Any, path: KeyPath) -> Iterator[tuple[KeyPath, str]]:
     if isinstance(value, str):
-        yield from ((path, match.group(1).strip()) for match in PLACEHOLDER.finditer(value))
+        yield from ((path, name) for name in placeholder_names(value))
     elif isinstance(value, list):
         for index, item in enumerate(value):
             yield from _placeholders(item, (*path, index))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
-from ..casefile.placeholders import PLACEHOLDER
+from ..casefile.placeholders import escape_placeholders
 
 MAX_STEPS: Final = 20
 """Tool-calling steps BFCL allows a turn; the 21st fails the record."""
@@ -109,9 +109,21 @@ def _stage(index: int, messages: list[dict[str, Any]], truth: list[str],
         stage["messages"] = [dict(message) for message in messages]
     else:
         raise MultiTurnUnmappable(f"turn {index} has no message")
-    if PLACEHOLDER.search(str(stage.get("user", stage.get("messages")))):
-        raise MultiTurnUnmappable(f"turn {index}'s text holds '${{', which a case file reads"
-                                  " as a placeholder (it has no escape)")
+    if "user" in stage:
+        stage["user"] = escape_placeholders(stage["user"])
+    if "messages" in stage:
+        stage["messages"] = [_escaped(message) for message in stage["messages"]]
     stage.update({"run_tools": True, "max_turns": MAX_STEPS + 1,
                   "expect": {"bfcl": {"ground_truth": list(truth)}}})
     return stage
+
+
+def _escaped(value: Any) -> Any:
+    """A message's strings as a case file writes them: a ``${`` of BFCL's text is text."""
+    if isinstance(value, str):
+        return escape_placeholders(value)
+    if isinstance(value, list):
+        return [_escaped(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _escaped(item) for key, item in value.items()}
+    return value

@@ -11,7 +11,7 @@ import json
 import os
 from typing import Any
 
-from ..casefile.placeholders import PLACEHOLDER, did_you_mean
+from ..casefile.placeholders import did_you_mean, fill_placeholders
 from ..casefile.schema import Expect
 from ..keypaths import KeyPath
 from ..matchers import MatcherError, compile_matcher, compile_tool_calls
@@ -38,7 +38,7 @@ def interpolate(value: Any, variables: dict[str, Any], path: KeyPath = ()) -> An
     ``path`` is where ``value`` sits in the stage, so an error can name the string's line.
     """
     if isinstance(value, str):
-        return PLACEHOLDER.sub(lambda m: _lookup(m.group(1).strip(), variables, path), value)
+        return fill_placeholders(value, lambda name: _lookup(name, variables, path))
     if isinstance(value, list):
         return [interpolate(item, variables, (*path, index)) for index, item in enumerate(value)]
     if isinstance(value, dict):
