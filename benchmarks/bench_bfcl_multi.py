@@ -8,7 +8,8 @@ model that replays their ground truth, and time the replay.
    plays each turn's ground-truth calls one a step (at most 20 steps a turn): every case
    must pass. One run a category (the categories share question texts, which the loopback
    model reads to know its record).
-3. Replay the whole suite (``pytest DIR -q``, 800 cases), median of --repeat runs; all must pass. Target < 60 s
+3. Replay the whole suite (``pytest DIR -q``, 800 cases), median of --repeat runs; all
+   must pass. Target < 60 s
    on two cores (``-n`` workers: --workers, default none).
 """
 

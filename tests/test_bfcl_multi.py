@@ -210,6 +210,7 @@ def test_a_record_whose_text_holds_a_placeholder_sign_is_sent_as_bfcl_wrote_it(
     result, cases = run_suite(pytester, server)
 
     result.assert_outcomes(passed=len(records))
+    assert sorted(cases) == sorted(record["id"] for record in records)
     sent = [message["content"] for request in server.requests
             for message in request.json()["messages"] if message["role"] == "user"]
     assert any("${" in text for text in sent)
