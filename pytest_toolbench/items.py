@@ -9,7 +9,9 @@ records with the first one a summary or report reads.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 from collections.abc import Generator, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -18,6 +20,7 @@ from typing import Any
 import pytest
 
 from .budget import BudgetSpent, TokenBudget
+from .casefile.cache import PARSED_FOLDER, ParsedCache
 from .casefile.load import CaseFileErrors, LoadedCase, describe_errors, load_case_file
 from .lookahead import LOOKAHEAD_KEY
 from .marks import MarkRefused, case_marks
@@ -29,6 +32,8 @@ from .settings import SETTINGS_KEY, records_read
 from .wire import wire_api
 
 RUNTIME_KEY = pytest.StashKey[SessionRuntime]()
+PARSED_KEY = pytest.StashKey["ParsedCache | None"]()
+"""Case files parsed by earlier runs, under pytest's cache directory (None without it)."""
 
 
 class CaseFailed(Exception):
@@ -48,10 +53,14 @@ class CaseFile(pytest.File):
         it lies below it."""
         return _display(self.config, self.path)
 
-    def collect(self) -> Iterator[CaseItem]:
+    def collect(self) -> list[CaseItem]:
+        with _collector_paused():
+            return list(self._items())
+
+    def _items(self) -> Iterator[CaseItem]:
         _start_session(self.config)
         try:
-            loaded = load_case_file(self.path)
+            loaded = load_case_file(self.path, self.config.stash[PARSED_KEY])
         except CaseFileErrors as errors:
             shown = self.shown
             errors = CaseFileErrors([replace(error, file=shown) for error in errors.errors])
@@ -141,6 +150,17 @@ class CaseItem(pytest.Item):
         return self.path, self.loaded.document.start_line - 1, f"case: {self.name}"
 
 
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _start_session(config: pytest.Config) -> None:
     """With the first case file: the runtime that runs cases, and the hooks that report them."""
     if RUNTIME_KEY in config.stash:
@@ -150,9 +170,18 @@ def _start_session(config: pytest.Config) -> None:
     budget = TokenBudget.shared(settings.max_tokens, settings.max_tokens_source, workers)
     runtime = SessionRuntime(settings, Path(config.invocation_params.dir), budget, workers)
     config.stash[RUNTIME_KEY] = runtime
+    config.stash[PARSED_KEY] = _parsed_cache(config)
     config.add_cleanup(runtime.close)
     config.pluginmanager.register(CaseReports(records_read(config), runtime),
                                   "toolbench-case-reports")
+
+
+def _parsed_cache(config: pytest.Config) -> ParsedCache | None:
+    """Parsed case files kept in pytest's cache directory; None under ``-p no:cacheprovider``."""
+    cache = getattr(config, "cache", None)
+    if cache is None:
+        return None
+    return ParsedCache(cache.mkdir(PARSED_FOLDER))
 
 
 class CaseReports:

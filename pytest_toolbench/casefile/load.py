@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from ..keypaths import KeyedError, KeyPath, format_key_path
-from .loader import CaseFileError, Document, load_documents
+from .loader import CaseFileError, Document, ParsedDocuments, load_documents
 from .placeholders import did_you_mean, undefined_names
 from .schema import Case, McpServer, SharedMcpServers
 
@@ -44,10 +44,11 @@ class CaseFileErrors(Exception):
         self.errors = errors
 
 
-def load_case_file(file: Path) -> list[LoadedCase]:
-    """Load and validate every case in ``file``; raise CaseFileErrors listing all problems."""
+def load_case_file(file: Path, kept: ParsedDocuments | None = None) -> list[LoadedCase]:
+    """Load and validate every case in ``file``; raise CaseFileErrors listing all problems.
+    ``kept``: parsed files kept between runs (``cache.ParsedCache``)."""
     try:
-        documents = load_documents(file)
+        documents = load_documents(file, kept=kept)
     except CaseFileError as error:
         raise CaseFileErrors([error]) from None
     loaded: list[LoadedCase] = []

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import yaml
 
@@ -134,12 +134,31 @@ class Document:
         return self.start_line
 
 
-def load_documents(file: Path, text: str | None = None) -> list[Document]:
+class ParsedDocuments(Protocol):
+    """Documents kept from an earlier parse of the same text (``cache.ParsedCache``)."""
+
+    def get(self, file: Path, source: str) -> list[Document] | None: ...
+
+    def put(self, file: Path, source: str, documents: list[Document]) -> None: ...
+
+
+def load_documents(file: Path, text: str | None = None,
+                   kept: ParsedDocuments | None = None) -> list[Document]:
     """Parse every YAML document of ``file``; raise CaseFileError on bad YAML, or on a file
-    past the limits (``MAX_FILE_BYTES``, ``MAX_VALUES``, nesting)."""
+    past the limits (``MAX_FILE_BYTES``, ``MAX_VALUES``, nesting). ``kept``: documents of
+    an earlier parse of the same text, used instead of parsing, and given the new ones."""
     source = _read(file) if text is None else text
     if len(source) > MAX_FILE_BYTES:
         raise CaseFileError(file, None, _too_large(len(source.encode(errors="replace"))))
+    documents = kept.get(file, source) if kept is not None else None
+    if documents is None:
+        documents = _parse(file, source)
+        if kept is not None:
+            kept.put(file, source, documents)
+    return documents
+
+
+def _parse(file: Path, source: str) -> list[Document]:
     try:
         _check_events(source, MAX_VALUES)
         return _compose(file, source)
