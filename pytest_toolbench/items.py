@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,11 @@ from .wire import wire_api
 RUNTIME_KEY = pytest.StashKey[SessionRuntime]()
 PARSED_KEY = pytest.StashKey["ParsedCache | None"]()
 """Case files parsed by earlier runs, under pytest's cache directory (None without it)."""
+
+
+AHEAD_FACTOR = 8
+"""Live cases are started at most ``AHEAD_FACTOR x concurrency`` items ahead of the one
+pytest runs: finished ones wait there for their turn to be reported."""
 
 
 class CaseFailed(Exception):
@@ -112,9 +117,9 @@ class CaseItem(pytest.Item):
 
     def runtest(self) -> None:
         runtime = self.config.stash[RUNTIME_KEY]
-        self._start_ahead(runtime)
+        refill = self._start_ahead(runtime)
         try:
-            self.result = runtime.result(self.case_run)
+            self.result = runtime.result(self.case_run, refill)
         except BudgetSpent as spent:
             # Reported at the case's file and line, as a skip mark is, not at this line.
             raise pytest.skip.Exception(str(spent), _use_item_location=True) from None
@@ -130,15 +135,25 @@ class CaseItem(pytest.Item):
         failed, with the exception as its error."""
         return self.case_run.not_run(f"internal error: {excinfo.exconly()}")
 
-    def _start_ahead(self, runtime: SessionRuntime) -> None:
-        """Live cases: start the next ones now so up to ``concurrency`` run at once."""
+    def _start_ahead(self, runtime: SessionRuntime) -> Callable[[], None] | None:
+        """Live cases: start this one and the next ones so ``concurrency`` run at once; the
+        function that starts more as they end (None: one case at a time)."""
         settings = self.config.stash[SETTINGS_KEY]
         lookahead = self.config.stash.get(LOOKAHEAD_KEY, None)
         if not settings.mode.is_live or settings.concurrency < 2 or lookahead is None:
-            return
-        for item in lookahead.upcoming(self, settings.concurrency):
-            if isinstance(item, CaseItem) and item.get_closest_marker("skip") is None:
-                runtime.start(item.case_run)
+            return None
+
+        def refill() -> None:
+            free = settings.concurrency - runtime.running()
+            for item in lookahead.upcoming(self, settings.concurrency * AHEAD_FACTOR):
+                if free <= 0:
+                    return
+                if (isinstance(item, CaseItem) and item.get_closest_marker("skip") is None
+                        and runtime.start(item.case_run)):
+                    free -= 1
+
+        refill()
+        return refill
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
                      style: Any = None) -> str:

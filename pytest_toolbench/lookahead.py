@@ -1,7 +1,8 @@
 """Which items this process runs next, so live cases can be started ahead of pytest.
 
-pytest runs items one by one; ``--toolbench-concurrency N`` starts the next N cases early
-and lets each item wait for its own result, so reports stay in order. The next items are
+pytest runs items one by one; ``--toolbench-concurrency N`` keeps N of the next cases
+running (starting one as another ends, from the items that follow) and lets each item wait
+for its own result, so reports stay in order. The next items are
 the collected ones that follow, after ``-k``, ``-m`` and ``--lf`` have chosen.
 
 Inside a pytest-xdist worker there is no look-ahead: which items a worker runs next is

@@ -74,22 +74,41 @@ class SessionRuntime:
 
     # -- running -------------------------------------------------------------------------
 
-    def start(self, case_run: CaseRun) -> None:
-        """Start ``case_run`` now unless it already runs (used to run live cases ahead), or
-        the token budget is spent: it is then skipped when its turn comes."""
-        if case_run.nodeid not in self._started and not self.budget.exhausted:
-            self._start(case_run, self._replays(case_run))
+    def start(self, case_run: CaseRun) -> bool:
+        """Start ``case_run`` now unless it already runs or ran (used to run live cases
+        ahead), or the token budget is spent: it is then skipped when its turn comes.
+        Whether it was started now."""
+        if case_run.nodeid in self._started or self.budget.exhausted:
+            return False
+        self._start(case_run, self._replays(case_run))
+        return True
 
-    def result(self, case_run: CaseRun) -> CaseResult:
+    def running(self) -> int:
+        """How many cases started ahead or waited for are still under way."""
+        return sum(not future.done() for future in self._started.values())
+
+    def result(self, case_run: CaseRun, refill: Callable[[], None] | None = None
+               ) -> CaseResult:
         """Run ``case_run``, or wait for it if it was started ahead, and return what it did.
-        Raises BudgetSpent for a live case not yet started when the token budget is spent."""
+        Raises BudgetSpent for a live case not yet started when the token budget is spent.
+
+        ``refill``: called whenever another case under way ends while this one is awaited,
+        to start the next ones in its place. A case that takes long (a connection the
+        server was slow to accept, a slow tool) then holds up one place of the
+        concurrency, not every case behind it."""
         if case_run.nodeid not in self._started:
             replaying = self._replays(case_run)
             if replaying:
                 return self._run_here(self._execute(case_run, replaying))
             self.budget.check()
             self._start(case_run, replaying)
-        result = self._started[case_run.nodeid].result()  # on Ctrl-C, close() cancels it
+        future = self._started[case_run.nodeid]
+        while refill is not None and not future.done():
+            under_way = [other for other in self._started.values() if not other.done()]
+            concurrent.futures.wait(under_way, return_when=concurrent.futures.FIRST_COMPLETED)
+            if not future.done():
+                refill()
+        result = future.result()  # on Ctrl-C, close() cancels it
         del self._started[case_run.nodeid]
         return result
 

@@ -117,3 +117,26 @@ def test_xdist_workers_run_at_once_each_one_case_at_a_time(
     result.assert_outcomes(passed=8)
     result.stdout.fnmatch_lines(["*toolbench summary*"])
     assert in_flight.most == 2, f"{in_flight.most} requests were in flight at once"
+
+
+def test_a_slow_case_holds_one_place_not_the_cases_behind_it(
+    pytester: pytest.Pytester, chat_server: ChatServer
+) -> None:
+    """The first case's server takes 3 s; the other eleven take 0.2 s each and run, three
+    at a time, while it waits, instead of waiting behind it in pytest's order."""
+    slow_cases(pytester, chat_server, 12)
+    arrivals: dict[str, float] = {}
+
+    def answer(request: RecordedRequest) -> JsonReply:
+        number = request.json()["messages"][0]["content"]
+        arrivals[number] = time.monotonic()
+        return json_reply(completion(text="yes"), delay_s=3.0 if number == "0" else 0.2)
+
+    chat_server.set_handler(answer)
+    result = pytester.runpytest("--toolbench-live", "--toolbench-concurrency=4", "-v",
+                                "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=12)
+    result.stdout.fnmatch_lines([f"*slow.case.yaml::case{n} PASSED*" for n in range(12)])
+    first_answered = arrivals["0"] + 3.0
+    late = sorted(number for number, at in arrivals.items() if at >= first_answered)
+    assert not late, f"cases {late} were sent only once the slow first case was answered"
