@@ -13,7 +13,9 @@ and checking the same things (finish reason, tool name, argument regex).
 Both run as ``python -m pytest DIR -q -p no:cacheprovider`` subprocesses, the sides taking
 turns run by run; the figures are medians of --repeat runs (the baseline after one untimed
 run that writes its bytecode; the recording run already read the case files). Target:
-replay <= 1.5 x baseline.
+replay <= 1.5 x baseline. ``--cached``: both sides run with pytest's cache instead, as on
+a developer's machine, so the case side reads its case files back parsed
+(``.pytest_cache/d/toolbench-parsed``, filled by the recording run).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from _common import (
 
 TARGET_RATIO = 1.5
 PYTEST_ARGS = [".", "-q", "-p", "no:cacheprovider"]
+CACHED_ARGS = [".", "-q"]
 
 BASELINE_CONFTEST = '''\
 """One shared httpx.Client whose transport is a respx router: the plain-pytest baseline."""
@@ -147,6 +150,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--instructions", action="store_true",
                         help="also count each side's instructions once under valgrind"
                              " (cachegrind): a ratio the machine's load does not move")
+    parser.add_argument("--cached", action="store_true",
+                        help="run both sides with pytest's cache (parsed case files kept)")
     parser.add_argument("--keep", type=Path, default=None,
                         help="generate into this directory and keep it (for profiling)")
     return parser.parse_args()
@@ -157,7 +162,7 @@ def prepare_cases(root: Path, args: argparse.Namespace) -> int:
     count = write_case_suite(root, args.files, args.cases_per_file, args.stream)
     with start_chat_server() as server:
         server.set_handler(tool_call_handler())
-        recorded = run_pytest([*PYTEST_ARGS, "--toolbench-record",
+        recorded = run_pytest([*pytest_args(args), "--toolbench-record",
                                f"--toolbench-base-url={server.base_url}"], root)
     if recorded.returncode != 0:
         sys.exit(f"recording failed:\n{recorded.output[-3000:]}")
@@ -194,13 +199,18 @@ def _body(city: str, stream: bool) -> str:
     return events + "data: [DONE]\n\n"
 
 
-def time_sides(cases: Path, baseline: Path, repeat: int) -> list[list[Timing]]:
+def pytest_args(args: argparse.Namespace) -> list[str]:
+    return CACHED_ARGS if args.cached else PYTEST_ARGS
+
+
+def time_sides(cases: Path, baseline: Path, repeat: int, argv: list[str]
+               ) -> list[list[Timing]]:
     """``repeat`` timed runs of each side, taking turns, after one untimed run of the
     baseline (it writes the bytecode of its Python test files, which every later run reads;
     the case files were just recorded, so they are in the page cache already)."""
-    repeat_runs(lambda: run_pytest(PYTEST_ARGS, baseline), 1)
-    return alternating_runs([lambda: run_pytest(PYTEST_ARGS, cases),
-                             lambda: run_pytest(PYTEST_ARGS, baseline)], repeat)
+    repeat_runs(lambda: run_pytest(argv, baseline), 1)
+    return alternating_runs([lambda: run_pytest(argv, cases),
+                             lambda: run_pytest(argv, baseline)], repeat)
 
 
 def report(count: int, cases: list[Timing], baseline: list[Timing], stream: bool) -> None:
@@ -221,10 +231,10 @@ def report(count: int, cases: list[Timing], baseline: list[Timing], stream: bool
     print(f"ratio {ratio:.2f}x (target <= {TARGET_RATIO}x): {verdict}")
 
 
-def report_instructions(base: Path) -> None:
+def report_instructions(base: Path, argv: list[str]) -> None:
     """Each side's instruction count (the Python files' bytecode is cached by then)."""
-    ours = count_instructions(PYTEST_ARGS, base / "cases")
-    theirs = count_instructions(PYTEST_ARGS, base / "baseline")
+    ours = count_instructions(argv, base / "cases")
+    theirs = count_instructions(argv, base / "baseline")
     if ours is None or theirs is None:
         print("instructions: valgrind is not installed")
         return
@@ -247,10 +257,11 @@ def profile(root: Path, top: int) -> None:
 def run(base: Path, args: argparse.Namespace) -> None:
     count = prepare_cases(base / "cases", args)
     prepare_baseline(base / "baseline", args)
-    cases, baseline = time_sides(base / "cases", base / "baseline", args.repeat)
+    argv = pytest_args(args)
+    cases, baseline = time_sides(base / "cases", base / "baseline", args.repeat, argv)
     report(count, cases, baseline, args.stream)
     if args.instructions:
-        report_instructions(base)
+        report_instructions(base, argv)
     if args.profile:
         profile(base / "cases", args.profile)
 

@@ -80,8 +80,9 @@ def test_exitfirst_stops_and_cancels_cases_started_ahead(
                                 "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, failed=1)
     assert time.monotonic() - started < 4.0
-    # Only the cases inside the window were ever sent, not the whole file.
-    assert len(chat_server.requests) <= 6
+    # Only the cases inside the window were ever sent, not the whole file: the four under
+    # way, and at most one more for each that ended while the first was awaited.
+    assert len(chat_server.requests) <= 2 * 4
 
 
 def test_keyword_selection_starts_only_selected_cases(
