@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
+from ..apis import API_NAMES, DEFAULT_API, api_names
 from ..atomic import write_atomic
-from ..defaults import api_names
 from ..transport.cassette import Cassette
 from ..transport.errors import ReplayError
 from .argtypes import positive_float, positive_int
@@ -59,8 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="toolbench conform",
         description="Run the built-in tool-calling probes against an OpenAI-compatible "
-        "server and print a matrix: one row per probe, one column per wire API (chat "
-        "completions, the Responses API, the Messages API), each cell pass, fail (protocol "
+        "server and print a matrix: one row per probe, one column per wire API ("
+        f"{', '.join(API_NAMES)}), each cell pass, fail (protocol "
         "or model) or not supported, with the reason. Exit 0 when every supported probe passes, 1 otherwise, 2 on a "
         f"wrong command line. The probes are case files: {PROBES_DIR}",
     )
@@ -71,9 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeat", type=positive_int, default=1, metavar="N",
                         help="run each probe N times; it passes when more than half pass "
                         "(default 1)")
-    parser.add_argument("--api", type=_api_list, default=("chat",), metavar="A[,B...]",
-                        help="the wire APIs to probe, one column each: chat, responses, "
-                        "messages (default: chat)")
+    parser.add_argument("--api", type=_api_list, default=(DEFAULT_API,), metavar="A[,B...]",
+                        help="the wire APIs to probe, one column each: "
+                        f"{', '.join(API_NAMES)} (default: {DEFAULT_API})")
     parser.add_argument("--report", type=Path, metavar="PATH",
                         help="write the matrix as JSON to PATH")
     parser.add_argument("--html", type=Path, metavar="PATH",
@@ -185,7 +185,7 @@ def _pytest_args(args: argparse.Namespace, scratch: Path, report: Path) -> list[
 
 
 def _rows(report: Mapping[str, Any], cassettes: Path, apis: Sequence[str]) -> list[Row]:
-    records = {(record["case"], record.get("api", "chat")): record
+    records = {(record["case"], record.get("api", DEFAULT_API)): record
                for record in report.get("cases", ())}
     rows: list[Row] = []
     for name, probe in PROBES.items():

@@ -13,6 +13,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from ..apis import DEFAULT_API, conversation_keys
 from ..casefile.loader import format_key_path
 from .html_page import Data, count, json_lines, ms, plural, pretty
 from .html_page import escape as e
@@ -20,8 +21,8 @@ from .html_plots import stream_timeline
 
 OUTCOME_ORDER = {"failed": 0, "xpassed": 1, "xfailed": 2, "skipped": 3, "passed": 4}
 """Failures first: what needs reading comes before what passed."""
-CONVERSATION_KEYS = ("system", "instructions", "messages", "input")
-"""Where the three APIs' request bodies hold the conversation (the rest is settings)."""
+CONVERSATION_KEYS = conversation_keys()
+"""Where the APIs' request bodies hold the conversation (the rest is settings)."""
 
 
 def outcome_rank(outcome: str) -> int:
@@ -33,7 +34,7 @@ def model_of(case: Data) -> str:
 
 
 def api_of(case: Data) -> str:
-    return str(case.get("api") or "chat")  # reports written before other APIs: chat
+    return str(case.get("api") or DEFAULT_API)  # reports written before other APIs: chat
 
 
 def render_case(case: Data) -> str:

@@ -70,6 +70,8 @@ class PendingReply:
     body: dict[str, Any]
     wire: WireApi
     """The API whose reply this is: it reads the body or the stream."""
+    path: str
+    """Where the request went, below the base URL (the cassette keeps it)."""
     stream: bool
     started: float
     sink: InteractionSink | None
@@ -121,7 +123,7 @@ class PendingReply:
         if self.sink is not None:  # only a recording keeps the exchange (the body parsed anew)
             reply.interaction = Interaction(
                 request=self.body,
-                path=f"/{self.wire.path}",
+                path=f"/{self.path}",
                 status=reply.status,
                 content_type=content_type,
                 body=_body_for_cassette(raw),
@@ -150,7 +152,7 @@ class PendingReply:
         if self.sink is not None:  # only a recording keeps the exchange
             reply.interaction = Interaction(
                 request=self.body,
-                path=f"/{self.wire.path}",
+                path=f"/{self.path}",
                 status=reply.status,
                 content_type=self.response.headers.get("content-type", ""),
                 events=events,
@@ -231,18 +233,21 @@ class ApiClient:
         *,
         wire: WireApi,
         stream: bool,
+        model: str | None = None,
         api_key: str | None = None,
         sink: InteractionSink | None = None,
     ) -> PendingReply:
-        """Send ``body`` to ``wire``'s path; return once the headers are in. Retries connect
-        errors, 429 and 5xx."""
+        """Send ``body`` to ``wire``'s path for ``model`` and ``stream``; return once the
+        headers are in. Retries connect errors, 429 and 5xx."""
+        path = wire.url_path(model, stream)
         content = request_content(body)
         self.breaker.check()
         retries: list[str] = []
         for attempt in range(self.config.retries + 1):
             last = attempt == self.config.retries
             try:
-                pending = await self._send_once(content, body, wire, stream, api_key, sink)
+                pending = await self._send_once(content, body, wire, path, stream, api_key,
+                                                sink)
             except (ConnectFailed, ConnectionLost) as error:
                 if last:
                     self.breaker.record_failure(str(error))
@@ -268,7 +273,7 @@ class ApiClient:
             retries.append(await self._back_off(attempt, reason, pending.response))
         raise AssertionError("unreachable: the last attempt returns or raises")
 
-    async def _send_once(self, content: bytes, body: dict[str, Any], wire: WireApi,
+    async def _send_once(self, content: bytes, body: dict[str, Any], wire: WireApi, path: str,
                          stream: bool, api_key: str | None, sink: InteractionSink | None
                          ) -> PendingReply:
         headers = wire.headers(api_key)
@@ -276,7 +281,7 @@ class ApiClient:
             headers["Accept"] = "text/event-stream"
         request = self._client.build_request(
             "POST",
-            _endpoint_url(self.config.base_url, wire.path),
+            _endpoint_url(self.config.base_url, path),
             content=content,
             headers={"Content-Type": "application/json", **headers},
         )
@@ -286,7 +291,7 @@ class ApiClient:
         response = await self._send_within_deadline(request)
         if self.pacer is not None:
             self.pacer.after_headers(response.status_code, response.headers)
-        return PendingReply(response, body, wire, stream, started, sink, self.config,
+        return PendingReply(response, body, wire, path, stream, started, sink, self.config,
                             pacer=self.pacer)
 
     async def _send_within_deadline(self, request: httpx.Request) -> httpx.Response:
