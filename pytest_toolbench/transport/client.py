@@ -270,7 +270,8 @@ class ApiClient:
                 return pending
             reply = await pending.read()  # keep the failed exchange in the cassette too
             reason = f"HTTP {status}" + (f": {reply.error}" if reply.error else "")
-            retries.append(await self._back_off(attempt, reason, pending.response))
+            retries.append(await self._back_off(attempt, reason, pending.response,
+                                                reply.retry_after_s))
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     async def _send_once(self, content: bytes, body: dict[str, Any], wire: WireApi, path: str,
@@ -314,9 +315,12 @@ class ApiClient:
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
             raise ConnectionLost(f"{_where(request.url)}: {_detail(exc)}") from None
 
-    async def _back_off(self, attempt: int, reason: str, response: httpx.Response | None) -> str:
-        """Sleep before the next attempt; return the transcript line that says so."""
+    async def _back_off(self, attempt: int, reason: str, response: httpx.Response | None,
+                        asked_s: float | None = None) -> str:
+        """Sleep before the next attempt (as long as a ``Retry-After`` header, else the
+        reply's body, asked); return the transcript line that says so."""
         delay = _retry_after(response) if response is not None else None
+        delay = asked_s if delay is None else delay
         if delay is None:
             delay = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2**attempt)
             if self._jitter:  # spreads out clients retrying together; replay stays repeatable
