@@ -199,8 +199,8 @@ def test_index_less_fragment_with_two_open_calls_is_ambiguous() -> None:
     )
     assert summary(reply) == [("c1", "f", {}), ("c2", "g", {})]
     assert reply.problems == [
-        "chat stream: event 3: tool-call delta has no index while 2 calls are open; appended to the"
-        " last one"
+        ("chat stream: event 3: tool-call delta has no index while 2 calls are open; appended to"
+         " the last one")
     ]
 
 
@@ -412,8 +412,8 @@ def test_several_choices_without_choice_zero_are_a_problem() -> None:
     reply = assemble({"choices": choices})
     assert reply.text == ""
     assert reply.problems == [
-        "chat stream: choice: event 1 has 2 choices (index 1, 2) and none with index 0, so none"
-        " was read"
+        ("chat stream: choice: event 1 has 2 choices (index 1, 2) and none with index 0, so"
+         " none was read")
     ]
 
 
@@ -644,8 +644,8 @@ def test_completion_2xx_not_json_is_a_problem() -> None:
 def test_completion_2xx_json_but_not_a_completion_is_a_problem() -> None:
     reply = parse_completion(200, '{"object": "list", "data": []}')
     assert reply.problems == [
-        'chat body: completion shape: the response is not a chat completion:'
-        ' \'{"object": "list", "data": []}\''
+        ('chat body: completion shape: the response is not a chat completion:'
+         ' \'{"object": "list", "data": []}\')
     ]
 
 
@@ -669,8 +669,8 @@ def test_completion_with_several_choices_and_none_zero_is_a_problem() -> None:
     choice = {"message": {"content": "hi"}, "finish_reason": "stop"}
     body = json.dumps({"choices": [{"index": 1, **choice}, {"index": 2, **choice}]})
     assert parse_completion(200, body).problems == [
-        "chat body: choice: the response has 2 choices (index 1, 2) and none with index 0, so"
-        " none was read"
+        ("chat body: choice: the response has 2 choices (index 1, 2) and none with index 0, so"
+         " none was read")
     ]
 
 
