@@ -645,7 +645,7 @@ def test_completion_2xx_json_but_not_a_completion_is_a_problem() -> None:
     reply = parse_completion(200, '{"object": "list", "data": []}')
     assert reply.problems == [
         ('chat body: completion shape: the response is not a chat completion:'
-         ' \'{"object": "list", "data": []}\')
+         ' \'{"object": "list", "data": []}\'')
     ]
 
 
