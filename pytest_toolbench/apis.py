@@ -56,6 +56,11 @@ REGISTRY: Final = {row.name: row for row in (
     ApiRow("messages", "messages (Anthropic Messages)", "messages:MESSAGES",
            ("ANTHROPIC_API_KEY",), "x-api-key",
            conversation_keys=("system", "messages")),
+    ApiRow("gemini", "gemini (Google Gemini generateContent)", "gemini:GEMINI",
+           ("GEMINI_API_KEY", "GOOGLE_API_KEY"), "x-goog-api-key",
+           base_url="https://generativelanguage.googleapis.com/v1beta",
+           base_url_envs=("TOOLBENCH_BASE_URL",),
+           conversation_keys=("systemInstruction", "contents")),
 )}
 """Every wire API, by name; the first is the default."""
 
