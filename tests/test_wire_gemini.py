@@ -400,6 +400,7 @@ stages:
 """)
     result = pytester.runpytest("--toolbench-record", "-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*> request 1: 1 message, last user: Say hi"])
     request = gemini_server.requests[0]
     assert request.headers["x-goog-api-key"] == key
     assert f"key={query_key}" in request.path

@@ -1,5 +1,6 @@
-"""The wire APIs a case can speak: chat completions, OpenAI's Responses API and
-Anthropic's Messages API, each a row of the registry (``apis.py``) and an adapter here.
+"""The wire APIs a case can speak: chat completions, OpenAI's Responses API, Anthropic's
+Messages API and Google's Gemini API, each a row of the registry (``apis.py``) and an
+adapter file pair here.
 
 A case is written once. The runner keeps its conversation in one shape (chat-completions
 messages: ``system``, ``user``, ``assistant`` with ``tool_calls``, ``tool``), and a
@@ -16,6 +17,8 @@ The modules, each a leaf apart from ``records``:
     responses.py     the Responses API: ``POST responses``, instructions and input items
     responses_reader.py   its replies: output items, whole or from semantic stream events
     messages.py      the Messages API: ``POST messages``, content blocks and their events
+    gemini.py        the Gemini API: ``POST models/MODEL:generateContent``, contents and parts
+    gemini_reader.py   its replies: GenerateContentResponses, whole or streamed
 """
 
 from __future__ import annotations
