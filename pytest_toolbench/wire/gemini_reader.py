@@ -105,7 +105,7 @@ class GeminiStream(StreamAccumulator):
         if response.get("error") is not None:
             self.in_band_error("error event", response["error"])
             return
-        self.set_usage(_usage(response.get("usageMetadata")))
+        self.set_usage(response.get("usageMetadata"))  # the chat names added once, at the end
         feedback = response.get("promptFeedback")
         if isinstance(feedback, dict) and isinstance(feedback.get("blockReason"), str):
             self._blocked = feedback["blockReason"]
@@ -175,6 +175,7 @@ class GeminiStream(StreamAccumulator):
         part.arguments(dumps(args) if isinstance(args, dict) else dumps(args or {}), offset_ms)
 
     def complete(self, reply: Reply) -> None:
+        reply.usage = _usage(self.usage)
         reply.text = "".join(self._text)
         reply.reasoning = "".join(self._thoughts) or None
         reply.tool_calls = [part.build() for part in self.calls.parts]
