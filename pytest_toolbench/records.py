@@ -110,6 +110,9 @@ class Reply:
     """Set for streamed replies."""
     problems: list[str] = field(default_factory=list)
     """Protocol problems found while reading (non-JSON data, no index, bad arguments...)."""
+    retry_after_s: float | None = None
+    """How long the service asked to wait before trying again, when its error body says so
+    (Gemini's ``RetryInfo.retryDelay``); a ``Retry-After`` header says it for any API."""
     interaction: Interaction | None = None
     """The exchange that produced this reply, as a cassette keeps it; only while recording
     (None otherwise: nothing else reads it, and a session keeps every reply to its end)."""

@@ -14,7 +14,7 @@ import inspect
 import itertools
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -32,9 +32,15 @@ from pydantic import (
 from pydantic.json_schema import GenerateJsonSchema
 from pydantic_core import core_schema
 
+from ..apis import API_NAMES
 from ..keypaths import KeyedError
 from ..matchers import Matcher, compile_matcher, compile_tool_calls
 from .strict import strict_schema_gaps
+
+if TYPE_CHECKING:
+    ApiName = str
+else:  # the registry's names, each allowed (and listed in the JSON Schema) as a literal
+    ApiName = Literal[API_NAMES]
 
 _MATCHER_SCHEMA = {"description": "A value, or a mapping of $ operators (SPEC section 4)."}
 
@@ -112,9 +118,9 @@ class Endpoint(StrictModel):
     """Connect and read timeout in seconds (the total deadline defaults to ten times it)."""
     retries: int | None = Field(default=None, ge=0)
     """Retries of transient failures (connect errors, 429, 5xx)."""
-    api: Literal["chat", "responses", "messages"] | None = None
-    """The wire API the case speaks: ``chat`` (chat completions, the default), ``responses``
-    (OpenAI's Responses API) or ``messages`` (Anthropic's Messages API)."""
+    api: ApiName | None = None
+    """The wire API the case speaks: ``chat`` (chat completions, the default) or another
+    of those the enum lists (docs/case-format.md, Wire APIs, says what each one sends)."""
 
 
 def _any_object() -> dict[str, JsonValue]:

@@ -15,6 +15,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from ..apis import conversation_keys
 from ..keypaths import format_key_path
 from .html_page import Data, count, json_lines, ms, plural, pretty
 from .html_page import escape as e
@@ -34,8 +35,8 @@ from .json_report import (
 
 OUTCOME_ORDER = {"failed": 0, "xpassed": 1, "xfailed": 2, "skipped": 3, "passed": 4}
 """Failures first: what needs reading comes before what passed."""
-CONVERSATION_KEYS = ("system", "instructions", "messages", "input")
-"""Where the three APIs' request bodies hold the conversation (the rest is settings)."""
+CONVERSATION_KEYS = conversation_keys()
+"""Where the APIs' request bodies hold the conversation (the rest is settings)."""
 
 
 def outcome_rank(outcome: str) -> int:

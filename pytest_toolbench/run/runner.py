@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..apis import DEFAULT_API
 from ..casefile.load import LoadedCase
 from ..casefile.schema import BfclTools, McpTools, Stage
 from ..keypaths import KeyPath
@@ -140,7 +141,7 @@ class Conversation:
 
 def case_label(name: str, model: str | None, api: str) -> str:
     """The name of a case's item for one model and API (see ``CaseRun.label``)."""
-    params = [part for part in (model, None if api == "chat" else api) if part is not None]
+    params = [part for part in (model, None if api == DEFAULT_API else api) if part is not None]
     return f"{name}[{'-'.join(params)}]" if params else name
 
 
@@ -351,7 +352,8 @@ class StageRunner:
         started = time.perf_counter()
         try:
             pending = await self.ctx.client.open(
-                body, wire=self.case_run.wire, stream=streamed, api_key=self.ctx.api_key,
+                body, wire=self.case_run.wire, stream=streamed, model=self.case_run.model,
+                api_key=self.ctx.api_key,
                 sink=self._keep if self.ctx.sink is not None else None)
             turn.retries = pending.retries
             self.machine.fire("headers")

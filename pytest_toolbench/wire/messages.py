@@ -81,7 +81,8 @@ are the call's ``arguments_error``, which fails a streamed stage as in every API
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..records import Reply
 from .base import (
@@ -131,13 +132,10 @@ MIN_THINKING_BUDGET = 1024
 class MessagesApi(WireApi):
     name = "messages"
     title = "Messages API"
+    path = "messages"
+    reasoning_where = "thinking blocks"
     request_fields = REQUEST_FIELDS
-
-    def headers(self, api_key: str | None) -> dict[str, str]:
-        headers = {"anthropic-version": ANTHROPIC_VERSION}
-        if api_key:
-            headers["x-api-key"] = api_key
-        return headers
+    required_headers: ClassVar[Mapping[str, str]] = {"anthropic-version": ANTHROPIC_VERSION}
 
     def request(self, parts: RequestParts) -> dict[str, Any]:
         params, limit = take_token_limit(parts.params)

@@ -36,23 +36,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
-from ..records import Reply, StreamStats, ToolCall
+from ..records import Reply, ToolCall
 from .base import (
-    JSON_ERRORS,
     REDACTED_REASONING,
     Event,
     arguments_json,
     dumps,
-    error_kind,
     error_message,
-    http_error,
-    loads_event,
-    read_body_json,
     snippet,
     split_think,
-    stream_error,
     with_token_totals,
 )
+from .stream import StreamAccumulator, read_whole
 
 __all__ = ["MessageStream", "read_message"]
 
@@ -272,18 +267,11 @@ def _service_input(block: _Block, problems: list[str]) -> dict[str, Any]:
 
 def read_message(status: int, body: bytes | str, content_type: str) -> Reply:
     """A non-streamed response of any status -> Reply; a non-2xx one sets ``error``."""
-    whole = read_body_json(body)
-    if not 200 <= status < 300:
-        return Reply(status=status, error=http_error(status, whole))
-    if whole.parse_error:
-        problem = (f"{BODY}: JSON: the response body ({content_type or 'no content type'}) is"
-                   f" not JSON: {whole.parse_error}: {snippet(whole.text)}")
-        return Reply(status=status, problems=[problem])
-    return _message_reply(status, whole.payload)
+    reply, payload = read_whole(BODY, status, body, content_type)
+    return reply if payload is None else _message_reply(reply, payload)
 
 
-def _message_reply(status: int, payload: Any) -> Reply:
-    reply = Reply(status=status)
+def _message_reply(reply: Reply, payload: Any) -> Reply:
     if isinstance(payload, dict) and (payload.get("type") == "error" or "error" in payload):
         reply.error = error_message(payload.get("error"))
         return reply
@@ -328,79 +316,61 @@ def _block_text(item: dict[str, Any]) -> str:
 # --- a stream -----------------------------------------------------------------------------
 
 
-class MessageStream:
-    """Turns the events of one streamed Messages API response into a Reply."""
+class MessageStream(StreamAccumulator):
+    """Maps the events of one streamed Messages API response onto the accumulator."""
+
+    where = STREAM
+    end = "message_stop"
 
     def __init__(self) -> None:
+        super().__init__()
         self._blocks: dict[int, _Block] = {}
-        self._usage: dict[str, Any] | None = None
         self._stop_reason: str | None = None
-        self._error: str | None = None
-        self._problems: list[str] = []
-        self._events = 0
         self._started = False
-        self._done = False
-        """``message_stop`` (or an ``error`` event) arrived: the stream's proper end."""
         self._late_said = False
         self._early_said = False
-        self._ttft_ms: float | None = None
 
-    def add(self, event: Event, offset_ms: float) -> None:
-        """Read one event; ``offset_ms`` is the time since the request was sent."""
-        self._events += 1
+    def read(self, event: Event, offset_ms: float) -> None:
         payload = self._payload(event)
         if payload is None:
             return
         kind = payload["type"]
-        if self._done and not self._late_said:
-            self._late_said = True
-            self._problems.append(f"{STREAM}: terminal event: event {self._events} ({kind})"
-                                  " arrived after the stream's end")
+        if self.done and not self._late_said:
+            self._late_said = True  # ``message_stop`` (or an ``error`` event) ended it
+            self.problem(f"terminal event: event {self.events} ({kind}) arrived after the"
+                         " stream's end")
         handler = _HANDLERS.get(kind)
         if handler is None:
             return  # new event types may come; the API asks clients to pass them by
         if kind not in ("message_start", "ping", "error") and not self._started \
                 and not self._early_said:
             self._early_said = True  # said once; the events are still read
-            self._problems.append(f"{STREAM}: message_start first: event {self._events}"
-                                  f" ({kind}) came before any message_start")
+            self.problem(f"message_start first: event {self.events} ({kind}) came before any"
+                         " message_start")
         handler(self, payload, offset_ms)
 
-    def finish(self, *, truncated: bool = False) -> Reply:
-        """The reassembled reply; ``truncated``: the stream ended inside an event."""
-        if truncated:
-            self._problems.append(f"{STREAM}: cut: the stream ended inside an event (no blank"
-                                  " line after its last data line)")
+    def complete(self, reply: Reply) -> None:
         # A stream without message_stop is not a problem here: ``stream.done`` says so, and
         # ``expect.stream.done`` checks it (naming message_stop) unless the case turns it off.
-        if self._done and self._error is None:
+        if self.done and self.error is None:
             self._check_complete()
-        reply = Reply(usage=_usage(self._usage), error=self._error, ttft_ms=self._ttft_ms,
-                      stream=StreamStats(done=self._done, chunks=self._events,
-                                         end="message_stop", usage=self._usage is not None),
-                      problems=self._problems)
+        reply.usage = _usage(self.usage)
         _fill(reply, [self._blocks[index] for index in sorted(self._blocks)], True, STREAM)
         _set_stop_reason(reply, self._stop_reason)
-        if self._done and self._error is None:
+        if self.done and self.error is None:
             _check_stop_reason(reply, STREAM, reply.problems)
-        return reply
 
     # -- one event
 
     def _payload(self, event: Event) -> dict[str, Any] | None:
         """The event's data as an object with a ``type``; None (after saying why) if not."""
-        try:
-            payload = loads_event(event.data)
-        except JSON_ERRORS as exc:
-            if event.event == "error":  # an error in plain text is still the error
-                self._on_error({"error": event.data.strip() or "an error event with no data"},
-                               0.0)
-            else:
-                self._problems.append(f"{STREAM}: JSON: event {self._events} is not JSON:"
-                                      f" {exc}: {snippet(event.data)}")
+        payload = self.payload(event)
+        if payload is None:
+            if event.event == "error":
+                self.done = True  # an error event in plain text ends the stream too
             return None
         if not isinstance(payload, dict):
-            self._problems.append(f"{STREAM}: JSON: event {self._events} is not a JSON object:"
+            self.problem(f"JSON: event {self.events} is not a JSON object:"
                                   f" {snippet(event.data)}")
             return None
         kind = payload.get("type")
@@ -408,29 +378,29 @@ class MessageStream:
         if kind is None and (named is not None or "error" in payload):
             kind = named or "error"  # llama-server's in-band {"error": {...}}
         if not isinstance(kind, str):
-            self._problems.append(f"{STREAM}: event type: event {self._events} has no type:"
+            self.problem(f"event type: event {self.events} has no type:"
                                   f" {snippet(event.data)}")
             return None
         if named is not None and named != kind:
-            self._problems.append(f"{STREAM}: event type: event {self._events} is named"
+            self.problem(f"event type: event {self.events} is named"
                                   f" {named!r} but its data says type {kind!r}")
         return payload if payload.get("type") == kind else {**payload, "type": kind}
 
     def _on_message_start(self, payload: dict[str, Any], offset_ms: float) -> None:
         if self._started:
-            self._problems.append(f"{STREAM}: message_start first: event {self._events} is a"
+            self.problem(f"message_start first: event {self.events} is a"
                                   " second message_start")
             return
         self._started = True
         message = payload.get("message")
         usage = message.get("usage") if isinstance(message, dict) else None
-        self._merge_usage(usage)
+        self.merge_usage(usage)
 
     def _on_block_start(self, payload: dict[str, Any], offset_ms: float) -> None:
         index, content = payload.get("index"), payload.get("content_block")
         if not _is_int(index) or not isinstance(content, dict) \
                 or not isinstance(content.get("type"), str):
-            self._problems.append(f"{STREAM}: block shape: event {self._events}:"
+            self.problem(f"block shape: event {self.events}:"
                                   " content_block_start without an integer index and a"
                                   f" content_block with a type: {snippet(dumps(payload))}")
             return
@@ -446,7 +416,7 @@ class MessageStream:
         if first and block.type in ("text", "thinking"):
             block.parts.append(first)
         if block.type == "tool_use" or first:
-            self._first_output(offset_ms)
+            self.first_output(offset_ms)
 
     def _started_again(self, old: _Block, new: _Block) -> None:
         """A block opened twice: llama-server's repeat of an open block is the same block."""
@@ -454,7 +424,7 @@ class MessageStream:
                 and new.name in ("", old.name):
             return
         was = "stopped" if old.stopped else "open"
-        self._problems.append(f"{STREAM}: block started twice: event {self._events} starts"
+        self.problem(f"block started twice: event {self.events} starts"
                               f" block {new.index} ({new.type}) again while {old.label()}"
                               f" is {was}; kept the first")
 
@@ -464,12 +434,12 @@ class MessageStream:
         if block is None:
             return
         if block.stopped:
-            self._problems.append(f"{STREAM}: delta after its block stopped: event"
-                                  f" {self._events} adds to {block.label()}, which had stopped")
+            self.problem(f"delta after its block stopped: event"
+                                  f" {self.events} adds to {block.label()}, which had stopped")
         delta = payload.get("delta")
         kind = delta.get("type") if isinstance(delta, dict) else None
         if not isinstance(delta, dict) or not isinstance(kind, str):
-            self._problems.append(f"{STREAM}: delta shape: event {self._events} has no delta"
+            self.problem(f"delta shape: event {self.events} has no delta"
                                   f" object with a type: {snippet(dumps(payload))}")
             return
         if kind in _DELTAS and self._fits(block, kind):
@@ -479,8 +449,8 @@ class MessageStream:
         belongs = _DELTAS[kind][0]
         fits = block.type == belongs or (belongs == "tool_use" and _takes_input(block.type))
         if not fits:
-            self._problems.append(f"{STREAM}: delta type does not fit the block: event"
-                                  f" {self._events} sends {kind} into {block.label()}; it"
+            self.problem(f"delta type does not fit the block: event"
+                                  f" {self.events} sends {kind} into {block.label()}; it"
                                   f" belongs in a {belongs} block")
         return fits
 
@@ -491,21 +461,21 @@ class MessageStream:
             return
         value = delta.get(key)
         if not isinstance(value, str):
-            self._problems.append(f"{STREAM}: delta shape: event {self._events}: {kind}"
+            self.problem(f"delta shape: event {self.events}: {kind}"
                                   f" without a string {key}: {snippet(dumps(delta))}")
         elif kind == "signature_delta":
             block.raw["signature"] = value  # each carries the whole signature: set, not joined
         elif kind in _KEEPS_TEXT and value:
             block.parts.append(value)
             if kind != "thinking_delta":  # time to the answer or a call, not to thinking
-                self._first_output(offset_ms)
+                self.first_output(offset_ms)
 
     def _on_block_stop(self, payload: dict[str, Any], offset_ms: float) -> None:
         block = self._block_of(payload, "stop for a block never started", "content_block_stop")
         if block is None:
             return
         if block.stopped:
-            self._problems.append(f"{STREAM}: block stopped twice: event {self._events} stops"
+            self.problem(f"block stopped twice: event {self.events} stops"
                                   f" {block.label()} again")
         block.stopped = True
         block.stopped_ms = block.stopped_ms if block.stopped_ms is not None else offset_ms
@@ -514,7 +484,7 @@ class MessageStream:
         index = payload.get("index")
         block = self._blocks.get(index) if _is_int(index) else None
         if block is None:
-            self._problems.append(f"{STREAM}: {check}: event {self._events} is a {kind} for"
+            self.problem(f"{check}: event {self.events} is a {kind} for"
                                   f" block {dumps(index)}, which no content_block_start opened")
         return block
 
@@ -523,44 +493,29 @@ class MessageStream:
         reason = delta.get("stop_reason") if isinstance(delta, dict) else None
         if isinstance(reason, str) and reason:
             self._stop_reason = reason
-        self._merge_usage(payload.get("usage"))
+        self.merge_usage(payload.get("usage"))
 
     def _on_message_stop(self, payload: dict[str, Any], offset_ms: float) -> None:
-        self._done = True
+        self.done = True
 
     def _on_error(self, payload: dict[str, Any], offset_ms: float) -> None:
-        if self._error is None:  # the first error is the cause; later ones are fallout
-            error = payload.get("error", payload)
-            self._error = error_message(error)
-            self._problems.append(stream_error(STREAM, "error event", error_kind(error),
-                                               self._error))
-        self._done = True  # an error event is how the API ends a stream that failed
+        self.in_band_error("error event", payload.get("error", payload))
+        self.done = True  # an error event is how the API ends a stream that failed
 
     def _on_ping(self, payload: dict[str, Any], offset_ms: float) -> None:
         pass
 
     # -- helpers
 
-    def _merge_usage(self, usage: Any) -> None:
-        """Later usage numbers win (``message_delta``'s are cumulative); nulls do not."""
-        if not isinstance(usage, dict):
-            return
-        given = {key: value for key, value in usage.items() if value is not None}
-        self._usage = {**(self._usage or {}), **given}
-
-    def _first_output(self, offset_ms: float) -> None:
-        if self._ttft_ms is None:
-            self._ttft_ms = offset_ms
-
     def _check_complete(self) -> None:
         """After ``message_stop``: every block stopped, and the reply said why it ended."""
         for index in sorted(self._blocks):
             block = self._blocks[index]
             if not block.stopped:
-                self._problems.append(f"{STREAM}: block never stopped: {block.label()} had no"
+                self.problem(f"block never stopped: {block.label()} had no"
                                       " content_block_stop before message_stop")
         if self._stop_reason is None:
-            self._problems.append(f"{STREAM}: stop_reason: message_stop came, but no"
+            self.problem("stop_reason: message_stop came, but no"
                                   " message_delta gave a stop_reason")
 
 

@@ -69,8 +69,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..records import Reply, StreamStats, ToolCall
-from .base import JSON_ERRORS as _JSON_ERRORS
+from ..records import Reply, ToolCall
 from .base import (
     REDACTED_REASONING,
     Event,
@@ -78,14 +77,12 @@ from .base import (
     dumps,
     error_kind,
     error_message,
-    http_error,
-    loads_event,
-    read_body_json,
     snippet,
     split_think,
     stream_error,
     with_token_totals,
 )
+from .stream import StreamAccumulator, read_whole
 
 __all__ = ["END", "ResponsesStream", "read_response_body"]
 
@@ -262,15 +259,10 @@ def _set_finish(reply: Reply, response: dict[str, Any]) -> None:
 
 def read_response_body(status: int, body: bytes | str, content_type: str) -> Reply:
     """A whole response of any status -> Reply (see the module's docstring)."""
-    whole = read_body_json(body)
-    payload = whole.payload
-    if not 200 <= status < 300:
-        return Reply(status=status, error=http_error(status, whole))
-    reply = Reply(status=status)
-    if whole.parse_error:
-        reply.problems.append(f"{BODY}: JSON: the body ({content_type or 'no content type'})"
-                              f" is not JSON: {whole.parse_error}: {snippet(whole.text)}")
-    elif not isinstance(payload, dict) or not isinstance(payload.get("output"), list):
+    reply, payload = read_whole(BODY, status, body, content_type, said="the body")
+    if payload is None:
+        return reply
+    if not isinstance(payload, dict) or not isinstance(payload.get("output"), list):
         if isinstance(payload, dict) and payload.get("error") is not None:
             reply.error = error_message(payload["error"])
         else:
@@ -393,20 +385,20 @@ _TTFT = {"response.output_text.delta", "response.refusal.delta",
          "response.function_call_arguments.delta"}
 
 
-class ResponsesStream:
-    """Reads the events of one streamed Responses API reply into a Reply."""
+class ResponsesStream(StreamAccumulator):
+    """Maps the events of one streamed Responses API reply onto the accumulator."""
+
+    where = STREAM
+    end = END
+    end_marker = "[DONE]"
 
     def __init__(self) -> None:
+        super().__init__()
         self._items: dict[str, _Item] = {}
         self._by_index: dict[int, _Item] = {}
         self._unopened: set[str] = set()
-        self._problems: list[str] = []
-        self._events = 0
         self._terminal: str | None = None
         self._response: dict[str, Any] = {}
-        self._usage: dict[str, Any] | None = None
-        self._error: str | None = None
-        self._ttft_ms: float | None = None
         self._done_marker = False
         self._sequence: tuple[int, int] | None = None
         """The last ``sequence_number`` and the event that carried it."""
@@ -414,11 +406,10 @@ class ResponsesStream:
         self._renamed: dict[str, str] = {}
         """A function call's earlier ``call_id`` -> the one its ``output_item.done`` gave."""
 
-    def add(self, event: Event, offset_ms: float) -> None:
-        if not event.data.startswith("{") and event.data.strip() == "[DONE]":
-            self._done_marker = True  # chat's end marker, which relays add after the terminal
-            return
-        self._events += 1
+    def marked_end(self) -> None:
+        self._done_marker = True  # chat's end marker, which relays add after the terminal
+
+    def read(self, event: Event, offset_ms: float) -> None:
         payload = self._payload(event)
         kind = self._type_of(event, payload) if payload is not None else None
         if payload is None or kind is None:
@@ -426,10 +417,9 @@ class ResponsesStream:
         self._check_sequence(kind, payload)
         ended = self._terminal or ("data: [DONE]" if self._done_marker else None)
         if ended is not None:
-            self._problems.append(f"{STREAM}: terminal event: event {self._events} ({kind})"
-                                  f" arrived after {ended}")
-        if kind in _TTFT and self._ttft_ms is None:
-            self._ttft_ms = offset_ms
+            self.problem(f"terminal event: event {self.events} ({kind}) arrived after {ended}")
+        if kind in _TTFT:
+            self.first_output(offset_ms)
         handler = _HANDLERS.get(kind)
         if handler is not None:
             handler(self, kind, payload, offset_ms)
@@ -441,20 +431,13 @@ class ResponsesStream:
             self._find(payload, kind, _OPENS_PART[kind])
         # Any other type (response.created, annotations, future events) is counted only.
 
-    def finish(self, *, truncated: bool = False) -> Reply:
-        if truncated:
-            self._problems.append(f"{STREAM}: cut: the stream ended inside an event (no blank"
-                                  " line after its last data line)")
+    def complete(self, reply: Reply) -> None:
         items = [item.snapshot() for item in self._items.values()]
-        reply = Reply(usage=self._usage, error=self._error, ttft_ms=self._ttft_ms,
-                      problems=self._problems,
-                      stream=StreamStats(done=self._terminal is not None, chunks=self._events,
-                                         end=END, usage=self._usage is not None))
         response = dict(self._response)
         if "status" not in response and self._terminal is not None:
             response["status"] = TERMINAL[self._terminal]
         _fill(reply, items, response, STREAM)
-        if self._error is None and reply.error is not None:  # a response.failed's error
+        if self.error is None and reply.error is not None:  # a response.failed's error
             error = response.get("error")
             reply.problems.append(stream_error(STREAM, self._terminal or "response.failed",
                                                error_kind(error), reply.error))
@@ -462,22 +445,15 @@ class ResponsesStream:
         self._compare_terminal(reply.tool_calls)
         # An event out of order explains what reads wrong after it: it comes first.
         reply.problems[:0] = self._out_of_order
-        return reply
 
     # -- reading one event -----------------------------------------------------------------
 
     def _payload(self, event: Event) -> dict[str, Any] | None:
-        try:
-            payload = loads_event(event.data)
-        except _JSON_ERRORS as exc:
-            if event.event == "error":  # an error event in plain text is still the error
-                self._set_error(event.data.strip() or "an error event with no data")
-            else:
-                self._problems.append(f"{STREAM}: JSON: event {self._events} is not JSON:"
-                                      f" {exc}: {snippet(event.data)}")
+        payload = self.payload(event)
+        if payload is None:
             return None
         if not isinstance(payload, dict):
-            self._problems.append(f"{STREAM}: JSON: event {self._events} is not a JSON object:"
+            self.problem(f"JSON: event {self.events} is not a JSON object:"
                                   f" {snippet(event.data)}")
             return None
         return payload
@@ -491,45 +467,46 @@ class ResponsesStream:
         if self._sequence is not None and number <= self._sequence[0]:
             before, where = self._sequence
             self._out_of_order.append(
-                f"{STREAM}: sequence_number: event {self._events} ({kind}) has sequence_number"
+                f"{STREAM}: sequence_number: event {self.events} ({kind}) has sequence_number"
                 f" {number}, not after event {where}'s {before}: the server sent its events out"
                 " of order or twice")
         if self._sequence is None or number > self._sequence[0]:
-            self._sequence = (number, self._events)
+            self._sequence = (number, self.events)
 
     def _type_of(self, event: Event, payload: dict[str, Any]) -> str | None:
         """The data's ``type``; the ``event:`` line only stands in when the data has none."""
         named, given = event.event, payload.get("type")
-        where = f"{STREAM}: event type: event {self._events}"
+        where = f"{STREAM}: event type: event {self.events}"
         if isinstance(given, str) and given:
             if named not in ("message", given):
-                self._problems.append(f"{where} is {named!r} on its event line and {given!r} in"
+                self.problems.append(f"{where} is {named!r} on its event line and {given!r} in"
                                       f" its data; read as {given!r}")
             return given
         if named == "error":  # servers' error events often carry only the error: it is read
             return named
         if named != "message":
-            self._problems.append(f"{where} has no type in its data; read as {named!r}, from"
+            self.problems.append(f"{where} has no type in its data; read as {named!r}, from"
                                   " its event line")
             return named
-        self._problems.append(f"{where} has no type, in its data or on an event line; ignored")
+        self.problems.append(f"{where} has no type, in its data or on an event line; ignored")
         return None
 
     def _response_event(self, kind: str, payload: dict[str, Any], offset_ms: float) -> None:
         """``response.created``, ``in_progress`` and the terminal events: the response."""
         response = payload.get("response")
         if isinstance(response, dict):
-            usage = with_token_totals(response.get("usage"), "input_tokens", "output_tokens")
-            self._usage = usage if usage is not None else self._usage
+            self.set_usage(with_token_totals(response.get("usage"), "input_tokens",
+                                             "output_tokens"))
         if kind not in TERMINAL:
             return
         if self._terminal is not None:
             return  # a second terminal event: already a problem; the first one stands
         self._terminal = kind
+        self.done = True
         if isinstance(response, dict):
             self._response = response
         else:
-            self._problems.append(f"{STREAM}: terminal event: {kind} (event {self._events})"
+            self.problem(f"terminal event: {kind} (event {self.events})"
                                   " carries no response object")
 
     def _error_event(self, kind: str, payload: dict[str, Any], offset_ms: float) -> None:
@@ -541,9 +518,7 @@ class ResponsesStream:
 
     def _set_error(self, message: str, kind: str | None = None) -> None:
         """The stream's in-band error, said as the problem that fails the stage."""
-        if self._error is None:  # the first error is the cause; later ones are fallout
-            self._error = message
-            self._problems.append(stream_error(STREAM, "error event", kind, message))
+        self.in_band_error("error event", message, kind)
 
     # -- items -------------------------------------------------------------------------------
 
@@ -554,16 +529,16 @@ class ResponsesStream:
         head, index = _snapshot(data), _as_index(payload.get("output_index"))
         key = _item_key(head, index, len(self._items))
         if key in self._items:
-            self._problems.append(f"{STREAM}: item: item {key!r} opened twice (event"
-                                  f" {self._events})")
+            self.problem(f"item: item {key!r} opened twice (event"
+                                  f" {self.events})")
             return
         item = self._open(key, head, index)
         item.opened = data
         for part_key, text in head.parts.items():
             if text:  # an item opened with its content already: that content was said
                 item.parts[part_key] = _Part([text])
-        if head.type == "function_call" and self._ttft_ms is None:
-            self._ttft_ms = offset_ms  # the call's opening is its first token
+        if head.type == "function_call":
+            self.first_output(offset_ms)  # the call's opening is its first token
 
     def _item_done(self, kind: str, payload: dict[str, Any], offset_ms: float) -> None:
         data = self._item_data(kind, payload)
@@ -592,7 +567,7 @@ class ResponsesStream:
     def _item_data(self, kind: str, payload: dict[str, Any]) -> dict[str, Any] | None:
         data = payload.get("item")
         if not isinstance(data, dict):
-            self._problems.append(f"{STREAM}: item: {kind} (event {self._events}) carries no"
+            self.problem(f"item: {kind} (event {self.events}) carries no"
                                   f" item object: {snippet(dumps(data))}")
             return None
         return data
@@ -638,7 +613,7 @@ class ResponsesStream:
             item.completed_ms = offset_ms
         delta = payload.get("delta")
         if not isinstance(delta, str):
-            self._problems.append(f"{STREAM}: JSON: {kind} (event {self._events}) has no string"
+            self.problem(f"JSON: {kind} (event {self.events}) has no string"
                                   f" delta: {snippet(dumps(delta))}")
             return
         part = item.parts.setdefault((part_kind, _index(payload, index_field)), _Part())
@@ -670,8 +645,8 @@ class ResponsesStream:
         by_id = self._items.get(item_id) if item_id is not None else None
         by_index = self._by_index.get(index) if index is not None else None
         if by_id is not None and by_index is not None and by_id is not by_index:
-            self._problems.append(
-                f"{STREAM}: output_index: {kind} (event {self._events}) names item {item_id!r}"
+            self.problems.append(
+                f"{STREAM}: output_index: {kind} (event {self.events}) names item {item_id!r}"
                 f" and output_index {index}, which is item {by_index.key!r}; read as {item_id!r}")
         found = by_id or by_index
         if found is not None:
@@ -683,13 +658,13 @@ class ResponsesStream:
     def _never_opened(self, key: str, kind: str) -> None:
         if key not in self._unopened:  # once per item: its every delta would say the same
             self._unopened.add(key)
-            self._problems.append(
-                f"{STREAM}: delta for an item never opened: {kind} (event {self._events}) is for"
+            self.problems.append(
+                f"{STREAM}: delta for an item never opened: {kind} (event {self.events}) is for"
                 f" item {key!r}, which no response.output_item.added opened")
 
     def _disagrees(self, item: _Item, kind: str, says: str, said: str) -> None:
-        self._problems.append(f"{STREAM}: .done disagrees with deltas: {kind} (event"
-                              f" {self._events}) of item {item.key!r} says {says}; the stream"
+        self.problem(f".done disagrees with deltas: {kind} (event"
+                              f" {self.events}) of item {item.key!r} says {says}; the stream"
                               f" before it said {said}")
 
     def _compare_terminal(self, calls: list[ToolCall]) -> None:
@@ -703,7 +678,7 @@ class ResponsesStream:
                     if item.type == "function_call"]
         streamed = [_call_line(call.id, call.name, call.arguments_raw) for call in calls]
         if sorted(terminal) != sorted(streamed):
-            self._problems.append(
+            self.problems.append(
                 f"{STREAM}: terminal output disagrees with the stream: {self._terminal}'s output"
                 f" holds {_calls_text(terminal)}; the stream made {_calls_text(streamed)}")
 
