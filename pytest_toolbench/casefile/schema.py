@@ -24,6 +24,7 @@ from pydantic import (
     Field,
     JsonValue,  # what is sent must be JSON; YAML also reads dates and binary, which are not
     PlainSerializer,
+    PrivateAttr,
     Tag,
     WithJsonSchema,
     field_validator,
@@ -33,8 +34,9 @@ from pydantic.json_schema import GenerateJsonSchema
 from pydantic_core import core_schema
 
 from ..matchers import Matcher, compile_matcher, compile_tool_calls
-from .loader import KeyedError
+from .loader import KeyedError, KeyPath
 from .strict import strict_schema_gaps
+from .toolbox import MethodTool, describe_methods, public_methods
 
 _MATCHER_SCHEMA = {"description": "A value, or a mapping of $ operators (SPEC section 4)."}
 
@@ -226,15 +228,121 @@ class McpTools(StrictModel):
         return include
 
 
+class ToolboxClass(StrictModel):
+    """The class a toolbox is an instance of, and how it is built."""
+
+    python: str
+    """``module:Class``; a fresh instance is built for every run of the case."""
+    init: dict[str, JsonValue] = Field(default_factory=dict)
+    """Keyword arguments of the class's constructor."""
+
+    @model_validator(mode="after")
+    def _buildable(self) -> ToolboxClass:
+        cls = self.cls
+        try:
+            inspect.signature(cls).bind(**self.init)
+        except TypeError as exc:
+            raise KeyedError(f"init does not fit {cls.__qualname__}(): {exc}", ("init",)
+                             ) from None
+        except ValueError:
+            pass  # a constructor without a signature to read: building it tells
+        return self
+
+    @property
+    def cls(self) -> type:
+        try:
+            target = resolve_callable(self.python)
+        except ValueError as exc:
+            raise KeyedError(str(exc).replace("'module:function'", "'module:Class'"),
+                             ("python",)) from None
+        if not isinstance(target, type):
+            raise KeyedError(f"{self.python!r} is not a class", ("python",))
+        return target
+
+
+class MethodSchema(StrictModel):
+    """What the model is told of one method, instead of what is read from it."""
+
+    description: str | None = None
+    parameters: dict[str, JsonValue] | None = None
+    """JSON Schema of the arguments; given, the arguments reach the method as they came."""
+
+
+class Toolbox(StrictModel):
+    """``{toolbox: {python: module:Class, init: {...}}}``: an instance's methods as tools,
+    and its state for ``expect.state``."""
+
+    toolbox: ToolboxClass
+    name: Name | None = None
+    """How ``expect.state`` names the toolbox; the class's name unless given."""
+    include: list[Annotated[str, Field(min_length=1)]] | None = Field(default=None, min_length=1)
+    """Only these methods (any public method of the class, ``state`` included)."""
+    schemas: dict[str, MethodSchema] = Field(default_factory=dict)
+    """Method name -> its description and parameters as the model is told them."""
+    timeout_s: float = Field(default=30, gt=0)
+    """How long one call of a method may take."""
+
+    _methods: list[MethodTool] = PrivateAttr(default_factory=list)
+
+    @model_validator(mode="after")
+    def _described(self) -> Toolbox:
+        cls = _keyed(("toolbox",), lambda: self.toolbox.cls)
+        if self.include is not None:
+            _reject_duplicates("included method", self.include, key=None)
+        names = self.include if self.include is not None else public_methods(cls)
+        paths: dict[str, KeyPath] = {name: ("include", index)
+                                     for index, name in enumerate(self.include or [])}
+        for name in self.schemas:
+            if name not in names:
+                raise KeyedError(f"schemas names {name!r}, which is not one of the toolbox's"
+                                 f" tools ({', '.join(names) or 'none'})", ("schemas", name))
+            paths[name] = ("schemas", name)
+        given = {name: schema.model_dump(exclude_unset=True)
+                 for name, schema in self.schemas.items()}
+        self._methods = describe_methods(cls, names, given, paths)
+        return self
+
+    @property
+    def label(self) -> str:
+        """The toolbox's name in ``expect.state`` and in reports."""
+        return self.name or self.toolbox.python.rpartition(":")[2]
+
+    @property
+    def methods(self) -> list[MethodTool]:
+        return self._methods
+
+    @property
+    def tools(self) -> list[Tool]:
+        """The methods as every request offers them."""
+        return [Tool.model_construct({"name", "description", "parameters"}, name=method.name,
+                                     description=method.description,
+                                     parameters=method.parameters)
+                for method in self._methods]
+
+
+def _keyed(path: KeyPath, make: Any) -> Any:
+    """``make()``, its ``KeyedError`` placed below ``path``."""
+    try:
+        return make()
+    except KeyedError as error:
+        raise KeyedError(error.message, (*path, *error.path)) from None
+
+
 def _tool_kind(value: Any) -> str:
-    """Which kind of ``tools`` entry a value is: an MCP server's tools, or one tool."""
+    """Which kind of ``tools`` entry a value is: an MCP server's tools, a toolbox, or one
+    tool."""
     if isinstance(value, dict):
-        return "McpTools" if "mcp" in value else "Tool"
-    return "McpTools" if isinstance(value, McpTools) else "Tool"
+        return next((kind for key, kind in _ENTRY_KEYS.items() if key in value), "Tool")
+    return type(value).__name__ if isinstance(value, (McpTools, Toolbox)) else "Tool"
+
+
+_ENTRY_KEYS = {"mcp": "McpTools", "toolbox": "Toolbox"}
+"""The key that makes a ``tools`` entry other than a tool."""
 
 
 ToolEntry = Annotated[
-    Annotated[Tool, Tag("Tool")] | Annotated[McpTools, Tag("McpTools")],
+    Annotated[Tool, Tag("Tool")] | Annotated[McpTools, Tag("McpTools")]
+    | Annotated[Toolbox, Tag("Toolbox")],
     Discriminator(_tool_kind),
 ]
 
@@ -403,21 +511,21 @@ class Case(StrictModel):
 
     @field_validator("tools")
     @classmethod
-    def _unique_tool_names(cls, tools: list[Tool | McpTools]) -> list[Tool | McpTools]:
-        names = [tool.name if isinstance(tool, Tool) else f"mcp:{tool.mcp}" for tool in tools]
-        for index, name in enumerate(names):
-            if name in names[:index]:
-                kind, key = (("MCP server", "mcp") if name.startswith("mcp:")
-                             else ("tool", "name"))
-                raise KeyedError(f"duplicate {kind} name {name.removeprefix('mcp:')!r}",
-                                 (index, key))
+    def _unique_tool_names(cls, tools: list[ToolEntry]) -> list[ToolEntry]:
+        seen: set[tuple[str, str]] = set()
+        for index, entry in enumerate(tools):
+            kind, key, name = _entry_name(entry)
+            if (kind, name) in seen:
+                raise KeyedError(f"duplicate {kind} name {name!r}", (index, key))
+            seen.add((kind, name))
+        _unique_offered_names(tools)
         return tools
 
     @model_validator(mode="after")
     def _allowed_tools_exist(self) -> Case:
         if self.mcp_tools:  # an MCP server's tool names are known once it is started
             return self
-        names = {tool.name for tool in self.function_tools}
+        names = {tool.name for tool in self.offered_tools}
         for index, stage in enumerate(self.stages):
             if not isinstance(stage.tool_choice, AllowedTools):
                 continue
@@ -441,12 +549,46 @@ class Case(StrictModel):
         return [tool for tool in self.tools if isinstance(tool, Tool)]
 
     @property
+    def toolboxes(self) -> list[Toolbox]:
+        """The ``{toolbox: ...}`` entries of ``tools``."""
+        return [tool for tool in self.tools if isinstance(tool, Toolbox)]
+
+    @property
+    def offered_tools(self) -> list[Tool]:
+        """Every tool known before a server is started: the case's own, then each
+        toolbox's methods."""
+        return [*self.function_tools, *(tool for box in self.toolboxes for tool in box.tools)]
+
+    @property
     def mcp_tools(self) -> list[McpTools]:
         """The ``{mcp: NAME}`` entries of ``tools``."""
         return [tool for tool in self.tools if isinstance(tool, McpTools)]
 
     def tool(self, name: str) -> Tool | None:
         return next((tool for tool in self.function_tools if tool.name == name), None)
+
+
+def _entry_name(entry: ToolEntry) -> tuple[str, str, str]:
+    """What names a ``tools`` entry among its kind: the kind, the key, the name."""
+    if isinstance(entry, McpTools):
+        return "MCP server", "mcp", entry.mcp
+    if isinstance(entry, Toolbox):
+        return "toolbox", "name" if entry.name else "toolbox", entry.label
+    return "tool", "name", entry.name
+
+
+def _unique_offered_names(tools: list[ToolEntry]) -> None:
+    """A toolbox's methods are offered beside the case's tools: no name twice."""
+    offered = {tool.name: "the case's tool" for tool in tools if isinstance(tool, Tool)}
+    for index, entry in enumerate(tools):
+        if not isinstance(entry, Toolbox):
+            continue
+        for tool in entry.tools:
+            if tool.name in offered:
+                raise KeyedError(f"tool name {tool.name!r} clash: toolbox {entry.label!r} and"
+                                 f" {offered[tool.name]} both offer it; leave one out"
+                                 " (toolboxes: `include`)", (index,))
+            offered[tool.name] = f"toolbox {entry.label!r}"
 
 
 class SharedMcpServers(StrictModel):

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..casefile.load import LoadedCase
-from ..casefile.schema import McpTools, Stage
+from ..casefile.schema import McpTools, Stage, Toolbox
 from ..matchers.limits import DEFAULT_LIMIT_S as DEFAULT_MATCH_TIMEOUT_S
 from ..records import (
     CaseResult,
@@ -33,6 +33,7 @@ from ..wire import RequestParts, WireApi, wire_api
 from .check import Outcome, check
 from .interpolate import InterpolationError, capture, interpolate, resolve_expect
 from .machine import StageMachine, StageState
+from .toolbox import ToolboxSource
 from .tools import CaseTools, tool_message
 from .toolset import KeyPath, Toolset, ToolSource, ToolSourceFault
 
@@ -159,7 +160,8 @@ async def run_case(case_run: CaseRun, ctx: RunContext) -> CaseResult:
 
 
 async def open_toolset(case_run: CaseRun, ctx: RunContext) -> Toolset:
-    """The case's own tools, then each ``{mcp: NAME}`` entry's, in the order of ``tools``."""
+    """The case's own tools, then each ``{mcp: NAME}`` and ``{toolbox: ...}`` entry's, in
+    the order of ``tools``."""
     case = case_run.loaded.case
     sources: list[ToolSource] = [CaseTools(case)]
     paths: list[KeyPath] = [("tools",)]
@@ -169,7 +171,11 @@ async def open_toolset(case_run: CaseRun, ctx: RunContext) -> Toolset:
                 if ctx.mcp is None:
                     raise ToolSourceFault("MCP servers cannot be used here", ("tools", index))
                 sources.append(await ctx.mcp.source(case_run, index, entry))
-                paths.append(("tools", index))
+            elif isinstance(entry, Toolbox):
+                sources.append(ToolboxSource(entry, ("tools", index)))
+            else:
+                continue
+            paths.append(("tools", index))
         return Toolset(sources, paths)
     except BaseException:
         for source in reversed(sources):
@@ -177,17 +183,21 @@ async def open_toolset(case_run: CaseRun, ctx: RunContext) -> Toolset:
         raise
 
 
-def _setup_failed(case_run: CaseRun, fault: ToolSourceFault) -> RunResult:
+def _setup_failed(case_run: CaseRun, fault: ToolSourceFault, number: int = 1) -> RunResult:
     """A run that could not start, its failure at the line of what declared the tools."""
     first = case_run.loaded.case.stages[0].name
     failure = Failure(fault.message, fault.path, case_run.loaded.document.line_of(fault.path))
     attempt = StageAttempt(first, 1, failures=[failure])
-    return RunResult(1, stages=[StageResult(first, [attempt])])
+    return RunResult(number, stages=[StageResult(first, [attempt])])
 
 
 async def run_once(case_run: CaseRun, ctx: RunContext, number: int,
                    toolset: Toolset) -> RunResult:
     case = case_run.loaded.case
+    try:
+        toolset.begin_run()  # a fresh toolbox instance for every run
+    except ToolSourceFault as fault:
+        return _setup_failed(case_run, fault, number)
     run = RunResult(number)
     conversation = Conversation()
     if case.system:
@@ -208,17 +218,33 @@ async def run_stage(case_run: CaseRun, ctx: RunContext, conversation: Conversati
     result = StageResult(stage.name)
     attempts = stage.retry.attempts if stage.retry else 1
     before = conversation.snapshot()
+    try:
+        world_before = _checkpoint(toolset, attempts > 1)
+    except ToolSourceFault as fault:
+        failure = Failure(fault.message, fault.path,
+                          case_run.loaded.document.line_of(fault.path))
+        return StageResult(stage.name, [StageAttempt(stage.name, 1, failures=[failure])])
     machine.begin_stage()
     for number in range(1, attempts + 1):
         if number > 1:
             machine.fire("retry")
             _restore(conversation, before)
+            world_before()  # a retry starts from the toolboxes' state before the stage
         attempt = await StageRunner(case_run, ctx, conversation, index, stage, machine,
                                     toolset).run(number)
         result.attempts.append(attempt)
         if attempt.passed or not attempt.turns:
             break  # an attempt that sent nothing failed on the case itself: retry can't help
     return result
+
+
+def _checkpoint(toolset: Toolset, needed: bool) -> Callable[[], None]:
+    """What puts the toolboxes back as they are now; nothing to copy unless ``needed``."""
+    return toolset.checkpoint() if needed and toolset.stateful else _nothing
+
+
+def _nothing() -> None:
+    """No state to put back."""
 
 
 def _restore(conversation: Conversation, before: Conversation) -> None:
@@ -260,12 +286,16 @@ class StageRunner:
         start = self.conversation.snapshot()
         carried = self.conversation  # the first (streamed) variant carries the conversation on
         variants = [True, False] if self.stage.stream == "both" else [bool(self.stage.stream)]
+        world_start = _checkpoint(self.toolset, len(variants) > 1)
+        world_carried = _nothing
         outcomes: list[Outcome] = []
         try:
             for position, streamed in enumerate(variants):
                 if position:
                     self.machine.fire("other_variant")
                     self.conversation = start.snapshot()
+                    world_carried = self.toolset.checkpoint()
+                    world_start()  # the other variant's calls run on the state before
                 outcome = await self._run_variant(attempt, streamed)
                 if outcome is None or not self._check(attempt, outcome, streamed,
                                                       len(variants) > 1):
@@ -273,6 +303,7 @@ class StageRunner:
                 outcomes.append(outcome)
         finally:
             self.conversation = carried
+            world_carried()  # and the toolboxes, as the first variant left them
         self._compare(attempt, outcomes)
         self._capture(attempt, outcomes[0])
         self.machine.fire("mismatch" if attempt.failures else "all_hold")

@@ -1,0 +1,306 @@
+"""Stateful toolboxes: a class's methods as tools, a fresh instance per run (SPEC 12).
+
+Every test runs the plugin through pytester against the loopback chat server, which plays
+the model's calls; the toolbox is a real class in a module the test writes.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from support.chat_server import ChatServer, RecordedRequest, completion, json_reply
+
+BANK_MODULE = '''
+import asyncio
+import time
+from dataclasses import dataclass
+
+
+@dataclass
+class Entry:
+    kind: str
+    amount: int
+
+
+class Account:
+    """A bank account."""
+
+    def __init__(self, balance: int = 0, owner: str = "ann") -> None:
+        self.balance = balance
+        self.owner = owner
+        self.entries: list[Entry] = []
+        self._audit = []
+
+    def deposit(self, amount: int, note: str = "") -> int:
+        """Put money in.
+
+        Args:
+            amount: How much, in euros.
+            note: What the money is for.
+        """
+        self.balance += amount
+        self.entries.append(Entry("deposit", amount))
+        return self.balance
+
+    async def withdraw(self, amount: int) -> dict:
+        """Take money out.
+
+        :param amount: how much, in euros
+        """
+        await asyncio.sleep(0)
+        if amount > self.balance:
+            raise ValueError("insufficient funds")
+        self.balance -= amount
+        self.entries.append(Entry("withdraw", amount))
+        return {"balance": self.balance}
+
+    def get_balance(self) -> int:
+        """The balance now."""
+        return self.balance
+
+    def stall(self) -> str:
+        time.sleep(3)
+        return "late"
+
+
+class Ledger(Account):
+    def state(self) -> dict:
+        return {"total": self.balance, "count": len(self.entries)}
+
+
+class Starred:
+    def spread(self, *values: int) -> int:
+        return sum(values)
+
+
+class Untyped:
+    def guess(self, value) -> int:
+        return 1
+
+
+class Broken:
+    def __init__(self) -> None:
+        raise RuntimeError("no database")
+
+    def ping(self) -> str:
+        return "pong"
+'''
+
+
+@pytest.fixture
+def bank(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(bank=BANK_MODULE)
+    pytester.syspathinsert()
+
+
+def assistant_turns(request: RecordedRequest) -> int:
+    return sum(1 for m in request.json()["messages"] if m["role"] == "assistant")
+
+
+def tool_messages(request: RecordedRequest) -> list[str]:
+    return [m["content"] for m in request.json()["messages"] if m["role"] == "tool"]
+
+
+def play(chat_server: ChatServer, *steps: list[tuple[str, Any]]) -> None:
+    """Each request of a stage gets the next step's calls (after the last: a text answer);
+    the count restarts at every new user message."""
+    def answer(request: RecordedRequest) -> Any:
+        messages = request.json()["messages"]
+        last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
+        turn = sum(1 for m in messages[last_user:] if m["role"] == "assistant")
+        if turn < len(steps):
+            return json_reply(completion(tool_calls=steps[turn]))
+        return json_reply(completion(text="done"))
+    chat_server.set_handler(answer)
+
+
+def write_case(pytester: pytest.Pytester, server: ChatServer, body: str) -> None:
+    pytester.makefile(".case.yaml", bank=f"endpoint: {{base_url: '{server.base_url}'}}\n"
+                      + body)
+
+
+def run_live(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest("--toolbench-live", "-p", "no:cacheprovider", *args)
+
+
+def test_methods_become_tools_with_schemas_from_hints_and_docstrings(
+        pytester: pytest.Pytester, chat_server: ChatServer, bank: None) -> None:
+    play(chat_server)
+    write_case(pytester, chat_server, """name: offered
+tools:
+  - toolbox: {python: "bank:Account", init: {balance: 100}}
+    include: [deposit, withdraw, get_balance]
+stages:
+  - name: ask
+    user: hi
+""")
+    run_live(pytester).assert_outcomes(passed=1)
+    tools = {tool["function"]["name"]: tool["function"]
+             for tool in chat_server.requests[0].json()["tools"]}
+    assert list(tools) == ["deposit", "withdraw", "get_balance"]
+    assert tools["deposit"]["description"] == "Put money in."
+    assert tools["deposit"]["parameters"] == {
+        "type": "object", "required": ["amount"],
+        "properties": {"amount": {"type": "integer", "description": "How much, in euros."},
+                       "note": {"type": "string", "default": "",
+                                "description": "What the money is for."}}}
+    assert tools["withdraw"]["parameters"]["properties"]["amount"]["description"] == (
+        "how much, in euros")
+    assert tools["get_balance"]["parameters"] == {"type": "object", "properties": {}}
+
+
+def test_every_public_method_is_offered_unless_include_names_some(
+        pytester: pytest.Pytester, chat_server: ChatServer, bank: None) -> None:
+    play(chat_server)
+    write_case(pytester, chat_server, """name: all_methods
+tools:
+  - toolbox: {python: "bank:Ledger"}
+stages:
+  - name: ask
+    user: hi
+""")
+    run_live(pytester).assert_outcomes(passed=1)
+    names = [tool["function"]["name"] for tool in chat_server.requests[0].json()["tools"]]
+    assert names == ["deposit", "withdraw", "get_balance", "stall"]  # state() is no tool
+
+
+def test_calls_run_on_one_instance_in_order_sync_and_async(
+        pytester: pytest.Pytester, chat_server: ChatServer, bank: None) -> None:
+    play(chat_server, [("deposit", {"amount": 50}), ("withdraw", {"amount": 30})],
+         [("get_balance", {})])
+    write_case(pytester, chat_server, """name: moves
+tools:
+  - toolbox: {python: "bank:Account", init: {balance: 100}}
+stages:
+  - name: ask
+    user: move money
+    run_tools: true
+""")
+    run_live(pytester).assert_outcomes(passed=1)
+    assert tool_messages(chat_server.requests[1]) == ["150", '{"balance": 120}']
+    assert tool_messages(chat_server.requests[2])[-1] == "120"
+
+
+def test_each_repeat_gets_a_fresh_instance(
+        pytester: pytest.Pytester, chat_server: ChatServer, bank: None) -> None:
+    play(chat_server, [("deposit", {"amount": 5})])
+    write_case(pytester, chat_server, """name: fresh
+tools:
+  - toolbox: {python: "bank:Account", init: {balance: 10}}
+repeat: {runs: 3}
+stages:
+  - name: ask
+    user: add five
+    run_tools: true
+""")
+    run_live(pytester).assert_outcomes(passed=1)
+    answers = [tool_messages(request) for request in chat_server.requests
+               if tool_messages(request)]
+    assert answers == [["15"], ["15"], ["15"]]
+
+
+def test_method_failures_bad_arguments_and_timeouts_are_answers(
+        pytester: pytest.Pytester, chat_server: ChatServer, bank: None) -> None:
+    play(chat_server, [("withdraw", {"amount": 500}), ("deposit", {"amount": "lots"}),
+                       ("deposit", {"amount": 1, "currency": "EUR"}), ("stall", {})])
+    write_case(pytester, chat_server, """name: failing
+tools:
+  - toolbox: {python: "bank:Account", init: {balance: 10}, }
+    timeout_s: 0.3
+stages:
+  - name: ask
+    user: go
+    run_tools: true
+""")
+    run_live(pytester).assert_outcomes(passed=1)
+    errors = [json.loads(content)["error"] for content in tool_messages(chat_server.requests[1])]
+    assert errors[0] == "ValueError: insufficient funds"
+    assert errors[1].startswith("arguments do not fit deposit: amount: ")
+    assert errors[2].startswith("arguments do not fit deposit: currency: ")
+    assert errors[3] == "stall timed out after 0.3 s"
+
+
+def test_a_constructor_that_raises_fails_the_case_at_the_toolbox(
+        pytester: pytest.Pytester, chat_server: ChatServer, bank: None) -> None:
+    play(chat_server)
+    write_case(pytester, chat_server, """name: broken
+tools:
+  - toolbox: {python: "bank:Broken"}
+stages:
+  - name: ask
+    user: hi
+""")
+    result = run_live(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        ("*bank.case.yaml:4: broken: tools?0?.toolbox: toolbox 'Broken': Broken(**init)"
+        " raised RuntimeError: no database")])
+    assert chat_server.requests == []
+
+
+@pytest.mark.parametrize(("entry", "line", "message"), [
+    ('{toolbox: {python: "bank:Starred"}}', 3,
+     ("tools[0]: Starred.spread takes *values, which no JSON Schema can describe: give the"
+     " method's parameters in `schemas: {spread: {parameters: ...}}`")),
+    ('{toolbox: {python: "bank:Untyped"}}', 3,
+     "tools[0]: parameter 'value' of Untyped.guess has no type hint*"),
+    ('{toolbox: {python: "bank:Account", init: {balanse: 1}}}', 3,
+     "tools[0].toolbox.init: init does not fit Account(): *'balanse'*"),
+    ('{toolbox: {python: "bank:Account"}, include: [deposit, rob]}', 3,
+     ("tools[0].include[1]: Account has no public method 'rob' (its methods: deposit,"
+     " withdraw, get_balance, stall)")),
+    ('{toolbox: {python: "bank:entry"}}', 3, "tools[0].toolbox.python: 'bank' has no*"),
+    ('{toolbox: {python: "bank:Entry", init: {kind: a, amount: 1}}, include: [kind]}', 3,
+     "tools[0].include[0]: Entry has no public method 'kind'*"),
+])
+def test_a_toolbox_that_cannot_be_described_is_a_collection_error(
+        pytester: pytest.Pytester, bank: None, entry: str, line: int, message: str) -> None:
+    pytester.makefile(".case.yaml", bank=f"name: bad\ntools:\n  - {entry}\nstages:\n"
+                      "  - name: s\n    user: hi\n")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(errors=1)
+    pattern = message.replace("[", "?").replace("]", "?")  # fnmatch: [...] is a class
+    result.stdout.fnmatch_lines([f"*bank.case.yaml:{line}: {pattern}"])
+
+
+def test_schemas_given_per_method_describe_what_hints_cannot(
+        pytester: pytest.Pytester, chat_server: ChatServer, bank: None) -> None:
+    play(chat_server, [("spread", {"values": [1, 2]})])
+    write_case(pytester, chat_server, """name: given
+tools:
+  - toolbox: {python: "bank:Starred"}
+    schemas:
+      spread:
+        description: Adds numbers.
+        parameters: {type: object, properties: {values: {type: array}}}
+stages:
+  - name: ask
+    user: add
+    run_tools: true
+""")
+    run_live(pytester).assert_outcomes(passed=1)
+    tool = chat_server.requests[0].json()["tools"][0]["function"]
+    assert tool["description"] == "Adds numbers."
+    assert tool["parameters"] == {"type": "object", "properties": {"values": {"type": "array"}}}
+    # Arguments go as they came: spread(values=[1, 2]) is no call of spread(*values).
+    assert json.loads(tool_messages(chat_server.requests[1])[0])["error"].startswith(
+        "TypeError")
+
+
+def test_a_method_name_that_clashes_with_a_case_tool_is_a_collection_error(
+        pytester: pytest.Pytester, bank: None) -> None:
+    pytester.makefile(".case.yaml", bank="""name: clash
+tools:
+  - {name: deposit, result: ok}
+  - toolbox: {python: "bank:Account"}
+stages:
+  - name: s
+    user: hi
+""")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([
+        ("*bank.case.yaml:4: tools?1?: tool name 'deposit' clash: toolbox 'Account' and the"
+        " case's tool both offer it; leave one out (toolboxes: `include`)")])
