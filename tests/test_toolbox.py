@@ -304,3 +304,148 @@ stages:
     result.stdout.fnmatch_lines([
         ("*bank.case.yaml:4: tools?1?: tool name 'deposit' clash: toolbox 'Account' and the"
         " case's tool both offer it; leave one out (toolboxes: `include`)")])
+
+
+# --- expect.state -----------------------------------------------------------------------
+
+
+def test_state_after_a_stage_matches_public_attributes_as_json(
+        pytester: pytest.Pytester, chat_server: ChatServer, bank: None) -> None:
+    play(chat_server, [("deposit", {"amount": 50})], [("withdraw", {"amount": 30})])
+    write_case(pytester, chat_server, """name: state_ok
+tools:
+  - toolbox: {python: "bank:Account", init: {balance: 100}}
+    name: bank
+stages:
+  - name: move
+    user: move money
+    run_tools: true
+    expect:
+      state:
+        bank:
+          balance: 120
+          entries: [{kind: deposit, amount: 50}, {kind: withdraw, amount: 30}]
+          _audit: {$absent: true}
+""")
+    run_live(pytester).assert_outcomes(passed=1)
+
+
+def test_a_state_mismatch_shows_the_path_and_a_diff(
+        pytester: pytest.Pytester, chat_server: ChatServer, bank: None) -> None:
+    play(chat_server, [("deposit", {"amount": 50})])
+    write_case(pytester, chat_server, """name: state_wrong
+tools:
+  - toolbox: {python: "bank:Account", init: {balance: 100}}
+stages:
+  - name: move
+    user: move money
+    run_tools: true
+    expect:
+      state:
+        Account:
+          entries: [{kind: withdraw, amount: 50}]
+""")
+    result = run_live(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*bank.case.yaml:12: state_wrong: stages?0?.expect.state.Account.entries?0?.kind:"
+        " expected 'withdraw', got 'deposit'",
+    ])
+
+
+def test_state_reads_the_state_method_when_there_is_one(
+        pytester: pytest.Pytester, chat_server: ChatServer, bank: None) -> None:
+    play(chat_server, [("deposit", {"amount": 5})])
+    write_case(pytester, chat_server, """name: own_state
+tools:
+  - toolbox: {python: "bank:Ledger", init: {balance: 1}}
+stages:
+  - name: move
+    user: add
+    run_tools: true
+    expect:
+      state: {Ledger: {$exact: {total: 6, count: 1}}}
+""")
+    run_live(pytester).assert_outcomes(passed=1)
+
+
+def test_a_diff_of_a_long_state_is_shown_line_by_line(
+        pytester: pytest.Pytester, chat_server: ChatServer, bank: None) -> None:
+    play(chat_server, [("deposit", {"amount": 50, "note": "rent for the flat in town"})])
+    write_case(pytester, chat_server, """name: state_diff
+tools:
+  - toolbox: {python: "bank:Account", init: {balance: 100, owner: "a rather long owner name"}}
+stages:
+  - name: move
+    user: add
+    run_tools: true
+    expect:
+      state:
+        Account:
+          entries:
+            - {kind: deposit, amount: 50}
+            - {kind: deposit, amount: 20}
+            - {kind: withdraw, amount: 5}
+""")
+    result = run_live(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*:12: state_diff: *expect.state.Account.entries: expected 3"
+                                 " elements, got 1*", "*--- expected", "*+++ actual", "*@@*",
+                                 '*-    "amount": 20,'])
+
+
+def test_state_without_a_toolbox_is_a_collection_error(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".case.yaml", bank="""name: stateless
+stages:
+  - name: s
+    user: hi
+    expect:
+      state: {x: 1}
+""")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*bank.case.yaml:6: stages?0?.expect.state: expect.state"
+                                 " reads the state of the case's toolboxes, and it has none*"])
+
+
+def test_a_retried_stage_starts_from_the_state_before_it(
+        pytester: pytest.Pytester, chat_server: ChatServer, bank: None) -> None:
+    play(chat_server, [("deposit", {"amount": 10})])
+    write_case(pytester, chat_server, """name: retried
+tools:
+  - toolbox: {python: "bank:Account", init: {balance: 0}}
+stages:
+  - name: move
+    user: add ten
+    run_tools: true
+    retry: {attempts: 2}
+    expect:
+      text: never said
+""")
+    run_live(pytester).assert_outcomes(failed=1)
+    answers = [tool_messages(request) for request in chat_server.requests
+               if tool_messages(request)]
+    assert answers == [["10"], ["10"]]  # not 20: the retry ran on a balance of 0
+
+
+def test_the_case_end_expect_checks_state_after_every_stage(
+        pytester: pytest.Pytester, chat_server: ChatServer, bank: None) -> None:
+    play(chat_server, [("deposit", {"amount": 10})])
+    write_case(pytester, chat_server, """name: at_the_end
+tools:
+  - toolbox: {python: "bank:Account"}
+stages:
+  - name: one
+    user: add ten
+    run_tools: true
+  - name: two
+    user: add ten more
+    run_tools: true
+expect:
+  state: {Account: {balance: 25}}
+""")
+    result = run_live(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*bank.case.yaml:13: at_the_end: expect.state.Account.balance: expected 25, got 20",
+        "*--- stage 'end of case': failed ---"])

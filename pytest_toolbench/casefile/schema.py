@@ -33,7 +33,7 @@ from pydantic import (
 from pydantic.json_schema import GenerateJsonSchema
 from pydantic_core import core_schema
 
-from ..matchers import Matcher, compile_matcher, compile_tool_calls
+from ..matchers import Matcher, compile_matcher, compile_tool_calls, compile_trajectory
 from .loader import KeyedError, KeyPath
 from .strict import strict_schema_gaps
 from .toolbox import MethodTool, describe_methods, public_methods
@@ -56,7 +56,16 @@ ToolCallsField = Annotated[
     PlainSerializer(_spec_of),
     WithJsonSchema({"description": "A list of {name, arguments} matchers (SPEC section 5)."}),
 ]
+TrajectoryField = Annotated[
+    Any,
+    AfterValidator(compile_trajectory),
+    PlainSerializer(_spec_of),
+    WithJsonSchema({"description": "The calls made, in order: a list of {name, arguments}"
+                    " matchers, or {$ordered, $unordered, $includes, $contains, $not:"
+                    " [...], max_calls: N}."}),
+]
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
+ToolName = Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
 
 
 def _field_docstrings(schema: dict[str, Any], model: type[BaseModel]) -> None:
@@ -66,7 +75,8 @@ def _field_docstrings(schema: dict[str, Any], model: type[BaseModel]) -> None:
     pydantic's ``use_attribute_docstrings`` does the same, but reads every model's source
     when the class is built, at every collection (a third of importing this module); the
     schema is generated rarely, so the docstrings are read then."""
-    docstrings = _attribute_docstrings().get(model.__name__, {})
+    docstrings = {name: text for klass in reversed(model.__mro__)
+                  for name, text in _attribute_docstrings().get(klass.__name__, {}).items()}
     for name, field in schema.get("properties", {}).items():
         # As pydantic: a description the field gives itself wins, a docstring beats its
         # type's (a matcher field's generic one).
@@ -422,7 +432,40 @@ class StreamExpect(StrictModel):
     """True: a usage object must arrive; false: none may."""
 
 
-class Expect(StrictModel):
+class ProbeCall(StrictModel):
+    name: ToolName
+    arguments: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+class Probe(StrictModel):
+    """A call the harness makes itself once the agent loop is done, and what it must answer."""
+
+    call: ProbeCall
+    """The tool (a toolbox's, a ``python`` one, an MCP server's) and its arguments."""
+    result: MatcherField = None
+    """Matcher on the answer: its JSON when it is JSON, else its text."""
+    error: MatcherField = None
+    """The call must fail, its message matching this; unless given, a failed probe fails."""
+
+    @model_validator(mode="after")
+    def _result_or_error(self) -> Probe:
+        if {"result", "error"} <= self.model_fields_set:
+            raise ValueError("give result or error, not both")
+        return self
+
+
+class AgentExpect(StrictModel):
+    """What the agent did to the world, after a stage or at the case's end."""
+
+    state: MatcherField = None
+    """Matcher on the toolboxes' state, by toolbox name: ``{Account: {balance: 70}}``."""
+    probe: list[Probe] | None = None
+    """Calls made after the agent loop, each with the answer it must get."""
+    trajectory: TrajectoryField = None
+    """Matcher on every call the agent loop made, in order."""
+
+
+class Expect(AgentExpect):
     """What must hold after a stage; every key given must hold (SPEC section 4)."""
 
     status: MatcherField = Field(default=200, validate_default=True)
@@ -479,6 +522,9 @@ class Case(StrictModel):
     tools: list[ToolEntry] = Field(default_factory=list)
     repeat: Repeat | None = None
     stages: list[Stage] = Field(min_length=1)
+    expect: AgentExpect | None = None
+    """Checked when the last stage has passed: the state, probes, and every call of the
+    case (all its stages) as the trajectory."""
 
     @field_validator("marks")
     @classmethod
@@ -536,6 +582,31 @@ class Case(StrictModel):
                         f" ({', '.join(sorted(names)) or 'none'})",
                         ("stages", index, "tool_choice", "allowed_tools", "tools", position))
         return self
+
+    @model_validator(mode="after")
+    def _agent_expectations_fit(self) -> Case:
+        """``state`` needs a toolbox; a probe calls a tool the case offers."""
+        names = {tool.name for tool in self.offered_tools}
+        boxes = [box.label for box in self.toolboxes]
+        for path, expect in self._agent_expects():
+            if "state" in expect.model_fields_set and not boxes:
+                raise KeyedError("expect.state reads the state of the case's toolboxes, and"
+                                 " it has none (tools: [{toolbox: {python: module:Class}}])",
+                                 (*path, "state"))
+            if self.mcp_tools:  # an MCP server's tool names are known once it is started
+                continue
+            for index, probe in enumerate(expect.probe or []):
+                if probe.call.name not in names:
+                    raise KeyedError(f"probe calls {probe.call.name!r}, which is not one of the"
+                                     f" case's tools ({', '.join(sorted(names)) or 'none'})",
+                                     (*path, "probe", index, "call", "name"))
+        return self
+
+    def _agent_expects(self) -> Iterator[tuple[KeyPath, AgentExpect]]:
+        for index, stage in enumerate(self.stages):
+            yield ("stages", index, "expect"), stage.expect
+        if self.expect is not None:
+            yield ("expect",), self.expect
 
     @property
     def models(self) -> list[str | None]:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..casefile.schema import Case, Expect, Stage
-from ..matchers import MatcherError, compile_matcher, compile_tool_calls
+from ..matchers import MatcherError, compile_matcher, compile_tool_calls, compile_trajectory
 from ..records import Reply, ToolCall
 
 PLACEHOLDER = re.compile(r"\$\{([^}]+)\}")
@@ -87,11 +87,12 @@ def undefined_names(case: Case) -> Iterator[tuple[KeyPath, str]]:
 
 
 def _interpolated(stage: Stage) -> Iterator[tuple[KeyPath, Any]]:
-    """The values of a stage that ``${...}`` is filled into (``expect.stream`` is not)."""
+    """The values of a stage that ``${...}`` is filled into (``expect.stream`` and
+    ``expect.probe`` are not)."""
     yield ("user",), stage.user
     yield ("messages",), stage.messages
     yield ("params",), stage.params
-    for key in sorted(stage.expect.model_fields_set - {"stream"}):
+    for key in sorted(stage.expect.model_fields_set - {"stream", "probe"}):
         yield ("expect", key), getattr(stage.expect, key).spec
 
 
@@ -134,6 +135,10 @@ def has_placeholder(value: Any) -> bool:
     return False
 
 
+_COMPILERS = {"tool_calls": compile_tool_calls, "trajectory": compile_trajectory}
+"""The keys whose matchers are not compiled by ``compile_matcher``."""
+
+
 def resolve_expect(expect: Expect, variables: dict[str, Any]) -> Expect:
     """The stage's expectations with ``${...}`` filled in; those matchers compiled anew.
 
@@ -144,7 +149,7 @@ def resolve_expect(expect: Expect, variables: dict[str, Any]) -> Expect:
     for key in expect.model_fields_set:
         spec = getattr(getattr(expect, key), "spec", None)  # matchers have a spec
         if has_placeholder(spec):
-            compile_spec = compile_tool_calls if key == "tool_calls" else compile_matcher
+            compile_spec = _COMPILERS.get(key, compile_matcher)
             try:
                 updates[key] = compile_spec(interpolate(spec, variables, ("expect", key)))
             except MatcherError as error:

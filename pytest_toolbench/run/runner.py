@@ -6,13 +6,15 @@ answers tool calls and sends again until the model stops calling tools or ``max_
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..casefile.load import LoadedCase
-from ..casefile.schema import McpTools, Stage, Toolbox
+from ..casefile.schema import AgentExpect, McpTools, Stage, Toolbox
 from ..matchers.limits import DEFAULT_LIMIT_S as DEFAULT_MATCH_TIMEOUT_S
 from ..records import (
     CaseResult,
@@ -30,12 +32,12 @@ from ..scrubbing import Scrubber
 from ..transport.client import ApiClient, InteractionSink
 from ..transport.errors import TransportError
 from ..wire import RequestParts, WireApi, wire_api
-from .check import Outcome, check
+from .check import Outcome, check, check_agent
 from .interpolate import InterpolationError, capture, interpolate, resolve_expect
 from .machine import StageMachine, StageState
 from .toolbox import ToolboxSource
 from .tools import CaseTools, tool_message
-from .toolset import KeyPath, Toolset, ToolSource, ToolSourceFault
+from .toolset import KeyPath, Toolset, ToolSource, ToolSourceFault, WorldState
 
 
 @dataclass(frozen=True)
@@ -209,7 +211,34 @@ async def run_once(case_run: CaseRun, ctx: RunContext, number: int,
             run.stages.append(stage_result)
             if not stage_result.passed:
                 break  # later stages build on this one's conversation: nothing to learn
+    if case.expect is not None and run.passed:
+        run.stages.append(await check_case_end(case_run, ctx, run, toolset, case.expect))
     return run
+
+
+CASE_END = "end of case"
+"""The name the case-level ``expect`` is reported under, as if it were one more stage (no
+stage can have it: a stage name has no spaces)."""
+
+
+async def check_case_end(case_run: CaseRun, ctx: RunContext, run: RunResult,
+                         toolset: Toolset, expect: AgentExpect) -> StageResult:
+    """The case's own ``expect``: state and probes now, every call of the run as the
+    trajectory."""
+    attempt = StageAttempt(CASE_END, 1)
+    attempt.trajectory = [call for stage in run.stages
+                          for call in stage.attempts[-1].trajectory]
+    try:
+        world, attempt.probes = await observe(toolset, expect, ctx.scrubber)
+    except ToolSourceFault as fault:
+        attempt.failures.append(Failure(fault.message, fault.path,
+                                        case_run.loaded.document.line_of(fault.path)))
+        return StageResult(CASE_END, [attempt])
+    attempt.state = world.states if toolset.stateful else None
+    attempt.failures = check_agent(expect, attempt.trajectory, world, attempt.probes,
+                                   ("expect",), case_run.loaded.document.line_of,
+                                   ctx.match_timeout_s)
+    return StageResult(CASE_END, [attempt])
 
 
 async def run_stage(case_run: CaseRun, ctx: RunContext, conversation: Conversation,
@@ -268,6 +297,8 @@ class StageRunner:
         trail_start = len(self.machine.trail) - 1
         try:
             await self._run(attempt)
+            if attempt.state is None and self.toolset.stateful:  # the loop broke off
+                attempt.state = (await self.toolset.snapshot()).states
         except InterpolationError as error:
             attempt.failures.append(self._failure(error.message, error.path))
         except ToolSourceFault as fault:  # a tool server broke: the case fails, naming it
@@ -297,8 +328,10 @@ class StageRunner:
                     world_carried = self.toolset.checkpoint()
                     world_start()  # the other variant's calls run on the state before
                 outcome = await self._run_variant(attempt, streamed)
-                if outcome is None or not self._check(attempt, outcome, streamed,
-                                                      len(variants) > 1):
+                if outcome is None:
+                    return
+                outcome = await self._observe(attempt, outcome, first=not position)
+                if not self._check(attempt, outcome, streamed, len(variants) > 1):
                     return
                 outcomes.append(outcome)
         finally:
@@ -331,6 +364,17 @@ class StageRunner:
             self.machine.fire("tool_use")
             turn.tool_runs = await self._answer(reply.tool_calls)
         return Outcome(replies, [call for r in replies for call in r.tool_calls])
+
+    async def _observe(self, attempt: StageAttempt, outcome: Outcome, first: bool
+                       ) -> Outcome:
+        """The toolboxes' state once the loop is done, then the probes' calls: what the
+        agent's expectations read. The first variant's go into the attempt's record."""
+        world, probes = await observe(self.toolset, self.stage.expect, self.ctx.scrubber)
+        if first:
+            attempt.trajectory = list(outcome.tool_calls)
+            attempt.state = world.states if self.toolset.stateful else None
+            attempt.probes = probes
+        return dataclasses.replace(outcome, world=world, probes=probes)
 
     def _stop_at_max_turns(self, attempt: StageAttempt, turn: Turn, reply: Reply) -> None:
         turn.stop_reason = "max_turns"
@@ -467,6 +511,20 @@ class StageRunner:
 
     def _line_of(self, path: tuple[str | int, ...]) -> int:
         return self.case_run.loaded.document.line_of(path)
+
+
+async def observe(toolset: Toolset, expect: AgentExpect, scrubber: Scrubber
+                  ) -> tuple[WorldState, list[ToolRun]]:
+    """The toolboxes' state, then the runs of ``expect.probe``'s calls, one at a time in
+    order, through the toolset as the model's calls go (an MCP server's are recorded and
+    replayed with the model's)."""
+    world = await toolset.snapshot()
+    probes: list[ToolRun] = []
+    for index, probe in enumerate(expect.probe or []):
+        arguments = probe.call.arguments
+        call = ToolCall(probe.call.name, json.dumps(arguments), f"probe_{index}", arguments)
+        probes += scrubber.data(await toolset.run([call]))
+    return world, probes
 
 
 def _comparable(outcome: Outcome) -> dict[str, Any]:
