@@ -348,8 +348,8 @@ stages:
     result = run_live(pytester)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        "*bank.case.yaml:12: state_wrong: stages?0?.expect.state.Account.entries?0?.kind:"
-        " expected 'withdraw', got 'deposit'",
+        ("*bank.case.yaml:12: state_wrong: stages?0?.expect.state.Account.entries?0?.kind:"
+        " expected 'withdraw', got 'deposit'"),
     ])
 
 
@@ -389,8 +389,8 @@ stages:
 """)
     result = run_live(pytester)
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*:12: state_diff: *expect.state.Account.entries: expected 3"
-                                 " elements, got 1*", "*--- expected", "*+++ actual", "*@@*",
+    result.stdout.fnmatch_lines([("*:12: state_diff: *expect.state.Account.entries: expected 3"
+                                 " elements, got 1*"), "*--- expected", "*+++ actual", "*@@*",
                                  '*-    "amount": 20,'])
 
 
@@ -404,8 +404,8 @@ stages:
 """)
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines(["*bank.case.yaml:6: stages?0?.expect.state: expect.state"
-                                 " reads the state of the case's toolboxes, and it has none*"])
+    result.stdout.fnmatch_lines([("*bank.case.yaml:6: stages?0?.expect.state: expect.state"
+                                 " reads the state of the case's toolboxes, and it has none*")])
 
 
 def test_a_retried_stage_starts_from_the_state_before_it(
@@ -449,3 +449,108 @@ expect:
     result.stdout.fnmatch_lines([
         "*bank.case.yaml:13: at_the_end: expect.state.Account.balance: expected 25, got 20",
         "*--- stage 'end of case': failed ---"])
+
+
+# --- expect.trajectory --------------------------------------------------------------------
+
+MOVES = [[("get_balance", {})], [("withdraw", {"amount": 30}), ("deposit", {"amount": 5})]]
+
+
+def trajectory_case(pytester: pytest.Pytester, chat_server: ChatServer, spec: str) -> None:
+    play(chat_server, *MOVES)
+    write_case(pytester, chat_server, f"""name: path
+tools:
+  - toolbox: {{python: "bank:Account", init: {{balance: 100}}}}
+stages:
+  - name: move
+    user: move money
+    run_tools: true
+    expect:
+      trajectory: {spec}
+""")
+
+
+@pytest.mark.parametrize("spec", [
+    "[{name: get_balance}, {name: withdraw, arguments: {amount: 30}}, {name: deposit}]",
+    "{$unordered: [{name: deposit}, {name: get_balance}, {name: withdraw}]}",
+    "{$contains: [{name: get_balance}, {name: deposit}]}",
+    "{$includes: [{name: deposit}, {name: get_balance}]}",
+    "{$not: [{name: transfer}, {name: withdraw, arguments: {amount: {$gt: 50}}}]}",
+    "{$contains: [{name: get_balance}, {name: withdraw}], $not: {name: delete}, max_calls: 3}",
+])
+def test_a_trajectory_that_happened_passes(
+        pytester: pytest.Pytester, chat_server: ChatServer, bank: None, spec: str) -> None:
+    trajectory_case(pytester, chat_server, spec)
+    run_live(pytester).assert_outcomes(passed=1)
+
+
+CALLS_MADE = ('the calls made: #0 get_balance({}), #1 withdraw({"amount": 30}),'
+              ' #2 deposit({"amount": 5})')
+
+
+@pytest.mark.parametrize(("spec", "failure"), [
+    ("[{name: withdraw}, {name: get_balance}, {name: deposit}]",
+     "trajectory?0?.name: expected 'withdraw', got 'get_balance'"),
+    ("[{name: get_balance}, {name: withdraw}]", "trajectory: expected 2 calls, got 3: *"),
+    ("{$contains: [{name: deposit}, {name: get_balance}]}",
+     "trajectory.$contains?1?: no call after call 2 matches expected call 1"
+     " {'name': 'get_balance'}"),
+    ("{$not: [{name: withdraw}]}",
+     "trajectory.$not?0?: call 1 withdraw({\"amount\": 30}) must never happen"),
+    ("{max_calls: 2}", "trajectory.max_calls: 3 calls, more than max_calls 2"),
+])
+def test_a_trajectory_failure_lists_the_calls_made(
+        pytester: pytest.Pytester, chat_server: ChatServer, bank: None, spec: str,
+        failure: str) -> None:
+    trajectory_case(pytester, chat_server, spec)
+    result = run_live(pytester)
+    result.assert_outcomes(failed=1)
+    pattern = CALLS_MADE.replace("[", "?").replace("]", "?")
+    result.stdout.fnmatch_lines([f"*bank.case.yaml:10: path: stages?0?.expect.{failure}"
+                                 f"; {pattern}"])
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ("{$sometimes: []}", "unknown trajectory key '$sometimes'; allowed: *"),
+    ("{max_calls: -1}", "max_calls takes a count (0 or more), got -1"),
+    ("[{name: a, args: {}}]", "unknown key 'args' in an expected call*"),
+    ("calls", "trajectory takes a list of calls in order, or a mapping of *"),
+])
+def test_a_bad_trajectory_is_a_collection_error(
+        pytester: pytest.Pytester, spec: str, message: str) -> None:
+    pytester.makefile(".case.yaml", bank=f"""name: bad
+stages:
+  - name: s
+    user: hi
+    expect:
+      trajectory: {spec}
+""")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([f"*bank.case.yaml:6: stages?0?.expect.trajectory*: {message}"])
+
+
+def test_the_case_end_trajectory_spans_every_stage(
+        pytester: pytest.Pytester, chat_server: ChatServer, bank: None) -> None:
+    play(chat_server, [("get_balance", {})], [("deposit", {"amount": 1})])
+    write_case(pytester, chat_server, """name: whole
+tools:
+  - toolbox: {python: "bank:Account"}
+stages:
+  - name: one
+    user: look
+    run_tools: true
+  - name: two
+    user: add
+    run_tools: true
+expect:
+  trajectory:
+    $contains: [{name: deposit}, {name: deposit}, {name: get_balance}]
+    $not: {name: withdraw}
+""")
+    result = run_live(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*bank.case.yaml:14: whole: expect.trajectory.$contains?2?: no call after call 3"
+        " matches expected call 2 {'name': 'get_balance'}; the calls made: #0 get_balance({}),"
+        ' #1 deposit({"amount": 1}), #2 get_balance({}), #3 deposit({"amount": 1})'])

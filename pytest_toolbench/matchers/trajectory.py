@@ -86,13 +86,14 @@ class _Trajectory(_Matcher):
 
 
 def made_calls(calls: Sequence[ToolCall]) -> str:
-    """The trajectory in one line: ``1. name(arguments) 2. ...``."""
+    """The trajectory in one line, each call by its index as messages give it:
+    ``#0 name(arguments), #1 ...``."""
     if not calls:
         return "none"
-    shown = " ".join(f"{number}. {_describe_call(call)}"
-                     for number, call in enumerate(calls[:SHOWN_CALLS], 1))
+    shown = ", ".join(f"#{index} {_describe_call(call)}"
+                      for index, call in enumerate(calls[:SHOWN_CALLS]))
     more = len(calls) - SHOWN_CALLS
-    return f"{shown} ... and {more} more" if more > 0 else shown
+    return f"{shown}, ... and {more} more" if more > 0 else shown
 
 
 def compile_trajectory(spec: Any) -> Matcher:
