@@ -493,8 +493,8 @@ CALLS_MADE = ('the calls made: #0 get_balance({}), #1 withdraw({"amount": 30}),'
      "trajectory?0?.name: expected 'withdraw', got 'get_balance'"),
     ("[{name: get_balance}, {name: withdraw}]", "trajectory: expected 2 calls, got 3: *"),
     ("{$contains: [{name: deposit}, {name: get_balance}]}",
-     "trajectory.$contains?1?: no call after call 2 matches expected call 1"
-     " {'name': 'get_balance'}"),
+     ("trajectory.$contains?1?: no call after call 2 matches expected call 1"
+     " {'name': 'get_balance'}")),
     ("{$not: [{name: withdraw}]}",
      "trajectory.$not?0?: call 1 withdraw({\"amount\": 30}) must never happen"),
     ("{max_calls: 2}", "trajectory.max_calls: 3 calls, more than max_calls 2"),
@@ -506,8 +506,8 @@ def test_a_trajectory_failure_lists_the_calls_made(
     result = run_live(pytester)
     result.assert_outcomes(failed=1)
     pattern = CALLS_MADE.replace("[", "?").replace("]", "?")
-    result.stdout.fnmatch_lines([f"*bank.case.yaml:10: path: stages?0?.expect.{failure}"
-                                 f"; {pattern}"])
+    result.stdout.fnmatch_lines([(f"*bank.case.yaml:10: path: stages?0?.expect.{failure}"
+                                 f"; {pattern}")])
 
 
 @pytest.mark.parametrize(("spec", "message"), [
@@ -551,6 +551,6 @@ expect:
     result = run_live(pytester)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        "*bank.case.yaml:14: whole: expect.trajectory.$contains?2?: no call after call 3"
+        ("*bank.case.yaml:14: whole: expect.trajectory.$contains?2?: no call after call 3"
         " matches expected call 2 {'name': 'get_balance'}; the calls made: #0 get_balance({}),"
-        ' #1 deposit({"amount": 1}), #2 get_balance({}), #3 deposit({"amount": 1})'])
+        ' #1 deposit({"amount": 1}), #2 get_balance({}), #3 deposit({"amount": 1})')])
