@@ -7,6 +7,7 @@ the model's calls; the toolbox is a real class in a module the test writes.
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 import pytest
@@ -554,3 +555,129 @@ expect:
         ("*bank.case.yaml:14: whole: expect.trajectory.$contains?2?: no call after call 3"
         " matches expected call 2 {'name': 'get_balance'}; the calls made: #0 get_balance({}),"
         ' #1 deposit({"amount": 1}), #2 get_balance({}), #3 deposit({"amount": 1})')])
+
+
+# --- expect.probe -------------------------------------------------------------------------
+
+
+def test_probes_read_the_world_after_the_stage_and_are_no_part_of_the_trajectory(
+        pytester: pytest.Pytester, chat_server: ChatServer, bank: None) -> None:
+    play(chat_server, [("withdraw", {"amount": 30})])
+    pytester.makepyfile(notes="def list_notes():\n    return ['milk', 'eggs']\n")
+    write_case(pytester, chat_server, """name: probed
+tools:
+  - {name: list_notes, python: "notes:list_notes"}
+  - toolbox: {python: "bank:Account", init: {balance: 100}}
+stages:
+  - name: move
+    user: take thirty
+    run_tools: true
+    expect:
+      trajectory: [{name: withdraw}]
+      probe:
+        - {call: {name: get_balance}, result: 70}
+        - {call: {name: list_notes}, result: {$contains: milk}}
+        - {call: {name: withdraw, arguments: {amount: 1000}}, error: {$contains: insufficient}}
+""")
+    run_live(pytester).assert_outcomes(passed=1)
+    assert len(chat_server.requests) == 2  # probes send nothing to the model
+
+
+@pytest.mark.parametrize(("probe", "line", "said"), [
+    ("{call: {name: get_balance}, result: 99}", 11,
+     "stages?0?.expect.probe?0?.result: probe get_balance({}): expected 99, got 70"),
+    ("{call: {name: withdraw, arguments: {amount: 500}}, result: {$any: true}}", 11,
+     ('stages?0?.expect.probe?0?.call: probe withdraw({"amount": 500}) failed:'
+     " ValueError: insufficient funds")),
+    ("{call: {name: deposit, arguments: {amount: 1}}, error: {$any: true}}", 11,
+     ('stages?0?.expect.probe?0?.error: probe deposit({"amount": 1}) was expected to fail,'
+     " and answered: 71")),
+])
+def test_a_probe_that_gets_another_answer_fails_at_its_line(
+        pytester: pytest.Pytester, chat_server: ChatServer, bank: None, probe: str,
+        line: int, said: str) -> None:
+    play(chat_server, [("withdraw", {"amount": 30})])
+    write_case(pytester, chat_server, f"""name: probed
+tools:
+  - toolbox: {{python: "bank:Account", init: {{balance: 100}}}}
+stages:
+  - name: move
+    user: take thirty
+    run_tools: true
+    expect:
+      probe:
+        - {probe}
+""")
+    result = run_live(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"*bank.case.yaml:{line}: probed: {said}"])
+
+
+def test_a_probe_of_a_tool_the_case_lacks_is_a_collection_error(
+        pytester: pytest.Pytester, bank: None) -> None:
+    pytester.makefile(".case.yaml", bank="""name: bad
+tools:
+  - toolbox: {python: "bank:Account"}
+stages:
+  - name: s
+    user: hi
+    expect:
+      probe: [{call: {name: balance}, result: 0}]
+""")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([("*bank.case.yaml:8: stages?0?.expect.probe?0?.call.name: probe"
+                                 " calls 'balance', which is not one of the case's tools*")])
+
+
+def test_case_end_probes_run_after_the_last_stage(
+        pytester: pytest.Pytester, chat_server: ChatServer, bank: None) -> None:
+    play(chat_server, [("deposit", {"amount": 5})])
+    write_case(pytester, chat_server, """name: end_probe
+tools:
+  - toolbox: {python: "bank:Account"}
+stages:
+  - name: one
+    user: add
+    run_tools: true
+  - name: two
+    user: add
+    run_tools: true
+expect:
+  probe: [{call: {name: get_balance}, result: 10}]
+""")
+    run_live(pytester).assert_outcomes(passed=1)
+
+
+def test_a_probe_of_an_mcp_tool_is_recorded_and_replayed_without_the_server(
+        pytester: pytest.Pytester, chat_server: ChatServer) -> None:
+    python = json.dumps(sys.executable)
+    chat_server.set_handler(lambda request: json_reply(completion(text="noon")))
+    case = pytester.makefile(".case.yaml", clock=f"""endpoint: {{base_url: '{chat_server.base_url}'}}
+name: clock
+model: m
+mcp_servers:
+  time: {{command: [{python}, -m, mcp_server_time, --local-timezone, UTC]}}
+tools:
+  - mcp: time
+stages:
+  - name: ask
+    user: What time is it?
+    expect:
+      probe:
+        - call: {{name: get_current_time, arguments: {{timezone: Europe/Paris}}}}
+          result: {{timezone: Europe/Paris}}
+""")
+    record = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--toolbench-record")
+    record.assert_outcomes(passed=1)
+    cassette = (case.parent / "__cassettes__" / "clock" / "clock[m].yaml").read_text()
+    assert "get_current_time" in cassette and "method: tools/call" in cassette
+    chat_server.close()
+    case.write_text(case.read_text().replace(sys.executable, "/nonexistent/python"))
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
+    # A probe that asks otherwise than the recorded one fails replay with a diff.
+    case.write_text(case.read_text().replace("timezone: Europe/Paris}", "timezone: Asia/Tokyo}"))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([("*tools/call of MCP server 'time' differs from the one"
+                                 " recorded in*")])
