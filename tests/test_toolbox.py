@@ -681,3 +681,44 @@ stages:
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([("*tools/call of MCP server 'time' differs from the one"
                                  " recorded in*")])
+
+
+# --- reports ------------------------------------------------------------------------------
+
+
+def test_reports_show_each_stages_trajectory_probes_and_state(
+        pytester: pytest.Pytester, chat_server: ChatServer, bank: None) -> None:
+    play(chat_server, [("deposit", {"amount": 5}), ("withdraw", {"amount": 2})])
+    write_case(pytester, chat_server, """name: reported
+tools:
+  - toolbox: {python: "bank:Account", init: {balance: 10, owner: "<b>eve</b>"}}
+stages:
+  - name: move
+    user: move
+    run_tools: true
+    expect:
+      probe: [{call: {name: get_balance}, result: 13}]
+expect:
+  trajectory: {max_calls: 1}
+""")
+    result = run_live(pytester, "--toolbench-report=report.json",
+                      "--toolbench-html=report.html")
+    result.assert_outcomes(failed=1)
+    report = json.loads((pytester.path / "report.json").read_text())
+    move, end = report["cases"][0]["runs"][0]["stages"]
+    attempt = move["attempts"][0]
+    assert [call["name"] for call in attempt["trajectory"]] == ["deposit", "withdraw"]
+    assert attempt["state"] == {"Account": {
+        "balance": 13, "owner": "<b>eve</b>",
+        "entries": [{"kind": "deposit", "amount": 5}, {"kind": "withdraw", "amount": 2}]}}
+    assert [(run["call_id"], run["content"]) for run in attempt["probes"]] == [
+        ("probe_0", "13")]
+    assert end["name"] == "end of case" and not end["passed"]
+    assert end["attempts"][0]["failures"][0]["key_path"] == ["expect", "trajectory",
+                                                               "max_calls"]
+    page = (pytester.path / "report.html").read_text()
+    assert ('trajectory: #0 <b>deposit</b>({&quot;amount&quot;: 5}) → #1 <b>withdraw</b>'
+            in page)
+    assert "probe get_balance({})" in page
+    assert "<summary>state: Account</summary>" in page
+    assert "&lt;b&gt;eve&lt;/b&gt;" in page and "<b>eve</b>" not in page

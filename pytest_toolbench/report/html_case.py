@@ -2,7 +2,8 @@
 
 Each turn shows what was sent (collapsed), the reply (text, reasoning, tool calls, both
 finish reasons, protocol problems, a stream's timeline), the tools' answers; each attempt
-its state trail and failing expectations with expected vs actual as a diff. Everything is
+its state trail, its trajectory (every call, in order), its probes, the toolboxes' state
+afterwards (collapsed), and failing expectations with expected vs actual as a diff. Everything is
 read from the JSON report's data, and every text is escaped (``e``).
 """
 
@@ -90,8 +91,31 @@ def _attempt(case: Data, attempt: Data, attempts: int) -> str:
     parts.extend(_tool_run(run, "answers a call left open") for run in
                  attempt.get("answered_first", []))
     parts.extend(_turn(turn, number) for number, turn in enumerate(attempt.get("turns", []), 1))
+    parts.append(_trajectory(attempt.get("trajectory") or []))
+    parts.extend(_tool_run(run, "probe") for run in attempt.get("probes", []))
+    if attempt.get("state") is not None:
+        parts.append(_state(attempt["state"]))
     parts.extend(_failure(case, failure) for failure in attempt.get("failures", []))
     return f'<div class="attempt {state}">{"".join(parts)}</div>'
+
+
+# ---------------------------------------------------------------------------- the world
+
+
+def _trajectory(calls: list[Any]) -> str:
+    """Every call of the attempt in one line, each by its index (as failures name them)."""
+    if not calls:
+        return ""
+    steps = " → ".join(f"#{index} <b>{e(call.get('name'))}</b>({e(call.get('arguments'))})"
+                       for index, call in enumerate(calls) if isinstance(call, Mapping))
+    return f'<div class="trajectory">trajectory: {steps}</div>'
+
+
+def _state(state: Any) -> str:
+    """The toolboxes' state afterwards, collapsed, as JSON."""
+    return (f'<details class="state"><summary>state: {e(", ".join(map(str, state)))}'
+            f"</summary><pre>{e(json.dumps(state, indent=2, ensure_ascii=False))}</pre>"
+            "</details>")
 
 
 # ---------------------------------------------------------------------------- one turn
