@@ -11,7 +11,14 @@ import sys
 from typing import Any
 
 import pytest
-from support.chat_server import ChatServer, RecordedRequest, completion, json_reply
+from support.chat_server import (
+    ChatServer,
+    RecordedRequest,
+    chunks_for,
+    completion,
+    json_reply,
+    sse_reply,
+)
 
 BANK_MODULE = '''
 import asyncio
@@ -69,6 +76,11 @@ class Account:
 class Ledger(Account):
     def state(self) -> dict:
         return {"total": self.balance, "count": len(self.entries)}
+
+
+class Unreadable(Account):
+    async def state(self) -> dict:
+        raise OSError("the ledger is locked")
 
 
 class Starred:
@@ -427,6 +439,49 @@ stages:
     answers = [tool_messages(request) for request in chat_server.requests
                if tool_messages(request)]
     assert answers == [["10"], ["10"]]  # not 20: the retry ran on a balance of 0
+
+
+def test_a_state_that_cannot_be_read_fails_state_saying_why(
+        pytester: pytest.Pytester, chat_server: ChatServer, bank: None) -> None:
+    play(chat_server)
+    write_case(pytester, chat_server, """name: unreadable
+tools:
+  - toolbox: {python: "bank:Unreadable"}
+stages:
+  - name: move
+    user: hi
+    expect:
+      state: {Unreadable: {}}
+""")
+    result = run_live(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([("*:10: unreadable: stages?0?.expect.state: no state to check:"
+                                 " OSError: the ledger is locked")])
+
+
+def test_stream_both_runs_each_variant_on_the_state_before_and_goes_on_from_the_first(
+        pytester: pytest.Pytester, chat_server: ChatServer, bank: None) -> None:
+    def answer(request: RecordedRequest) -> Any:
+        said: dict[str, Any] = ({"text": "done"} if tool_messages(request)
+                                else {"tool_calls": [("deposit", {"amount": 5})]})
+        if request.json().get("stream"):
+            return sse_reply(chunks_for(**said))
+        return json_reply(completion(**said))
+    chat_server.set_handler(answer)
+    write_case(pytester, chat_server, """name: both
+tools:
+  - toolbox: {python: "bank:Account"}
+stages:
+  - name: move
+    user: add five
+    stream: both
+    run_tools: true
+    expect:
+      state: {Account: {balance: 5}}
+expect:
+  state: {Account: {balance: 5}}
+""")
+    run_live(pytester).assert_outcomes(passed=1)
 
 
 def test_the_case_end_expect_checks_state_after_every_stage(
