@@ -83,6 +83,13 @@ class Unreadable(Account):
         raise OSError("the ledger is locked")
 
 
+class Locked(Account):
+    def __init__(self) -> None:
+        super().__init__()
+        import threading
+        self._lock = threading.Lock()
+
+
 class Starred:
     def spread(self, *values: int) -> int:
         return sum(values)
@@ -482,6 +489,24 @@ expect:
   state: {Account: {balance: 5}}
 """)
     run_live(pytester).assert_outcomes(passed=1)
+
+
+def test_a_toolbox_that_cannot_be_copied_fails_a_retried_stage_saying_so(
+        pytester: pytest.Pytester, chat_server: ChatServer, bank: None) -> None:
+    play(chat_server)
+    write_case(pytester, chat_server, """name: locked
+tools:
+  - toolbox: {python: "bank:Locked"}
+stages:
+  - name: move
+    user: hi
+    retry: {attempts: 2}
+""")
+    result = run_live(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*:4: locked: tools?0?: toolbox 'Locked' cannot be copied, and"
+                                 " a retried stage (or stream: both) starts again from the"
+                                 " state before it: TypeError: *"])
 
 
 def test_the_case_end_expect_checks_state_after_every_stage(
