@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
+from pydantic import Field
+
+Euros = Annotated[int, Field(ge=1, le=1000)]
+"""An amount of money: the schema the model is sent says 1 to 1000."""
+
 FORECASTS = {"paris": (21, "sunny"), "berlin": (14, "cloudy"), "tokyo": (26, "humid")}
 
 
@@ -22,7 +29,7 @@ class Account:
         self.history: list[str] = []
         self.closed = False
 
-    def deposit(self, amount: int) -> dict[str, object]:
+    def deposit(self, amount: Euros) -> dict[str, object]:
         """Put money into the account.
 
         Args:
@@ -33,7 +40,7 @@ class Account:
         self.history.append(f"deposit {amount}")
         return {"balance": self.balance}
 
-    def withdraw(self, amount: int) -> dict[str, object]:
+    def withdraw(self, amount: Euros) -> dict[str, object]:
         """Take money out of the account.
 
         Args:
