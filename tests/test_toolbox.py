@@ -504,9 +504,9 @@ stages:
 """)
     result = run_live(pytester)
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*:4: locked: tools?0?: toolbox 'Locked' cannot be copied, and"
+    result.stdout.fnmatch_lines([("*:4: locked: tools?0?: toolbox 'Locked' cannot be copied, and"
                                  " a retried stage (or stream: both) starts again from the"
-                                 " state before it: TypeError: *"])
+                                 " state before it: TypeError: *")])
 
 
 def test_the_case_end_expect_checks_state_after_every_stage(
