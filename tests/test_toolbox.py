@@ -462,7 +462,7 @@ stages:
 """)
     result = run_live(pytester)
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([("*:10: unreadable: stages?0?.expect.state: no state to check:"
+    result.stdout.fnmatch_lines([("*:9: unreadable: stages?0?.expect.state: no state to check:"
                                  " OSError: the ledger is locked")])
 
 
