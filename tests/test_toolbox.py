@@ -90,6 +90,11 @@ class Locked(Account):
         self._lock = threading.Lock()
 
 
+class Shadow:
+    def save(self, json: str, copy: bool = False) -> dict:
+        return {"json": json, "copy": copy}
+
+
 class Starred:
     def spread(self, *values: int) -> int:
         return sum(values)
@@ -219,6 +224,23 @@ stages:
     answers = [tool_messages(request) for request in chat_server.requests
                if tool_messages(request)]
     assert answers == [["15"], ["15"], ["15"]]
+
+
+def test_parameters_may_have_the_names_of_pydantic_model_attributes(
+        pytester: pytest.Pytester, chat_server: ChatServer, bank: None) -> None:
+    play(chat_server, [("save", {"json": "{}", "copy": True})])
+    write_case(pytester, chat_server, """name: shadow
+tools:
+  - toolbox: {python: "bank:Shadow"}
+stages:
+  - name: ask
+    user: save
+    run_tools: true
+""")
+    run_live(pytester).assert_outcomes(passed=1)
+    tool = chat_server.requests[0].json()["tools"][0]["function"]
+    assert list(tool["parameters"]["properties"]) == ["json", "copy"]
+    assert tool_messages(chat_server.requests[1]) == ['{"json": "{}", "copy": true}']
 
 
 def test_method_failures_bad_arguments_and_timeouts_are_answers(

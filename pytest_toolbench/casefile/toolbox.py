@@ -32,8 +32,9 @@ class MethodTool:
     description: str
     parameters: dict[str, Any]
     arguments: type[BaseModel] | None
-    """Validates a call's arguments (and converts them to the hinted types); ``None`` when
-    the case gives the parameters' schema itself: the arguments then go as they came."""
+    """Validates a call's arguments (and converts them to the hinted types), each field
+    aliased by its parameter's name; ``None`` when the case gives the parameters' schema
+    itself: the arguments then go as they came."""
 
 
 def public_methods(cls: type) -> list[str]:
@@ -105,7 +106,10 @@ def _arguments_model(where: str, method: Callable[..., Any], docs: Mapping[str, 
             raise KeyedError(f"parameter {parameter.name!r} of {where} has no type hint: add"
                              " one, or give the method's parameters in `schemas`", path)
         default = ... if parameter.default is parameter.empty else parameter.default
-        fields[parameter.name] = (parameter.annotation, _field(default, docs.get(parameter.name)))
+        # Each field under a name of its own and the parameter's as its alias: a parameter
+        # may be called as a pydantic model's attributes are (json, copy, model_config).
+        fields[f"argument_{len(fields)}"] = (parameter.annotation, Field(
+            default, alias=parameter.name, description=docs.get(parameter.name)))
     try:
         return create_model(where.replace(".", "_"), __config__=_ARGUMENTS, **fields)
     except (PydanticSchemaGenerationError, PydanticUserError, TypeError, NameError) as exc:
@@ -116,10 +120,6 @@ def _arguments_model(where: str, method: Callable[..., Any], docs: Mapping[str, 
 
 
 _ARGUMENTS = ConfigDict(extra="forbid", arbitrary_types_allowed=False)
-
-
-def _field(default: Any, description: str | None) -> Any:
-    return Field(default, description=description)
 
 
 def _parameters_of(where: str, method: Callable[..., Any], path: KeyPath,

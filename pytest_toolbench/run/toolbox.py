@@ -114,7 +114,8 @@ def _arguments(method: MethodTool, call: ToolCall) -> dict[str, Any]:
         problems = "; ".join(f"{'.'.join(map(str, error['loc'])) or 'arguments'}:"
                              f" {error['msg']}" for error in exc.errors())
         raise ToolFailed(f"arguments do not fit {method.name}: {problems}") from None
-    return {name: getattr(given, name) for name in given.model_fields_set}
+    fields = method.arguments.model_fields
+    return {fields[name].alias or name: getattr(given, name) for name in given.model_fields_set}
 
 
 def _attributes(instance: Any) -> dict[str, Any]:
