@@ -239,7 +239,7 @@ stages:
 """)
     run_live(pytester).assert_outcomes(passed=1)
     tool = chat_server.requests[0].json()["tools"][0]["function"]
-    assert list(tool["parameters"]["properties"]) == ["json", "copy"]
+    assert set(tool["parameters"]["properties"]) == {"json", "copy"}
     assert tool_messages(chat_server.requests[1]) == ['{"json": "{}", "copy": true}']
 
 
