@@ -215,6 +215,14 @@ class StageAttempt:
     failures: list[Failure] = field(default_factory=list)
     answered_first: list[ToolRun] = field(default_factory=list)
     """Calls the previous stage left open, answered before this stage's first request."""
+    trajectory: list[ToolCall] = field(default_factory=list)
+    """Every call the agent loop made in the attempt, in order (``stream: both``: the
+    streamed variant's, which the conversation goes on from)."""
+    state: dict[str, Any] | None = None
+    """The toolboxes' state after the attempt, by toolbox name, as JSON; ``None`` when the
+    case has no toolbox."""
+    probes: list[ToolRun] = field(default_factory=list)
+    """The runs of ``expect.probe``'s calls, made after the agent loop."""
 
     @property
     def passed(self) -> bool:

@@ -30,6 +30,7 @@ class McpSource:
                  caller: Caller, closer: Callable[[], Awaitable[None]] | None = None) -> None:
         """``listing``: the server's ``tools/list`` result; ``path``: the entry's key path."""
         self.server = server
+        self.owner = f"MCP server {server!r}"
         self._path = path
         self._caller = caller
         self._closer = closer
