@@ -78,6 +78,9 @@ def test_a_stdio_server_is_listed_called_recorded_and_replayed_without_it(
     assert result["timezone"] == "Europe/Paris" and "datetime" in result
     cassette = (case.parent / "__cassettes__" / "mcp" / "clock[m].yaml").read_text()
     assert "method: tools/list" in cassette and "method: tools/call" in cassette
+    # Of each listed tool, what the model is offered: the server's outputSchema is not kept.
+    assert '"inputSchema"' in cassette and '"name": "convert_time"' in cassette
+    assert "outputSchema" not in cassette and "readOnlyHint" not in cassette
     # Replay: neither the model nor the server; a command that cannot start proves it.
     chat_server.close()
     case.write_text(case.read_text().replace(sys.executable, "/nonexistent/python"))
