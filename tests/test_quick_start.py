@@ -52,7 +52,7 @@ def quick_start_mcp_case() -> str:
     return found[0]
 
 
-FORCED_CALLS = {"get_weather": {"city": "Paris"}, "get_current_time": {"timezone": "Asia/Tokyo"}}
+FORCED_CALLS = {"get_weather": {"city": "Paris"}, "get_current_time": {"timezone": "UTC"}}
 """What the local model calls each quick-start tool with when the request forces it."""
 
 
@@ -104,7 +104,7 @@ def test_the_quick_starts_mcp_case_is_valid_and_starts_no_server_to_say_so(
                                                           encoding="utf-8")
     assert main(["validate", "clock.case.yaml"]) == 0
     result = pytester.runpytest("--collect-only", "-q", "clock.case.yaml")
-    result.stdout.fnmatch_lines(["clock.case.yaml::tokyo_time[[]gemma-3-270m[]]",
+    result.stdout.fnmatch_lines(["clock.case.yaml::utc_time[[]gemma-3-270m[]]",
                                  "1 test collected*"])
 
 
@@ -128,8 +128,8 @@ def test_the_quick_starts_mcp_case_passes_with_the_local_model_and_the_real_serv
     assert [tool["function"]["name"] for tool in offered] == ["get_current_time"]
     sent_back = [json.loads(message["content"]) for request in chat_server.requests
                  for message in request.json()["messages"] if message["role"] == "tool"]
-    assert sent_back and sent_back[0]["timezone"] == "Asia/Tokyo"
-    assert sent_back[0]["datetime"].endswith("+09:00")  # the server's answer, not a canned one
+    assert sent_back and sent_back[0]["timezone"] == "UTC"
+    assert sent_back[0]["datetime"].endswith("+00:00")  # the server's answer, not a canned one
     chat_server.close()
     case.write_text(case.read_text(encoding="utf-8").replace(here, '"/nonexistent/python"'),
                     encoding="utf-8")
