@@ -1,5 +1,5 @@
-"""Run every benchmark one after another with its default sizes (about 5 minutes on two
-cores; --quick: about 4, with the sequential live baseline extrapolated)."""
+"""Run every benchmark one after another with its default sizes (about 10 minutes on two
+cores; --quick: about 8, with the sequential live baseline extrapolated)."""
 
 from __future__ import annotations
 
