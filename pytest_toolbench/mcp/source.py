@@ -50,6 +50,19 @@ class McpSource:
             await closer()
 
 
+OFFERED_KEYS = ("name", "description", "inputSchema")
+"""What of a listed tool the model is offered, and all that replay reads of it."""
+
+
+def kept_listing(listing: dict[str, Any]) -> dict[str, Any]:
+    """A ``tools/list`` result as a cassette keeps it: every tool, each with only
+    ``OFFERED_KEYS`` (its ``outputSchema``, ``annotations``, ``icons``... are never sent)."""
+    tools = listing.get("tools")
+    return {"tools": [{key: tool[key] for key in OFFERED_KEYS if key in tool}
+                      if isinstance(tool, dict) else tool
+                      for tool in (tools if isinstance(tools, list) else [])]}
+
+
 def _offered(server: str, listing: dict[str, Any], entry: McpTools, path: KeyPath
              ) -> list[Tool]:
     """The listed tools as the case's requests offer them, those ``include`` names only."""
