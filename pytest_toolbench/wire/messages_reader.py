@@ -47,7 +47,7 @@ from .base import (
     split_think,
     with_token_totals,
 )
-from .stream import StreamAccumulator, read_whole
+from .stream import CallPart, StreamAccumulator, ToolCallParts, read_whole
 
 __all__ = ["MessageStream", "read_message"]
 
@@ -80,6 +80,16 @@ _KEEPS_TEXT = frozenset({"text_delta", "input_json_delta", "thinking_delta"})
 
 
 @dataclass
+class _UseCall(CallPart):
+    """The call of a ``tool_use`` block: its ``partial_json`` pieces are the arguments, and
+    they are complete when the block stops (``closed``), as the API says."""
+
+    start_input: Any = None
+    """The block's ``input`` as it opened: the whole input of a body, ``{}`` (or absent) at
+    the start of a stream."""
+
+
+@dataclass
 class _Block:
     """One content block, whole or being put together from deltas."""
 
@@ -88,13 +98,11 @@ class _Block:
     id: str | None = None
     name: str = ""
     parts: list[str] = field(default_factory=list)
-    """Text, thinking, or (streamed ``tool_use``) the ``partial_json`` pieces."""
-    start_input: Any = None
-    """A ``tool_use`` block's ``input`` as it opened: the whole input of a body, ``{}`` (or
-    absent) at the start of a stream."""
+    """Text, thinking, or the ``partial_json`` pieces of a call the service runs itself."""
+    call: _UseCall | None = None
+    """A ``tool_use`` block's call (from the reply's ``ToolCallParts``, keyed by the block's
+    index): its id, name and input pieces."""
     stopped: bool = False
-    stopped_ms: float | None = None
-    """When ``content_block_stop`` closed it: a streamed call's arguments are complete."""
     raw: dict[str, Any] = field(default_factory=dict)
     """The block as the server sent it: a body's whole, or a stream's
     ``content_block_start`` with what the deltas add besides text and input (the thinking
@@ -103,6 +111,25 @@ class _Block:
     def label(self) -> str:
         named = f" {self.name}" if self.name else ""
         return f"block {self.index} ({self.type}{named})"
+
+    @property
+    def pieces(self) -> list[str]:
+        """Where its deltas' text goes: the call's pieces, or the block's parts."""
+        return self.call.pieces if self.call is not None else self.parts
+
+
+def _block(index: int, content: dict[str, Any], **kwargs: Any) -> _Block:
+    """The block of ``content``: a body's block, or a stream's ``content_block``."""
+    return _Block(index, content["type"], id=_text_or_none(content.get("id")),
+                  name=_text_or_none(content.get("name")) or "", **kwargs)
+
+
+def _open_call(calls: ToolCallParts[_UseCall], block: _Block, content: dict[str, Any]) -> None:
+    """A ``tool_use`` block's call, opened in ``calls`` under the block's index."""
+    if block.type == "tool_use":
+        block.call = calls.open(block.index)
+        block.call.id, block.call.name = block.id, block.name
+        block.call.start_input = content.get("input")
 
 
 # --- what bodies and streams share ------------------------------------------------------
@@ -138,20 +165,21 @@ def _set_stop_reason(reply: Reply, reason: str | None) -> None:
 
 
 def _tool_call(block: _Block, streamed: bool, where: str, problems: list[str]) -> ToolCall:
-    """A ``tool_use`` block as a call: its input as the arguments' JSON text."""
-    raw = "".join(block.parts)
-    if streamed and block.parts and raw.strip() and _has_input(block.start_input):
+    """A ``tool_use`` block's call: its input as the arguments' JSON text."""
+    part = block.call
+    assert part is not None
+    streamed_json = "".join(part.pieces)
+    if streamed and streamed_json.strip() and _has_input(part.start_input):
         problems.append(f"{where}: tool_use input: {block.label()} opened with input"
-                        f" {snippet(dumps(block.start_input))} and streamed partial_json too;"
+                        f" {snippet(dumps(part.start_input))} and streamed partial_json too;"
                         " read the partial_json")
-    if not raw.strip():  # no deltas, or only "": the input the block opened with
-        raw = _input_text(block, streamed, where, problems)
-    arguments, error = arguments_json(raw)
-    if error is None and not isinstance(arguments, dict):
+    if not streamed_json.strip():  # no deltas, or only "": the input the block opened with
+        part.final = _input_text(block, streamed, where, problems)
+    call = part.build()
+    if call.arguments_error is None and not isinstance(call.arguments, dict):
         problems.append(f"{where}: tool_use input: {block.label()}: the input is JSON but not"
-                        f" an object: {snippet(raw)}")
-    return ToolCall(name=block.name, arguments_raw=raw, id=block.id, arguments=arguments,
-                    arguments_error=error, completed_ms=block.stopped_ms)
+                        f" an object: {snippet(call.arguments_raw)}")
+    return call
 
 
 def _takes_input(block_type: str) -> bool:
@@ -167,7 +195,7 @@ def _has_input(value: Any) -> bool:
 
 def _input_text(block: _Block, streamed: bool, where: str, problems: list[str]) -> str:
     """The JSON text of the input a block opened with (a stream's starts as ``{}``)."""
-    value = block.start_input
+    value = block.call.start_input if block.call is not None else None
     if isinstance(value, dict):
         return dumps(value)
     if value is None:
@@ -212,7 +240,7 @@ def _fill(reply: Reply, blocks: list[_Block], streamed: bool, where: str) -> Non
     """Text, reasoning and tool calls from the blocks, in their order."""
     text: list[str] = []
     reasoning: list[str] = []
-    uses = [block for block in blocks if block.type == "tool_use"]
+    uses = [block for block in blocks if block.call is not None]
     for block in blocks:
         if block.type == "text":
             text.append("".join(block.parts))
@@ -234,7 +262,7 @@ def _fill(reply: Reply, blocks: list[_Block], streamed: bool, where: str) -> Non
 def _with_calls(blocks: list[_Block], reply: Reply) -> list[tuple[_Block, ToolCall | None]]:
     """Each block beside its tool call (``None`` for the blocks that are no call)."""
     calls = iter(reply.tool_calls)
-    return [(block, next(calls) if block.type == "tool_use" else None) for block in blocks]
+    return [(block, next(calls) if block.call is not None else None) for block in blocks]
 
 
 def _native(block: _Block, call: ToolCall | None, problems: list[str]) -> dict[str, Any]:
@@ -291,17 +319,15 @@ def _message_reply(reply: Reply, payload: Any) -> Reply:
 
 
 def _body_blocks(content: list[Any], problems: list[str]) -> list[_Block]:
-    blocks = []
+    blocks, calls = [], ToolCallParts(_UseCall)
     for index, item in enumerate(content):
         if not isinstance(item, dict) or not isinstance(item.get("type"), str):
             problems.append(f"{BODY}: message shape: content block {index} is not an object"
                             f" with a type: {snippet(dumps(item))}")
             continue
-        block = _Block(index, item["type"], id=_text_or_none(item.get("id")),
-                       name=_text_or_none(item.get("name")) or "", stopped=True, raw=item)
-        if block.type == "tool_use":
-            block.start_input = item.get("input")
-        else:
+        block = _block(index, item, stopped=True, raw=item)
+        _open_call(calls, block, item)
+        if block.call is None:
             block.parts = [_block_text(item)]
         blocks.append(block)
     return blocks
@@ -325,6 +351,8 @@ class MessageStream(StreamAccumulator):
     def __init__(self) -> None:
         super().__init__()
         self._blocks: dict[int, _Block] = {}
+        self.calls = ToolCallParts(_UseCall)
+        """The ``tool_use`` blocks' calls, keyed by block index."""
         self._stop_reason: str | None = None
         self._started = False
         self._late_said = False
@@ -404,14 +432,13 @@ class MessageStream(StreamAccumulator):
                                   " content_block_start without an integer index and a"
                                   f" content_block with a type: {snippet(dumps(payload))}")
             return
-        block = _Block(index, content["type"], id=_text_or_none(content.get("id")),
-                       name=_text_or_none(content.get("name")) or "",
-                       start_input=content.get("input"), raw=dict(content))
+        block = _block(index, content, raw=dict(content))
         old = self._blocks.get(index)
         if old is not None:
             self._started_again(old, block)
             return
         self._blocks[index] = block
+        _open_call(self.calls, block, content)
         first = _text_or_none(content.get("thinking" if block.type == "thinking" else "text"))
         if first and block.type in ("text", "thinking"):
             block.parts.append(first)
@@ -466,7 +493,7 @@ class MessageStream(StreamAccumulator):
         elif kind == "signature_delta":
             block.raw["signature"] = value  # each carries the whole signature: set, not joined
         elif kind in _KEEPS_TEXT and value:
-            block.parts.append(value)
+            block.pieces.append(value)
             if kind != "thinking_delta":  # time to the answer or a call, not to thinking
                 self.first_output(offset_ms)
 
@@ -478,7 +505,8 @@ class MessageStream(StreamAccumulator):
             self.problem(f"block stopped twice: event {self.events} stops"
                                   f" {block.label()} again")
         block.stopped = True
-        block.stopped_ms = block.stopped_ms if block.stopped_ms is not None else offset_ms
+        if block.call is not None:
+            block.call.closed(offset_ms)  # the first stop: the call's input is complete
 
     def _block_of(self, payload: dict[str, Any], check: str, kind: str) -> _Block | None:
         index = payload.get("index")
