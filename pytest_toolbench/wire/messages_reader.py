@@ -76,7 +76,22 @@ _DELTAS = {
     "signature_delta": ("thinking", "signature"),
     "citations_delta": ("text", None),
 }
-_KEEPS_TEXT = frozenset({"text_delta", "input_json_delta", "thinking_delta"})
+_TEXT_FIELDS = {"text_delta": "text", "input_json_delta": "partial_json",
+                "thinking_delta": "thinking"}
+"""The deltas whose text the block keeps, and the field that carries it."""
+_FITS: dict[str, frozenset[str]] = {}
+"""Block type -> the delta types that fit it (filled as block types come)."""
+
+
+def _fitting(block_type: str) -> frozenset[str]:
+    """The delta types that fit a block of ``block_type`` (an input delta fits every call,
+    the client's and the service's own)."""
+    fits = _FITS.get(block_type)
+    if fits is None:
+        fits = _FITS[block_type] = frozenset(
+            kind for kind, (belongs, _) in _DELTAS.items()
+            if block_type == belongs or (belongs == "tool_use" and _takes_input(block_type)))
+    return fits
 
 
 @dataclass
@@ -98,10 +113,13 @@ class _Block:
     id: str | None = None
     name: str = ""
     parts: list[str] = field(default_factory=list)
-    """Text, thinking, or the ``partial_json`` pieces of a call the service runs itself."""
+    """Text, thinking, or the ``partial_json`` pieces (a ``tool_use`` block's are its call's
+    pieces: the same list)."""
     call: _UseCall | None = None
     """A ``tool_use`` block's call (from the reply's ``ToolCallParts``, keyed by the block's
     index): its id, name and input pieces."""
+    fits: frozenset[str] = frozenset()
+    """The delta types that fit the block (a stream's)."""
     stopped: bool = False
     raw: dict[str, Any] = field(default_factory=dict)
     """The block as the server sent it: a body's whole, or a stream's
@@ -111,11 +129,6 @@ class _Block:
     def label(self) -> str:
         named = f" {self.name}" if self.name else ""
         return f"block {self.index} ({self.type}{named})"
-
-    @property
-    def pieces(self) -> list[str]:
-        """Where its deltas' text goes: the call's pieces, or the block's parts."""
-        return self.call.pieces if self.call is not None else self.parts
 
 
 def _block(index: int, content: dict[str, Any], **kwargs: Any) -> _Block:
@@ -130,13 +143,14 @@ def _open_call(calls: ToolCallParts[_UseCall], block: _Block, content: dict[str,
         block.call = calls.open(block.index)
         block.call.id, block.call.name = block.id, block.name
         block.call.start_input = content.get("input")
+        block.parts = block.call.pieces
 
 
 # --- what bodies and streams share ------------------------------------------------------
 
 
 def _is_int(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return type(value) is int  # JSON's integers (a bool is no index)
 
 
 def _text_or_none(value: Any) -> str | None:
@@ -359,10 +373,14 @@ class MessageStream(StreamAccumulator):
         self._early_said = False
 
     def read(self, event: Event, offset_ms: float) -> None:
-        payload = self._payload(event)
-        if payload is None:
-            return
-        kind = payload["type"]
+        payload = self.payload(event)
+        kind = payload.get("type") if type(payload) is dict else None
+        named = event.event
+        if type(kind) is not str or (named != kind and named != "message"):
+            payload = self._typed(event, payload)  # what is not a well-typed event
+            if payload is None:
+                return
+            kind = payload["type"]
         if self.done and not self._late_said:
             self._late_said = True  # ``message_stop`` (or an ``error`` event) ended it
             self.problem(f"terminal event: event {self.events} ({kind}) arrived after the"
@@ -370,8 +388,8 @@ class MessageStream(StreamAccumulator):
         handler = _HANDLERS.get(kind)
         if handler is None:
             return  # new event types may come; the API asks clients to pass them by
-        if kind not in ("message_start", "ping", "error") and not self._started \
-                and not self._early_said:
+        if not self._started and not self._early_said \
+                and kind not in ("message_start", "ping", "error"):
             self._early_said = True  # said once; the events are still read
             self.problem(f"message_start first: event {self.events} ({kind}) came before any"
                          " message_start")
@@ -390,16 +408,17 @@ class MessageStream(StreamAccumulator):
 
     # -- one event
 
-    def _payload(self, event: Event) -> dict[str, Any] | None:
-        """The event's data as an object with a ``type``; None (after saying why) if not."""
-        payload = self.payload(event)
-        if payload is None:
+    def _typed(self, event: Event, payload: Any) -> dict[str, Any] | None:
+        """An event that is not a JSON object whose ``type`` its ``event:`` line agrees
+        with: read with its type set (from the event line, or ``error``), or None after
+        saying why it cannot be read."""
+        if payload is None:  # not JSON: already said
             if event.event == "error":
                 self.done = True  # an error event in plain text ends the stream too
             return None
         if not isinstance(payload, dict):
             self.problem(f"JSON: event {self.events} is not a JSON object:"
-                                  f" {snippet(event.data)}")
+                         f" {snippet(event.data)}")
             return None
         kind = payload.get("type")
         named = event.event if event.event != "message" else None
@@ -407,11 +426,11 @@ class MessageStream(StreamAccumulator):
             kind = named or "error"  # llama-server's in-band {"error": {...}}
         if not isinstance(kind, str):
             self.problem(f"event type: event {self.events} has no type:"
-                                  f" {snippet(event.data)}")
+                         f" {snippet(event.data)}")
             return None
         if named is not None and named != kind:
             self.problem(f"event type: event {self.events} is named"
-                                  f" {named!r} but its data says type {kind!r}")
+                         f" {named!r} but its data says type {kind!r}")
         return payload if payload.get("type") == kind else {**payload, "type": kind}
 
     def _on_message_start(self, payload: dict[str, Any], offset_ms: float) -> None:
@@ -432,7 +451,7 @@ class MessageStream(StreamAccumulator):
                                   " content_block_start without an integer index and a"
                                   f" content_block with a type: {snippet(dumps(payload))}")
             return
-        block = _block(index, content, raw=dict(content))
+        block = _block(index, content, raw=dict(content), fits=_fitting(content["type"]))
         old = self._blocks.get(index)
         if old is not None:
             self._started_again(old, block)
@@ -456,32 +475,36 @@ class MessageStream(StreamAccumulator):
                               f" is {was}; kept the first")
 
     def _on_block_delta(self, payload: dict[str, Any], offset_ms: float) -> None:
-        block = self._block_of(payload, "delta for a block never started",
-                               "content_block_delta")
+        index = payload.get("index")
+        block = self._blocks.get(index) if type(index) is int else None
         if block is None:
+            self._never_started(index, "delta for a block never started", "content_block_delta")
             return
         if block.stopped:
             self.problem(f"delta after its block stopped: event"
-                                  f" {self.events} adds to {block.label()}, which had stopped")
+                         f" {self.events} adds to {block.label()}, which had stopped")
         delta = payload.get("delta")
-        kind = delta.get("type") if isinstance(delta, dict) else None
-        if not isinstance(delta, dict) or not isinstance(kind, str):
+        if not isinstance(delta, dict) or type(kind := delta.get("type")) is not str:
             self.problem(f"delta shape: event {self.events} has no delta"
-                                  f" object with a type: {snippet(dumps(payload))}")
+                         f" object with a type: {snippet(dumps(payload))}")
             return
-        if kind in _DELTAS and self._fits(block, kind):
-            self._apply(block, kind, delta, offset_ms)
+        if kind not in block.fits:
+            if kind in _DELTAS:  # a delta type not listed is ignored, as the API asks
+                self.problem(f"delta type does not fit the block: event {self.events} sends"
+                             f" {kind} into {block.label()}; it belongs in a"
+                             f" {_DELTAS[kind][0]} block")
+            return
+        key = _TEXT_FIELDS.get(kind)
+        value = delta.get(key) if key is not None else None
+        if type(value) is not str:
+            self._other_delta(block, kind, delta)
+        elif value:
+            block.parts.append(value)
+            if self.ttft_ms is None and kind != "thinking_delta":
+                self.first_output(offset_ms)  # time to the answer or a call, not to thinking
 
-    def _fits(self, block: _Block, kind: str) -> bool:
-        belongs = _DELTAS[kind][0]
-        fits = block.type == belongs or (belongs == "tool_use" and _takes_input(block.type))
-        if not fits:
-            self.problem(f"delta type does not fit the block: event"
-                                  f" {self.events} sends {kind} into {block.label()}; it"
-                                  f" belongs in a {belongs} block")
-        return fits
-
-    def _apply(self, block: _Block, kind: str, delta: dict[str, Any], offset_ms: float) -> None:
+    def _other_delta(self, block: _Block, kind: str, delta: dict[str, Any]) -> None:
+        """A delta that carries no text to keep: a signature, a citation, or a slip."""
         key = _DELTAS[kind][1]
         if key is None:
             _add_citation(block, delta.get("citation"))
@@ -489,32 +512,26 @@ class MessageStream(StreamAccumulator):
         value = delta.get(key)
         if not isinstance(value, str):
             self.problem(f"delta shape: event {self.events}: {kind}"
-                                  f" without a string {key}: {snippet(dumps(delta))}")
-        elif kind == "signature_delta":
-            block.raw["signature"] = value  # each carries the whole signature: set, not joined
-        elif kind in _KEEPS_TEXT and value:
-            block.pieces.append(value)
-            if kind != "thinking_delta":  # time to the answer or a call, not to thinking
-                self.first_output(offset_ms)
+                         f" without a string {key}: {snippet(dumps(delta))}")
+        else:  # a signature_delta carries the whole signature: set, not joined
+            block.raw["signature"] = value
 
     def _on_block_stop(self, payload: dict[str, Any], offset_ms: float) -> None:
-        block = self._block_of(payload, "stop for a block never started", "content_block_stop")
+        index = payload.get("index")
+        block = self._blocks.get(index) if type(index) is int else None
         if block is None:
+            self._never_started(index, "stop for a block never started", "content_block_stop")
             return
         if block.stopped:
-            self.problem(f"block stopped twice: event {self.events} stops"
-                                  f" {block.label()} again")
+            self.problem(f"block stopped twice: event {self.events} stops {block.label()}"
+                         " again")
         block.stopped = True
         if block.call is not None:
             block.call.closed(offset_ms)  # the first stop: the call's input is complete
 
-    def _block_of(self, payload: dict[str, Any], check: str, kind: str) -> _Block | None:
-        index = payload.get("index")
-        block = self._blocks.get(index) if _is_int(index) else None
-        if block is None:
-            self.problem(f"{check}: event {self.events} is a {kind} for"
-                                  f" block {dumps(index)}, which no content_block_start opened")
-        return block
+    def _never_started(self, index: Any, check: str, kind: str) -> None:
+        self.problem(f"{check}: event {self.events} is a {kind} for block {dumps(index)},"
+                     " which no content_block_start opened")
 
     def _on_message_delta(self, payload: dict[str, Any], offset_ms: float) -> None:
         delta = payload.get("delta")
