@@ -11,6 +11,11 @@ anthropic's ``accumulate_event``, google-genai's ``GenerateContentResponse`` per
 each skipped when its package is missing. Figures are the best of --repeat runs. Target:
 each reader >= 60 % of its floor.
 
+``--instructions`` counts instead of timing (valgrind's cachegrind, about 50 times slower:
+use ``--mb 1``): the instructions of the reader and of the floor on the same stream, each
+one run in a process of its own, less those of a run that builds the stream and warms both
+up. A figure a busy machine does not move, unlike MB/s.
+
 The stream (built in memory, default 20 MB) is one OpenAI-shaped chat-completions reply
 with CALLS parallel tool calls, sent as OpenAI sends them: a header delta per call (index,
 id, name, empty arguments), then argument fragments of 1-12 characters cut anywhere (inside
@@ -36,11 +41,13 @@ import argparse
 import inspect
 import json
 import random
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from _common import print_table
+from _common import REPO, clean_env, count_python_instructions, print_table
 
 from pytest_toolbench.apis import API_NAMES, api_names
 from pytest_toolbench.transport.sse import SSEDecoder
@@ -74,6 +81,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--api", default=",".join(API_NAMES),
                         help="the wire APIs to measure (default: all)")
+    parser.add_argument("--instructions", action="store_true",
+                        help="count the instructions of each reader and its floor (valgrind)"
+                             " instead of timing them")
+    parser.add_argument("--once", choices=("warm", "reader", "floor"),
+                        help=argparse.SUPPRESS)  # one counted run of --instructions
     return parser.parse_args()
 
 
@@ -513,7 +525,48 @@ FLOOR_SHARE = 0.60
 def main() -> None:
     args = parse_args()
     for api in api_names(args.api):
-        measure(api, args)
+        if args.once:
+            run_once(api, args)
+        elif args.instructions:
+            count(api, args)
+        else:
+            measure(api, args)
+
+
+def the_floor(api: str) -> Callable[[list[bytes]], Calls]:
+    return naive_floor if api == "chat" else floor_of(api)
+
+
+def run_once(api: str, args: argparse.Namespace) -> None:
+    """Build the stream, warm the reader and the floor up on a small one, then run the
+    ``--once`` side on the whole stream (nothing more for ``warm``)."""
+    body, expected = api_stream(api, int(args.mb * MB), args.calls, args.seed)
+    chunks = network_chunks(body, args.chunk)
+    small, small_expected = api_stream(api, 50_000, 2, 1)
+    sides = {"reader": reader_of(api), "floor": the_floor(api)}
+    for decode in sides.values():
+        timed(decode, network_chunks(small, args.chunk), small_expected, 1)
+    if args.once in sides:
+        timed(sides[args.once], chunks, expected, 1)
+
+
+def count(api: str, args: argparse.Namespace) -> None:
+    """Instructions of the reader and of the floor on one stream (see the docstring)."""
+    once = [__file__, "--api", api, "--mb", str(args.mb), "--calls", str(args.calls),
+            "--chunk", str(args.chunk), "--seed", str(args.seed), "--once"]
+    # One run uncounted first: it writes the bytecode the counted ones then read alike.
+    subprocess.run([sys.executable, *once, "warm"], cwd=REPO, env=clean_env(), check=True)
+    counts = {}
+    for side in ("warm", "reader", "floor"):
+        counted = count_python_instructions([*once, side], REPO)
+        if counted is None:
+            raise SystemExit("valgrind is not installed: --instructions needs it")
+        counts[side] = counted
+    reader, floor = counts["reader"] - counts["warm"], counts["floor"] - counts["warm"]
+    megabytes = len(api_stream(api, int(args.mb * MB), args.calls, args.seed)[0]) / MB
+    print(f"{api}: {megabytes:.1f} MB; reader {reader / 1e6 / megabytes:.1f} M instructions"
+          f" a MB, floor {floor / 1e6 / megabytes:.1f} M: {floor / reader:.0%} of the floor's"
+          f" (target >= {FLOOR_SHARE:.0%})")
 
 
 def measure(api: str, args: argparse.Namespace) -> None:

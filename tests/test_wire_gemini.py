@@ -430,3 +430,27 @@ stages:
     result = pytester.runpytest("--collect-only", "-p", "no:cacheprovider")
     result.stdout.fnmatch_lines([f"*g.case.yaml:4: case 'refused': *{says}*"])
     assert result.ret != 0
+
+
+def test_the_command_lines_model_is_the_one_collection_checks(pytester: pytest.Pytester) -> None:
+    """A case without a model runs over Gemini with --toolbench-model's, and the service's
+    refusals are judged for that model."""
+    pytester.makefile(".case.yaml", g="""
+name: penalised
+endpoint: {api: gemini}
+params: {presence_penalty: 0.5}
+stages:
+  - name: ask
+    user: hi
+""")
+    without = pytester.runpytest("--collect-only", "-p", "no:cacheprovider")
+    without.stdout.fnmatch_lines(["*g.case.yaml:1: case 'penalised': *give the case a model*"])
+    newer = pytester.runpytest("--collect-only", "-q", "-p", "no:cacheprovider",
+                               "--toolbench-model", "gemini-3-pro")
+    newer.stdout.fnmatch_lines(["*penalised*gemini-3-pro*", "1 test collected*"])
+    assert newer.ret == 0
+    older = pytester.runpytest("--collect-only", "-p", "no:cacheprovider",
+                               "--toolbench-model", "gemini-2.5-flash")
+    older.stdout.fnmatch_lines(
+        ["*g.case.yaml:3: case 'penalised': *presencePenalty on gemini-2.5-flash*"])
+    assert older.ret != 0

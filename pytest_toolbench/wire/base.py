@@ -12,7 +12,7 @@ import difflib
 import json
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from json.scanner import make_scanner
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
@@ -163,9 +163,11 @@ class WireApi(ABC):
     outside them is a collection error, as the service would refuse it. ``None``: any key
     goes (chat completions, whose servers take many extensions of their own)."""
 
-    def unsupported(self, case: Case) -> list[Unsupported]:
-        """What ``case`` asks that this API cannot express: here, ``params`` keys its
-        request has no field for; an adapter adds its own."""
+    def unsupported(self, case: Case, models: Sequence[str | None] | None = None
+                    ) -> list[Unsupported]:
+        """What ``case`` asks that this API cannot express, run with ``models`` (the
+        command line's, or the case's own: None); here, ``params`` keys its request has no
+        field for; an adapter adds its own."""
         if self.request_fields is None:
             return []
         return [Unsupported(self._unknown_field(key), (*where, key))

@@ -45,6 +45,7 @@ Reading is ``gemini_reader.py``.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..records import Reply
@@ -129,13 +130,15 @@ class GeminiApi(WireApi):
     def stream_reader(self) -> StreamReader:
         return GeminiStream()
 
-    def unsupported(self, case: Case) -> list[Unsupported]:
-        found = super().unsupported(case)
-        if not case.model:
+    def unsupported(self, case: Case, models: Sequence[str | None] | None = None
+                    ) -> list[Unsupported]:
+        found = super().unsupported(case, models)
+        models = case.models if models is None else models
+        if not all(models):
             found.append(Unsupported(f"{_TITLE} puts the model in the request's path"
                                      " (models/MODEL:generateContent): give the case a model",
                                      ()))
-        found += _generation_unsupported(case)
+        found += _generation_unsupported(case, [model for model in models if model])
         for index, stage in enumerate(case.stages):
             allowed = getattr(stage.tool_choice, "allowed_tools", None)
             if allowed is not None and allowed.mode != "required":
@@ -152,10 +155,10 @@ class GeminiApi(WireApi):
 # --- collection ---------------------------------------------------------------------------
 
 
-def _generation_unsupported(case: Case) -> list[Unsupported]:
-    """What the service refuses in the generation settings, once per key."""
+def _generation_unsupported(case: Case, models: list[str]) -> list[Unsupported]:
+    """What the service refuses in the generation settings of ``case`` run with ``models``,
+    once per key."""
     found: dict[tuple[str | int, ...], str] = {}
-    models = case.model if isinstance(case.model, list) else [case.model or ""]
     for index, stage in enumerate(case.stages):
         params = {**case.params, **stage.params}
 

@@ -81,7 +81,7 @@ are the call's ``arguments_error``, which fails a streamed stage as in every API
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..records import Reply
@@ -164,8 +164,9 @@ class MessagesApi(WireApi):
     def stream_reader(self) -> StreamReader:
         return MessageStream()
 
-    def unsupported(self, case: Case) -> list[Unsupported]:
-        found = super().unsupported(case) + _thinking_unsupported(case)
+    def unsupported(self, case: Case, models: Sequence[str | None] | None = None
+                    ) -> list[Unsupported]:
+        found = super().unsupported(case, models) + _thinking_unsupported(case)
         for index, stage in enumerate(case.stages):
             if hasattr(stage.tool_choice, "allowed_tools"):
                 found.append(Unsupported(

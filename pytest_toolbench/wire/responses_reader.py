@@ -73,7 +73,6 @@ from ..records import Reply, ToolCall
 from .base import (
     REDACTED_REASONING,
     Event,
-    arguments_json,
     dumps,
     error_kind,
     error_message,
@@ -82,7 +81,7 @@ from .base import (
     stream_error,
     with_token_totals,
 )
-from .stream import StreamAccumulator, read_whole
+from .stream import CallPart, StreamAccumulator, ToolCallParts, read_whole
 
 __all__ = ["END", "ResponsesStream", "read_response_body"]
 
@@ -117,9 +116,6 @@ class _Snapshot:
     parts: dict[PartKey, str] = field(default_factory=dict)
     kinds: set[str] = field(default_factory=set)
     """The kinds the item's data spoke of (``content: []`` speaks of text: it has none)."""
-    completed_ms: float | None = None
-    """A streamed function call: when its arguments were complete (their last delta, or
-    the ``.done`` event that closed them)."""
     encrypted: bool = False
     """A reasoning item that carries ``encrypted_content``."""
 
@@ -184,16 +180,17 @@ def _str_or_none(value: Any) -> str | None:
 # --- items -> Reply ---------------------------------------------------------------------
 
 
-def _fill(reply: Reply, items: list[_Snapshot], response: dict[str, Any], check: str) -> None:
-    """Text, reasoning, calls, usage and finish reasons from the items and the response."""
+def _fill(reply: Reply, items: list[_Snapshot], calls: list[CallPart], response: dict[str, Any],
+          check: str) -> None:
+    """Text, reasoning, calls, usage and finish reasons from the items, the function calls'
+    parts and the response."""
     text = "".join(item.joined("text") for item in items if item.type == "message")
     pieces = [piece for item in items if item.type == "reasoning"
               for piece in _reasoning_of(item)]
     reply.text, thought = split_think(text)
     reply.reasoning = "\n\n".join(pieces) if pieces else thought
-    reply.tool_calls = [_call(item, position, reply.problems, check)
-                        for position, item in enumerate(
-                            item for item in items if item.type == "function_call")]
+    reply.tool_calls = [_call(part, position, reply.problems, check)
+                        for position, part in enumerate(calls)]
     _check_call_ids(reply.tool_calls, reply.problems, check)
     usage = with_token_totals(response.get("usage"), "input_tokens", "output_tokens")
     reply.usage = usage if usage is not None else reply.usage
@@ -207,14 +204,22 @@ def _reasoning_of(item: _Snapshot) -> list[str]:
     return said or ([REDACTED_REASONING] if item.encrypted else [])
 
 
-def _call(item: _Snapshot, position: int, problems: list[str], check: str) -> ToolCall:
-    raw = item.parts.get(("arguments", 0), "")
-    arguments, error = arguments_json(raw)
-    if not item.name:
-        problems.append(f"{check}: item: function call {position} ({item.call_id or 'no call_id'})"
+def _call(part: CallPart, position: int, problems: list[str], check: str) -> ToolCall:
+    if not part.name:
+        problems.append(f"{check}: item: function call {position} ({part.id or 'no call_id'})"
                         " has no name")
-    return ToolCall(name=item.name, arguments_raw=raw, id=item.call_id, arguments=arguments,
-                    arguments_error=error, completed_ms=item.completed_ms)
+    return part.build()
+
+
+def _whole_calls(items: list[_Snapshot]) -> list[CallPart]:
+    """The function calls of whole items (a body's output), each as sent."""
+    calls = ToolCallParts(CallPart)
+    for item in items:
+        if item.type == "function_call":
+            part = calls.open()
+            part.id, part.name, part.final = item.call_id, item.name, item.parts.get(
+                ("arguments", 0))
+    return calls.parts
 
 
 def _check_call_ids(calls: list[ToolCall], problems: list[str], check: str) -> None:
@@ -269,7 +274,8 @@ def read_response_body(status: int, body: bytes | str, content_type: str) -> Rep
             reply.problems.append(f"{BODY}: response object: the body has no output list, so"
                                   f" it is no Responses API response: {snippet(dumps(payload))}")
     else:
-        _fill(reply, _body_items(payload["output"], reply.problems), payload, BODY)
+        items = _body_items(payload["output"], reply.problems)
+        _fill(reply, items, _whole_calls(items), payload, BODY)
         reply.native_turn = [item for item in payload["output"] if isinstance(item, dict)]
     return reply
 
@@ -314,11 +320,13 @@ class _Item:
     """The item object ``response.output_item.added`` gave."""
     whole: dict[str, Any] | None = None
     """The item object ``response.output_item.done`` gave: the server's last word on it."""
-    completed_ms: float | None = None
-    """When a function call's arguments were complete: the last event that carried or
-    closed them."""
+    call: CallPart | None = None
+    """A function call's arguments being put together (from the reply's ``ToolCallParts``,
+    keyed by the item's key): their deltas, the ``.done`` value, when they completed."""
 
     def said(self, kind: str) -> str | None:
+        if kind == "arguments":
+            return self.call.said() if self.call is not None else None
         texts = [text for (k, _), part in sorted(self.parts.items())
                  if k == kind and (text := part.said()) is not None]
         return ("\n\n" if kind == "summary" else "").join(texts) if texts else None
@@ -326,8 +334,14 @@ class _Item:
     def snapshot(self) -> _Snapshot:
         parts = {key: part.said() or "" for key, part in self.parts.items()}
         return _Snapshot(self.head.type, self.head.id, self.head.call_id, self.head.name, parts,
-                         completed_ms=self.completed_ms,
                          encrypted=_encrypted(self.whole) or _encrypted(self.opened))
+
+    def tool_call(self) -> CallPart:
+        """The function call as it stands: the arguments assembled, the ids and name the
+        item's latest event gave."""
+        assert self.call is not None
+        self.call.id, self.call.name = self.head.call_id, self.head.name
+        return self.call
 
     def native(self) -> dict[str, Any]:
         """The item as it goes back into the conversation: ``output_item.done``'s object;
@@ -395,6 +409,8 @@ class ResponsesStream(StreamAccumulator):
     def __init__(self) -> None:
         super().__init__()
         self._items: dict[str, _Item] = {}
+        self.calls = ToolCallParts(CallPart)
+        """The items' function-call arguments, keyed by item key."""
         self._by_index: dict[int, _Item] = {}
         self._unopened: set[str] = set()
         self._terminal: str | None = None
@@ -436,7 +452,9 @@ class ResponsesStream(StreamAccumulator):
         response = dict(self._response)
         if "status" not in response and self._terminal is not None:
             response["status"] = TERMINAL[self._terminal]
-        _fill(reply, items, response, STREAM)
+        calls = [item.tool_call() for item in self._items.values()
+                 if item.head.type == "function_call"]
+        _fill(reply, items, calls, response, STREAM)
         if self.error is None and reply.error is not None:  # a response.failed's error
             error = response.get("error")
             reply.problems.append(stream_error(STREAM, self._terminal or "response.failed",
@@ -535,7 +553,11 @@ class ResponsesStream(StreamAccumulator):
         item = self._open(key, head, index)
         item.opened = data
         for part_key, text in head.parts.items():
-            if text:  # an item opened with its content already: that content was said
+            if not text:
+                continue
+            if part_key[0] == "arguments":  # opened with its arguments already: they were said
+                self._call_of(item).pieces.append(text)
+            else:  # an item opened with its content already: that content was said
                 item.parts[part_key] = _Part([text])
         if head.type == "function_call":
             self.first_output(offset_ms)  # the call's opening is its first token
@@ -553,8 +575,8 @@ class ResponsesStream(StreamAccumulator):
             item = self._open(key, done, index)
         self._compare_head(item, done, kind)
         item.whole = data
-        if done.type == "function_call" and item.completed_ms is None:
-            item.completed_ms = offset_ms
+        if done.type == "function_call":
+            self._call_of(item).closed(offset_ms)
         for part_kind in sorted(done.kinds):
             self._close_kind(item, done, part_kind, kind)
 
@@ -577,7 +599,15 @@ class ResponsesStream(StreamAccumulator):
         self._items[key] = item
         if index is not None:
             self._by_index.setdefault(index, item)
+        if head.type == "function_call":
+            self._call_of(item)
         return item
+
+    def _call_of(self, item: _Item) -> CallPart:
+        """The item's function-call arguments, opened when first needed."""
+        if item.call is None:
+            item.call = self.calls.open(item.key)
+        return item.call
 
     def _compare_head(self, item: _Item, done: _Snapshot, kind: str) -> None:
         """``output_item.done`` names the same function and call as the item's opening."""
@@ -598,6 +628,9 @@ class ResponsesStream(StreamAccumulator):
         said, value = item.said(part_kind), done.joined(part_kind)
         if said is not None and said != value:
             self._disagrees(item, kind, snippet(value), snippet(said))
+        if part_kind == "arguments":
+            self._call_of(item).final = value
+            return
         for key in [key for key in item.parts if key[0] == part_kind]:
             del item.parts[key]
         for key, text in done.parts.items():
@@ -609,12 +642,13 @@ class ResponsesStream(StreamAccumulator):
     def _delta(self, kind: str, payload: dict[str, Any], offset_ms: float) -> None:
         part_kind, index_field, item_type = _DELTAS[kind]
         item = self._find(payload, kind, item_type)
-        if part_kind == "arguments":
-            item.completed_ms = offset_ms
         delta = payload.get("delta")
         if not isinstance(delta, str):
             self.problem(f"JSON: {kind} (event {self.events}) has no string"
                                   f" delta: {snippet(dumps(delta))}")
+            return
+        if part_kind == "arguments":
+            self._call_of(item).arguments(delta, offset_ms)
             return
         part = item.parts.setdefault((part_kind, _index(payload, index_field)), _Part())
         part.deltas.append(delta)
@@ -622,8 +656,8 @@ class ResponsesStream(StreamAccumulator):
     def _part_done(self, kind: str, payload: dict[str, Any], offset_ms: float) -> None:
         part_kind, index_field, item_type, text_field = _DONES[kind]
         item = self._find(payload, kind, item_type)
-        if part_kind == "arguments" and item.completed_ms is None:
-            item.completed_ms = offset_ms  # the arguments came whole, without deltas
+        if part_kind == "arguments":
+            self._call_of(item).closed(offset_ms)  # complete here if no delta said when
         value = payload.get(text_field)
         if text_field == "part":
             value = _part_text(value)
@@ -631,7 +665,9 @@ class ResponsesStream(StreamAccumulator):
             self._compare_head(item, _Snapshot("function_call", name=_name(payload)), kind)
         if not isinstance(value, str):
             return  # a .done without its text says nothing to compare
-        part = item.parts.setdefault((part_kind, _index(payload, index_field)), _Part())
+        part: _Part | CallPart = (self._call_of(item) if part_kind == "arguments" else
+                                  item.parts.setdefault((part_kind, _index(payload, index_field)),
+                                                        _Part()))
         said = part.said()
         if said is not None and said != value:
             self._disagrees(item, kind, snippet(value), snippet(said))

@@ -6,9 +6,12 @@ it (``read``) and what the reply is once they are in (``complete``); the base ow
 once for every API: counting the events, the time to the first output, the JSON of each
 event (``payload``), a stream cut inside an event, the first in-band error, the usage, the
 ``StreamStats``, and the name every protocol problem starts with (``chat stream: ...``).
-Tool calls are put together from pieces in ``ToolCallParts``, keyed by the vendor's id or
-index (pydantic-ai's ``ModelResponsePartsManager`` and openai-python's ``accumulate_event``
-are the same idea).
+Tool calls are put together in ``ToolCallParts``, each call a ``CallPart`` found by the
+key the vendor gives it (chat's index or id, a Messages ``tool_use`` block's index, a
+Responses item's id; Gemini's calls come whole, keyed by none): its id, name, argument
+pieces, the whole value a closing event gives (which wins over the pieces), and when the
+arguments completed (pydantic-ai's ``ModelResponsePartsManager`` and openai-python's
+``accumulate_event`` are the same idea). The API says only what its events mean.
 
 ``read_whole`` is the start of every reader of a whole body: a non-2xx status is the error
 its body says, a 2xx body that is not JSON is a problem named as the API's body check.
@@ -157,15 +160,20 @@ class StreamAccumulator(ABC):
 
 @dataclass
 class CallPart:
-    """One tool call being put together: its id, name and argument pieces."""
+    """One tool call being put together: its id, name and arguments, as pieces (deltas) or
+    whole (the value a closing event gives, which wins over the pieces)."""
 
     position: int
     """Where the call stands in the reply, for messages."""
     id: str | None = None
     name: str = ""
     pieces: list[str] = field(default_factory=list)
+    final: str | None = None
+    """The arguments whole, as the event that closed them gave them (Responses'
+    ``.done``): the vendor's last word, over the pieces."""
     completed_ms: float | None = None
-    """When the last piece of its arguments arrived."""
+    """When the arguments were complete: their last piece that carried text, else the
+    event that closed them."""
 
     def arguments(self, text: str, offset_ms: float) -> None:
         """A piece of the arguments arrived at ``offset_ms``."""
@@ -173,9 +181,24 @@ class CallPart:
         if text or self.completed_ms is None:
             self.completed_ms = offset_ms
 
+    def closed(self, offset_ms: float, final: str | None = None) -> None:
+        """The vendor closed the arguments at ``offset_ms`` (with their whole value, when it
+        gives one): complete then, unless a piece already said when."""
+        if final is not None:
+            self.final = final
+        if self.completed_ms is None:
+            self.completed_ms = offset_ms
+
+    def said(self) -> str | None:
+        """The arguments as said so far: the closing value, else the pieces joined; None
+        when nothing was said of them."""
+        if self.final is not None:
+            return self.final
+        return "".join(self.pieces) if self.pieces else None
+
     def build(self) -> ToolCall:
         """The call; arguments that are not JSON are its ``arguments_error``."""
-        raw = "".join(self.pieces)
+        raw = self.said() or ""
         arguments, error = arguments_json(raw)
         return ToolCall(name=self.name, arguments_raw=raw, id=self.id, arguments=arguments,
                         arguments_error=error, completed_ms=self.completed_ms)
