@@ -42,7 +42,9 @@ __all__ = [
     "Timing",
     "case_text",
     "city_of",
+    "clean_env",
     "count_instructions",
+    "count_python_instructions",
     "median",
     "print_table",
     "run_pytest",
@@ -132,15 +134,21 @@ def count_instructions(args: Sequence[str], cwd: Path) -> int | None:
     """The instructions ``python -m pytest ARGS`` executes, counted by valgrind's cachegrind
     (``I refs``): a figure the load of a shared machine does not move, unlike wall time.
     None when valgrind is not installed. About 30 times slower than a plain run."""
+    return count_python_instructions(["-m", "pytest", *args], cwd)
+
+
+def count_python_instructions(args: Sequence[str], cwd: Path) -> int | None:
+    """The instructions ``python ARGS`` executes under cachegrind (see count_instructions)."""
     valgrind = shutil.which("valgrind")
     if valgrind is None:
         return None
     command = [valgrind, "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
-               sys.executable, "-m", "pytest", *args]
+               sys.executable, *args]
     done = subprocess.run(command, cwd=cwd, env=clean_env(), capture_output=True, text=True,
                           check=False)
     if done.returncode != 0:
-        sys.exit(f"pytest under valgrind exited with {done.returncode}:\n{done.stdout[-3000:]}")
+        sys.exit(f"python {' '.join(args)} under valgrind exited with {done.returncode}:\n"
+                 f"{done.stdout[-3000:]}{done.stderr[-3000:]}")
     counted = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
     if counted is None:
         sys.exit(f"valgrind printed no instruction count:\n{done.stderr[-3000:]}")

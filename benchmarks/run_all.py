@@ -1,5 +1,5 @@
-"""Run every benchmark one after another with its default sizes (about 5 minutes on two
-cores; --quick: about 4, with the sequential live baseline extrapolated)."""
+"""Run every benchmark one after another with its default sizes (about 10 minutes on two
+cores; --quick: about 8, with the sequential live baseline extrapolated)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = ["bench_stream.py", "bench_replay.py", "bench_concurrency.py",
               "bench_collection.py", "bench_startup.py", "bench_html.py",
-              "bench_bfcl_multi.py"]
+              "bench_bfcl_multi.py", "bench_mcp.py"]
 
 
 def parse_args() -> argparse.Namespace:

@@ -13,7 +13,7 @@ import atexit
 import contextlib
 import functools
 import gc
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -74,8 +74,9 @@ class CaseFile(pytest.File):
         settings = self.config.stash[SETTINGS_KEY]
         for case in loaded:
             apis = settings.apis_for(case.case.endpoint)
-            self._check_apis(case, apis)
-            for model in settings.models or case.case.models:
+            models = settings.models or case.case.models
+            self._check_apis(case, apis, models)
+            for model in models:
                 for api in apis:
                     yield self._item(case, model, api)
 
@@ -87,12 +88,14 @@ class CaseFile(pytest.File):
         except MarkRefused as refusal:
             raise self.CollectError(f"{self.shown}:{refusal.line}: {refusal}") from None
 
-    def _check_apis(self, case: LoadedCase, apis: tuple[str, ...]) -> None:
-        """What the case asks that one of its APIs cannot express: a collection error at
-        its line."""
+    def _check_apis(self, case: LoadedCase, apis: tuple[str, ...],
+                    models: Sequence[str | None]) -> None:
+        """What the case, run with ``models``, asks that one of its APIs cannot express: a
+        collection error at its line."""
         problems = [f"{self.shown}:{case.document.line_of(problem.path)}:"
                     f" case {case.case.name!r}: {problem.message}"
-                    for api in apis for problem in wire_api(api).unsupported(case.case)]
+                    for api in apis
+                    for problem in wire_api(api).unsupported(case.case, models)]
         if problems:
             raise self.CollectError("\n".join(problems))
 

@@ -110,6 +110,9 @@ class Reply:
     """Set for streamed replies."""
     problems: list[str] = field(default_factory=list)
     """Protocol problems found while reading (non-JSON data, no index, bad arguments...)."""
+    retry_after_s: float | None = None
+    """How long the service asked to wait before trying again, when its error body says so
+    (Gemini's ``RetryInfo.retryDelay``); a ``Retry-After`` header says it for any API."""
     interaction: Interaction | None = None
     """The exchange that produced this reply, as a cassette keeps it; only while recording
     (None otherwise: nothing else reads it, and a session keeps every reply to its end)."""
@@ -212,6 +215,14 @@ class StageAttempt:
     failures: list[Failure] = field(default_factory=list)
     answered_first: list[ToolRun] = field(default_factory=list)
     """Calls the previous stage left open, answered before this stage's first request."""
+    trajectory: list[ToolCall] = field(default_factory=list)
+    """Every call the agent loop made in the attempt, in order (``stream: both``: the
+    streamed variant's, which the conversation goes on from)."""
+    state: dict[str, Any] | None = None
+    """The toolboxes' state after the attempt, by toolbox name, as JSON; ``None`` when the
+    case has no toolbox."""
+    probes: list[ToolRun] = field(default_factory=list)
+    """The runs of ``expect.probe``'s calls, made after the agent loop."""
 
     @property
     def passed(self) -> bool:

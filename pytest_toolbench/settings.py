@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .defaults import CASSETTE_FOLDER, DEFAULT_KEY_ENVS, api_names
+from .apis import DEFAULT_API, REGISTRY, api_names, key_envs_text
+from .defaults import CASSETTE_FOLDER
 from .defaults import MATCH_TIMEOUT_S as DEFAULT_MATCH_TIMEOUT_S
 from .transport.breaker import DEFAULT_COOLDOWN_S, DEFAULT_THRESHOLD
 from .transport.limits import DEFAULT_MAX_REPLY_BYTES, DEFAULT_MAX_STREAM_EVENTS, ReplyLimits
 
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_BASE_URL = REGISTRY[DEFAULT_API].base_url
 DEFAULT_TIMEOUT_S = 60.0
 DEADLINE_PER_TIMEOUT = 10
 """Without ``--toolbench-deadline``, a reply may take 10 timeouts (600 s by default): far
@@ -55,6 +56,10 @@ class ResolvedEndpoint:
 
     base_url: str
     api_key_env: str
+    """Where the key is read from; when no setting named one, the API's first default."""
+    key_env_fallbacks: tuple[str, ...] = ()
+    """The API's other default variables, read in order when ``api_key_env`` is unset
+    (``GOOGLE_API_KEY`` after ``GEMINI_API_KEY``)."""
     headers: tuple[tuple[str, str], ...] = ()
     timeout_s: float = DEFAULT_TIMEOUT_S
     retries: int = DEFAULT_RETRIES
@@ -62,7 +67,8 @@ class ResolvedEndpoint:
 
     def api_key(self) -> str | None:
         """The key's value, read from the environment only when a request is built."""
-        return os.environ.get(self.api_key_env) or None
+        return next((os.environ[name] for name in (self.api_key_env, *self.key_env_fallbacks)
+                     if os.environ.get(name)), None)
 
 
 Given = tuple[Any, str]
@@ -117,7 +123,7 @@ OPTIONS: tuple[Option, ...] = (
            shown=f"TOOLBENCH_BASE_URL or OPENAI_BASE_URL from the environment, else"
            f" {DEFAULT_BASE_URL}"),
     Option("api_key_env", "NAME", "the environment variable holding the API key",
-           shown="; ".join(f"{env} for {api}" for api, env in DEFAULT_KEY_ENVS.items())),
+           shown=key_envs_text()),
     Option("timeout", "S",
            "the longest wait for a connection or for the next bytes of a reply, seconds",
            DEFAULT_TIMEOUT_S),
@@ -131,8 +137,8 @@ OPTIONS: tuple[Option, ...] = (
            DEFAULT_MAX_STREAM_EVENTS),
     Option("model", "A[,B...]", "run every case against these models"),
     Option("api", "NAME[,NAME...]",
-           "run every case over these wire APIs, one item each: chat (chat completions),"
-           " responses (OpenAI Responses), messages (Anthropic Messages)",
+           "run every case over these wire APIs, one item each: "
+           + ", ".join(row.described for row in REGISTRY.values()),
            shown="the case's endpoint.api, else chat"),
     Option("repeat", "N", "run every case N times (the case's min_pass_rate applies)"),
     Option("concurrency", "N", "live/record cases run at most N at a time",
@@ -271,16 +277,18 @@ class Settings:
             return self.apis
         if case.api is not None:
             return (case.api,)
-        return self.ini_apis or ("chat",)
+        return self.ini_apis or (DEFAULT_API,)
 
-    def endpoint_for(self, case: Endpoint, api: str = "chat") -> ResolvedEndpoint:
+    def endpoint_for(self, case: Endpoint, api: str = DEFAULT_API) -> ResolvedEndpoint:
         """Apply CLI > case > ini > env > default to one case's endpoint, for ``api`` (whose
-        key is read from ``ANTHROPIC_API_KEY`` by default for ``messages``)."""
+        registry row gives the default key variables and base URL)."""
         timeout_s = _first(self.timeout_s, case.timeout_s, self.ini_timeout_s) or DEFAULT_TIMEOUT_S
+        named = _first(self.api_key_env, case.api_key_env, self.ini_api_key_env)
+        defaults = REGISTRY[api].key_envs
         return ResolvedEndpoint(
-            base_url=self.base_url_for(case.base_url),
-            api_key_env=_first(self.api_key_env, case.api_key_env, self.ini_api_key_env)
-            or DEFAULT_KEY_ENVS[api],
+            base_url=self.base_url_for(case.base_url, api),
+            api_key_env=named or defaults[0],
+            key_env_fallbacks=() if named else defaults[1:],
             headers=tuple(sorted(case.headers.items())),
             timeout_s=timeout_s,
             retries=DEFAULT_RETRIES if case.retries is None else case.retries,
@@ -288,12 +296,13 @@ class Settings:
                                self.max_reply_bytes, self.max_stream_events),
         )
 
-    def base_url_for(self, case_base_url: str | None = None) -> str:
-        """The base URL of a case that sets ``case_base_url`` (None: one that sets none)."""
-        env = os.environ
+    def base_url_for(self, case_base_url: str | None = None, api: str = DEFAULT_API) -> str:
+        """The base URL of a case that sets ``case_base_url`` (None: one that sets none),
+        over ``api`` (whose row names the environment variables and the default)."""
+        row = REGISTRY[api]
         base_url = _first(self.base_url, case_base_url, self.ini_base_url,
-                          env.get("TOOLBENCH_BASE_URL"), env.get("OPENAI_BASE_URL"))
-        return (base_url or DEFAULT_BASE_URL).rstrip("/")
+                          *(os.environ.get(name) for name in row.base_url_envs))
+        return (base_url or row.base_url).rstrip("/")
 
 
 def summary_shown(config: pytest.Config) -> bool:

@@ -232,6 +232,43 @@ def test_validate_reads_the_ini_as_pytest_does(pytester: pytest.Pytester,
     assert run(capsys, "validate", "suite") == (0, "1 file, 1 case: ok\n", "")
 
 
+def mcp_suite(started: Path) -> str:
+    """A file-level stdio server whose command would create ``started`` if it ran, and
+    a case that takes its tools."""
+    starts = f"open({str(started)!r}, 'w').close()"
+    return f"""mcp_servers:
+  clock: {{command: [{json.dumps(sys.executable)}, -c, {json.dumps(starts)}]}}
+---
+name: ok
+tools:
+  - mcp: clock
+    include: [get_current_time]
+stages: [{{name: s, user: what time is it?, tool_choice: {{name: get_current_time}}}}]
+"""
+
+
+def test_validate_checks_mcp_declarations_without_starting_a_server(
+        cases: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    started = cases / "started"
+    write(cases, "clock.case.yaml", mcp_suite(started))
+    assert run(capsys, "validate", "clock.case.yaml") == (0, "1 file, 1 case: ok\n", "")
+    write(cases, "typo.case.yaml", mcp_suite(started).replace("command:", "comand:"))
+    write(cases, "undefined.case.yaml", mcp_suite(started).replace("mcp: clock", "mcp: clok"))
+    code, out, _ = run(capsys, "validate", ".")
+    assert code == 1
+    assert out.splitlines() == [
+        "2 problems in case file",
+        ("  typo.case.yaml:2: mcp_servers.clock.comand: unknown key 'comand' (did you mean"
+        " 'command'?)"),
+        ("  typo.case.yaml:6: tools[0].mcp: MCP server 'clock' is not defined (mcp_servers of"
+        " this case and file: none)"),
+        "1 problem in case file",
+        ("  undefined.case.yaml:6: tools[0].mcp: MCP server 'clok' is not defined; did you"
+        " mean `clock`? (mcp_servers of this case and file: clock)"),
+        "3 files, 1 case: 3 problems in 2 files"]
+    assert not started.exists()  # no run of validate started the server
+
+
 UNDEFINED = """\
 name: typo
 stages:

@@ -1,5 +1,8 @@
 """``toolbench conform`` against scripted loopback servers that each break one rule.
 
+Chat, Responses and Messages share one loopback server (each API on its own route); Gemini
+has its own (``support/gemini_server.py``: the service's routes, stream shape and refusals).
+
 The faithful server answers every probe as the chat-completions API says; each fault
 changes one thing, and the probe for that rule must catch it as a protocol failure. The
 command runs in this process, as a user runs it, and its matrix is read from ``--report``.
@@ -27,6 +30,14 @@ from support.chat_server import (
     sse_reply,
     text_reply,
 )
+from support.gemini_server import (
+    GeminiServer,
+    gemini_error,
+    gemini_sse,
+    response,
+    text,
+)
+from support.gemini_server import call as function_call
 
 from pytest_toolbench.commands.cli import main as toolbench
 from pytest_toolbench.commands.conform import probe_files
@@ -376,3 +387,87 @@ def test_one_column_per_api_each_judged_by_its_own_protocol(
 def test_an_unknown_api_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert toolbench(["conform", "--base-url", "http://127.0.0.1:9/v1", "--api", "soap"]) == 2
     assert "unknown API 'soap'; choose from chat, responses, messages" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- Gemini
+
+
+def _faithful_gemini(server: GeminiServer, request: RecordedRequest) -> Reply:
+    """A correct Gemini server with a cooperative model (the same answers as chat's): each
+    call carries a thought signature, which the next request must send back (the server
+    refuses it otherwise, as the service does)."""
+    body = request.json()
+    if not isinstance(body.get("generationConfig", {}).get("temperature", 0), (int, float)):
+        return gemini_error(400, "Invalid value at 'generation_config.temperature'"
+                                 " (TYPE_FLOAT)", "INVALID_ARGUMENT")
+    last = body["contents"][-1]
+    answered = any("functionResponse" in part for part in last["parts"])
+    mode = body.get("toolConfig", {}).get("functionCallingConfig", {}).get("mode", "AUTO")
+    if answered or not body.get("tools") or mode == "NONE":
+        parts = [text("It is 21 C and sunny." if answered else "Hello.")]
+    else:
+        cities = ["Paris", "London"] if "London" in json.dumps(last) else ["Paris"]
+        parts = [function_call("get_weather", {"city": city}) for city in cities]
+        parts[0]["thoughtSignature"] = "c2lnLTE="  # only the first of parallel calls has one
+        server.remember("get_weather", {"city": cities[0]}, "c2lnLTE=")
+    if ":streamGenerateContent" not in request.path:
+        return json_reply(response(*parts))
+    # As the service streams: the parts, then a last event whose only part is empty text.
+    return gemini_sse([response(*parts, finish=None),
+                       response(text(""), finish="STOP")])
+
+
+def serve_gemini(server: GeminiServer,
+                 fault: Callable[[RecordedRequest, Reply], Reply] | None = None) -> None:
+    def handle(request: RecordedRequest) -> Reply:
+        faithful = _faithful_gemini(server, request)
+        return fault(request, faithful) if fault else faithful
+    server.set_handler(handle)
+
+
+@pytest.fixture
+def gemini_server() -> Any:
+    with GeminiServer().start() as server:
+        yield server
+
+
+def test_the_gemini_column_runs_every_probe_on_the_gemini_routes(
+        gemini_server: GeminiServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    serve_gemini(gemini_server)
+    code, matrix = conform(gemini_server, tmp_path, "--api", "gemini", "--model", "m1")
+    assert matrix["apis"] == ["gemini"]
+    verdicts = {name: cell["verdict"] for name, cell in cells(matrix, "gemini").items()}
+    assert verdicts == {**{name: "pass" for name in PROBES},
+                        "reasoning_separate": "not supported"}, cells(matrix, "gemini")
+    assert code == 0
+    paths = {request.path.split("?")[0] for request in gemini_server.requests}
+    assert paths == {"/v1beta/models/m1:generateContent",
+                     "/v1beta/models/m1:streamGenerateContent"}
+    round_trip = [request.json() for request in gemini_server.requests
+                  if any("functionResponse" in part
+                         for part in request.json()["contents"][-1]["parts"])]
+    assert round_trip, "no probe sent a function result back"
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split() == ["probe", "gemini"]
+    assert "15 passed, 0 failed, 1 not supported" in out
+
+
+def test_the_gemini_column_judges_by_gemini_rules(
+        gemini_server: GeminiServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A stream that closes before any event gave a finishReason is not done, by Gemini's
+    rule (it has no end marker); the streamed probes say so and the rest pass."""
+    def no_finish(request: RecordedRequest, faithful: Reply) -> Reply:
+        if ":streamGenerateContent" not in request.path:
+            return faithful
+        assert isinstance(faithful, SSEReply)
+        return sse_reply(list(faithful.events)[:-1], done=False)
+    serve_gemini(gemini_server, no_finish)
+    code, matrix = conform(gemini_server, tmp_path, "--api", "gemini", "--model", "m1")
+    gemini = cells(matrix, "gemini")
+    failed = {name for name, cell in gemini.items() if cell["verdict"] == "fail"}
+    assert failed == {"stream_done", "parallel_calls", "stream_agreement"}, gemini
+    assert gemini["stream_done"]["cause"] == "protocol"
+    assert "stream ended without an event with a finishReason" in gemini["stream_done"]["reason"]
+    assert gemini["plain_text"]["verdict"] == gemini["tool_round_trip"]["verdict"] == "pass"
+    assert code == 1
+    assert "stream_done" in capsys.readouterr().out

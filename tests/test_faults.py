@@ -123,7 +123,7 @@ FAULTS = {
     "stream_without_done": Fault(sse_reply(chunks_for("cut short"), done=False), True,
                                  "*stream.done: stream ended without data: [[]DONE[]]"),
     "chunk_not_json": Fault(sse_reply(["{not json", *chunks_for("ok")]), True,
-                            "*expect: chunk 1 is not JSON: *'{not json'"),
+                            "*expect: chat stream: JSON: event 1 is not JSON: *'{not json'"),
     "html_error_page": Fault(HTML_502, False, "*expect.status: expected 200, got 502; *"),
     "html_page_with_200": Fault(
         text_reply("<html><body>Sign in to continue</body></html>", content_type="text/html"),

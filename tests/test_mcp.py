@@ -78,6 +78,9 @@ def test_a_stdio_server_is_listed_called_recorded_and_replayed_without_it(
     assert result["timezone"] == "Europe/Paris" and "datetime" in result
     cassette = (case.parent / "__cassettes__" / "mcp" / "clock[m].yaml").read_text()
     assert "method: tools/list" in cassette and "method: tools/call" in cassette
+    # Of each listed tool, what the model is offered: the server's outputSchema is not kept.
+    assert '"inputSchema"' in cassette and '"name": "convert_time"' in cassette
+    assert "outputSchema" not in cassette and "readOnlyHint" not in cassette
     # Replay: neither the model nor the server; a command that cannot start proves it.
     chat_server.close()
     case.write_text(case.read_text().replace(sys.executable, "/nonexistent/python"))
@@ -274,6 +277,92 @@ stages:
     # Replay: no token in the environment, no server; the same story.
     monkeypatch.delenv("NOTES_TOKEN")
     run(pytester).assert_outcomes(passed=1)
+
+
+def sent_tool_results(request: RecordedRequest) -> dict[str, dict[str, Any]]:
+    """The tool results one request sends back, by call id, in any API's words: each as
+    ``{content, is_error?}`` (only the Messages API can say a result is an error)."""
+    body = request.json()
+    if request.path.endswith("/messages"):
+        return {block["tool_use_id"]: {key: block[key] for key in ("content", "is_error")
+                                       if key in block}
+                for turn in body["messages"] if isinstance(turn["content"], list)
+                for block in turn["content"] if block["type"] == "tool_result"}
+    if request.path.endswith("/responses"):
+        return {item["call_id"]: {"content": item["output"]} for item in body["input"]
+                if item.get("type") == "function_call_output"}
+    return {m["tool_call_id"]: {"content": m["content"]} for m in tool_messages(request)}
+
+
+def model_calling(calls: list[tuple[str, str]]) -> Any:
+    """A model of any API that calls ``calls`` (id, name; no arguments) at once, then,
+    given their results, answers "done"."""
+    def answer(request: RecordedRequest) -> Any:
+        first = not sent_tool_results(request)
+        if request.path.endswith("/messages"):
+            blocks = ([{"type": "tool_use", "id": id, "name": name, "input": {}}
+                       for id, name in calls] if first else [{"type": "text", "text": "done"}])
+            return json_reply({"id": "msg_1", "type": "message", "role": "assistant",
+                               "model": "m", "content": blocks,
+                               "stop_reason": "tool_use" if first else "end_turn",
+                               "usage": {"input_tokens": 9, "output_tokens": 3}})
+        if request.path.endswith("/responses"):
+            output = ([{"type": "function_call", "id": f"fc_{id}", "call_id": id, "name": name,
+                        "arguments": "{}", "status": "completed"} for id, name in calls]
+                      if first else [{"type": "message", "id": "msg_1", "role": "assistant",
+                                      "status": "completed", "content": [
+                                          {"type": "output_text", "text": "done",
+                                           "annotations": []}]}])
+            return json_reply({"id": "resp_1", "object": "response", "status": "completed",
+                               "output": output, "error": None, "incomplete_details": None,
+                               "usage": {"input_tokens": 9, "output_tokens": 3,
+                                         "total_tokens": 12}})
+        if first:
+            return json_reply(completion(tool_calls=[
+                {"id": id, "type": "function", "function": {"name": name, "arguments": "{}"}}
+                for id, name in calls]))
+        return json_reply(completion(text="done"))
+    return answer
+
+
+@pytest.mark.parametrize("api", ["chat", "responses", "messages"])
+def test_an_is_error_result_goes_back_as_a_failed_tool_over_every_api(
+        pytester: pytest.Pytester, chat_server: ChatServer, notes_url: str, api: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SDK-built server's ``fail`` answers ``isError: true``: the model is told so the
+    way its API can (Messages: ``is_error: true``; chat and Responses: the tool message
+    holds the failure's words, as for a failed ``python`` tool); the report marks the run
+    failed. The same reply's ``list_notes`` result goes back as a plain one."""
+    monkeypatch.setenv("NOTES_TOKEN", NOTES_TOKEN)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-key")
+    chat_server.set_handler(model_calling([("call_ok", "list_notes"), ("call_bad", "fail")]))
+    write_case(pytester, chat_server, f"""name: notes
+model: m
+mcp_servers:
+  notes: {{url: "{notes_url}", headers: {{Authorization: "Bearer ${{NOTES_TOKEN}}"}}}}
+tools:
+  - mcp: notes
+    include: [list_notes, fail]
+stages:
+  - name: ask
+    user: read the notes
+    run_tools: true
+    expect: {{text: done}}
+""")
+    result = run(pytester, "--toolbench-live", f"--toolbench-api={api}",
+                 "--toolbench-report=r.json")
+    result.assert_outcomes(passed=1)
+    sent = sent_tool_results(chat_server.requests[1])
+    assert sorted(sent) == ["call_bad", "call_ok"]
+    assert "the notes store is read-only today" in sent["call_bad"]["content"]
+    assert "read-only" not in sent["call_ok"]["content"]
+    if api == "messages":
+        assert sent["call_bad"]["is_error"] is True
+        assert "is_error" not in sent["call_ok"]
+    report = json.loads((pytester.path / "r.json").read_text())
+    turn = report["cases"][0]["runs"][0]["stages"][0]["attempts"][0]["turns"][0]
+    assert {run["name"]: run["is_error"] for run in turn["tool_runs"]} == {
+        "list_notes": False, "fail": True}
 
 
 def test_a_real_git_server_reads_a_repository_the_test_made(

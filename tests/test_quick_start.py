@@ -11,7 +11,9 @@ usage chunk. A quick start that passes here asks no more of a model than that.
 
 from __future__ import annotations
 
+import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +31,29 @@ from support.chat_server import (
 README = Path(__file__).parent.parent / "README.md"
 
 
-def quick_start_case() -> str:
-    """The first YAML block of the README's "## Quick start" section, as printed there."""
+def quick_start_blocks() -> list[str]:
+    """The YAML blocks of the README's "## Quick start" section, as printed there."""
     section = README.read_text(encoding="utf-8").split("\n## Quick start\n", 1)[1]
     section = section.split("\n## ", 1)[0]
-    found = re.search(r"^```yaml\n(.*?)^```$", section, re.MULTILINE | re.DOTALL)
-    assert found, "the quick start has no ```yaml block"
-    return found[1]
+    return re.findall(r"^```yaml\n(.*?)^```$", section, re.MULTILINE | re.DOTALL)
+
+
+def quick_start_case() -> str:
+    """The quick start's first case: its tools are the case's own."""
+    blocks = quick_start_blocks()
+    assert blocks, "the quick start has no ```yaml block"
+    return blocks[0]
+
+
+def quick_start_mcp_case() -> str:
+    """The quick start's case whose tools come from an MCP server."""
+    found = [block for block in quick_start_blocks() if "mcp_servers:" in block]
+    assert len(found) == 1, "the quick start shows no MCP case"
+    return found[0]
+
+
+FORCED_CALLS = {"get_weather": {"city": "Paris"}, "get_current_time": {"timezone": "UTC"}}
+"""What the local model calls each quick-start tool with when the request forces it."""
 
 
 def like_the_local_model(request: RecordedRequest) -> Reply:
@@ -43,8 +61,9 @@ def like_the_local_model(request: RecordedRequest) -> Reply:
     tools, choice, streamed = body.get("tools"), body.get("tool_choice", "auto"), body.get("stream")
     question = next(message["content"] for message in reversed(body["messages"])
                     if message["role"] == "user")
-    if tools and (isinstance(choice, dict) or choice == "required"):
-        parts: dict[str, Any] = {"tool_calls": [("get_weather", {"city": "Paris"})]}
+    if tools and isinstance(choice, dict):
+        name = choice["function"]["name"]
+        parts: dict[str, Any] = {"tool_calls": [(name, FORCED_CALLS[name])]}
     elif tools and choice == "auto":
         if streamed:  # "Automatic streaming tool choice is not supported" in the server
             return sse_reply([], done=False)
@@ -75,3 +94,43 @@ def test_the_quick_start_passes_with_the_local_model_as_written(
     assert sent_back and '"temp_c": 21' in sent_back[0]["content"]
     chat_server.close()  # replay: offline
     pytester.runpytest("weather.case.yaml").assert_outcomes(passed=1)
+
+
+def test_the_quick_starts_mcp_case_is_valid_and_starts_no_server_to_say_so(
+        pytester: pytest.Pytester) -> None:
+    from pytest_toolbench.commands.cli import main
+
+    pytester.path.joinpath("clock.case.yaml").write_text(quick_start_mcp_case(),
+                                                          encoding="utf-8")
+    assert main(["validate", "clock.case.yaml"]) == 0
+    result = pytester.runpytest("--collect-only", "-q", "clock.case.yaml")
+    result.stdout.fnmatch_lines(["clock.case.yaml::utc_time[[]gemma-3-270m[]]",
+                                 "1 test collected*"])
+
+
+def test_the_quick_starts_mcp_case_passes_with_the_local_model_and_the_real_server(
+        pytester: pytest.Pytester, chat_server: ChatServer,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """As the README runs it: mcp-server-time answers the call (``python`` is this
+    interpreter, the one the server is installed in), then replay needs neither."""
+    chat_server.set_handler(like_the_local_model)
+    case = pytester.path / "clock.case.yaml"
+    here = json.dumps(sys.executable)
+    case.write_text(quick_start_mcp_case().replace("[python,", f"[{here},"), encoding="utf-8")
+    assert here in case.read_text(encoding="utf-8")
+    monkeypatch.setenv("TOOLBENCH_BASE_URL", chat_server.base_url)
+
+    recorded = pytester.runpytest("clock.case.yaml", "--toolbench-record",
+                                  "--toolbench-concurrency", "1")
+
+    recorded.assert_outcomes(passed=1)
+    offered = chat_server.requests[0].json()["tools"]
+    assert [tool["function"]["name"] for tool in offered] == ["get_current_time"]
+    sent_back = [json.loads(message["content"]) for request in chat_server.requests
+                 for message in request.json()["messages"] if message["role"] == "tool"]
+    assert sent_back and sent_back[0]["timezone"] == "UTC"
+    assert sent_back[0]["datetime"].endswith("+00:00")  # the server's answer, not a canned one
+    chat_server.close()
+    case.write_text(case.read_text(encoding="utf-8").replace(here, '"/nonexistent/python"'),
+                    encoding="utf-8")
+    pytester.runpytest("clock.case.yaml").assert_outcomes(passed=1)

@@ -199,7 +199,8 @@ def test_index_less_fragment_with_two_open_calls_is_ambiguous() -> None:
     )
     assert summary(reply) == [("c1", "f", {}), ("c2", "g", {})]
     assert reply.problems == [
-        "chunk 3: tool-call delta has no index while 2 calls are open; appended to the last one"
+        ("chat stream: event 3: tool-call delta has no index while 2 calls are open; appended to"
+         " the last one")
     ]
 
 
@@ -215,7 +216,7 @@ def test_repeated_header_does_not_duplicate_name() -> None:
 def test_header_renaming_a_call_is_a_problem() -> None:
     reply = assemble(calls(call(0, "c1", "f", "{}")), calls(call(0, name="g")))
     assert summary(reply) == [("c1", "f", {})]
-    assert reply.problems == ["tool call 0 renamed from 'f' to 'g'; kept 'f'"]
+    assert reply.problems == ["chat stream: tool call 0 renamed from 'f' to 'g'; kept 'f'"]
 
 
 def test_arguments_as_object_and_integer_id() -> None:
@@ -255,7 +256,7 @@ def test_non_json_chunk_is_a_problem() -> None:
     reply = assemble(chunk({"content": "a"}), "not json", chunk({"content": "b"}))
     assert reply.text == "ab"
     assert len(reply.problems) == 1
-    assert reply.problems[0].startswith("chunk 2 is not JSON: Expecting value")
+    assert reply.problems[0].startswith("chat stream: JSON: event 2 is not JSON: Expecting value")
 
 
 def test_invalid_arguments_are_kept_on_the_call_not_raised() -> None:
@@ -270,7 +271,7 @@ def test_invalid_arguments_are_kept_on_the_call_not_raised() -> None:
 
 def test_call_without_name_is_a_problem() -> None:
     reply = assemble(calls(call(0, arguments="{}")))
-    assert reply.problems == ["tool call 0 has no name"]
+    assert reply.problems == ["chat stream: tool call 0 has no name"]
 
 
 def test_error_event_sets_error() -> None:
@@ -312,7 +313,7 @@ def test_error_object_inside_200_stream(error: Any, message: str, problem: str) 
 def test_truncated_stream_is_a_problem() -> None:
     reply = assemble(chunk({"content": "a"}), done=False, truncated=True)
     assert reply.problems == [
-        "stream ended inside an event (no blank line after its last data line)"
+        "chat stream: cut: the stream ended inside an event (no blank line after its last data line)"
     ]
 
 
@@ -320,11 +321,11 @@ def test_chunk_after_done_is_a_problem() -> None:
     assembler = StreamAssembler()
     assembler.add(SSEEvent("[DONE]"), 1.0)
     assembler.add(SSEEvent(json.dumps(chunk({"content": "late"}))), 2.0)
-    assert assembler.finish().problems == ["chunk 1 arrived after [DONE]"]
+    assert assembler.finish().problems == ["chat stream: terminal event: event 1 arrived after [DONE]"]
 
 
 def test_non_object_chunk_is_a_problem() -> None:
-    assert assemble("[1, 2]").problems == ["chunk 1 is not a JSON object: '[1, 2]'"]
+    assert assemble("[1, 2]").problems == ["chat stream: JSON: event 1 is not a JSON object: '[1, 2]'"]
 
 
 # -- shapes of particular servers and relays ------------------------------------------
@@ -360,7 +361,8 @@ def test_tgi_end_of_sequence_token_in_a_last_nameless_delta(token: str) -> None:
     assert reply.tool_calls[0].arguments_error is None
     assert reply.tool_calls[0].arguments_raw == '{"city": "Paris"}'  # sent back without it
     assert reply.problems == [
-        (f"tool call 0 (get_weather): its arguments end in the end-of-sequence token {token!r},"
+        (f"chat stream: tool call 0 (get_weather): its arguments end in the end-of-sequence"
+         f" token {token!r},"
          " which is not JSON; read without it")
     ]
 
@@ -381,7 +383,7 @@ def test_tool_calls_of_another_type_are_a_problem_not_a_silent_loss(member: Any)
     reply = assemble(chunk({"tool_calls": member}))
     assert reply.tool_calls == []
     assert reply.problems == [
-        f"chunk 1: tool_calls is neither a list nor an object: {json.dumps(member)!r}"
+        f"chat stream: event 1: tool_calls is neither a list nor an object: {json.dumps(member)!r}"
     ]
 
 
@@ -410,7 +412,8 @@ def test_several_choices_without_choice_zero_are_a_problem() -> None:
     reply = assemble({"choices": choices})
     assert reply.text == ""
     assert reply.problems == [
-        "chunk 1 has 2 choices (index 1, 2) and none with index 0, so none was read"
+        ("chat stream: choice: event 1 has 2 choices (index 1, 2) and none with index 0, so"
+         " none was read")
     ]
 
 
@@ -472,7 +475,7 @@ def test_a_last_chunk_without_its_blank_line_is_still_cut_short() -> None:
     reply = read_bytes(body)
     assert reply.stream is not None and not reply.stream.done
     assert reply.problems == [
-        "stream ended inside an event (no blank line after its last data line)"
+        "chat stream: cut: the stream ended inside an event (no blank line after its last data line)"
     ]
 
 
@@ -634,13 +637,15 @@ def test_completion_2xx_not_json_is_a_problem() -> None:
     reply = parse_completion(200, b"<html>hi</html>", "text/html")
     assert reply.error is None
     assert len(reply.problems) == 1
-    assert reply.problems[0].startswith("response body (text/html) is not JSON: Expecting value")
+    assert reply.problems[0].startswith(
+        "chat body: JSON: the response body (text/html) is not JSON: Expecting value")
 
 
 def test_completion_2xx_json_but_not_a_completion_is_a_problem() -> None:
     reply = parse_completion(200, '{"object": "list", "data": []}')
     assert reply.problems == [
-        'response is not a chat completion: \'{"object": "list", "data": []}\''
+        ('chat body: completion shape: the response is not a chat completion:'
+         ' \'{"object": "list", "data": []}\'')
     ]
 
 
@@ -664,7 +669,8 @@ def test_completion_with_several_choices_and_none_zero_is_a_problem() -> None:
     choice = {"message": {"content": "hi"}, "finish_reason": "stop"}
     body = json.dumps({"choices": [{"index": 1, **choice}, {"index": 2, **choice}]})
     assert parse_completion(200, body).problems == [
-        "response has 2 choices (index 1, 2) and none with index 0, so none was read"
+        ("chat body: choice: the response has 2 choices (index 1, 2) and none with index 0, so"
+         " none was read")
     ]
 
 

@@ -58,12 +58,12 @@ def undefined_names(case: Case) -> Iterator[tuple[KeyPath, str]]:
 
 
 def _interpolated(stage: Stage) -> Iterator[tuple[KeyPath, Any]]:
-    """The values of a stage that ``${...}`` is filled into (``expect.stream`` and
-    ``expect.bfcl`` are not)."""
+    """The values of a stage that ``${...}`` is filled into (``expect.stream``,
+    ``expect.bfcl`` and ``expect.probe`` are not)."""
     yield ("user",), stage.user
     yield ("messages",), stage.messages
     yield ("params",), stage.params
-    for key in sorted(stage.expect.model_fields_set - {"stream", "bfcl"}):
+    for key in sorted(stage.expect.model_fields_set - {"stream", "bfcl", "probe"}):
         yield ("expect", key), getattr(stage.expect, key).spec
 
 

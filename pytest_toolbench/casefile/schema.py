@@ -14,7 +14,7 @@ import inspect
 import itertools
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -24,6 +24,7 @@ from pydantic import (
     Field,
     JsonValue,  # what is sent must be JSON; YAML also reads dates and binary, which are not
     PlainSerializer,
+    PrivateAttr,
     Tag,
     WithJsonSchema,
     field_validator,
@@ -32,9 +33,16 @@ from pydantic import (
 from pydantic.json_schema import GenerateJsonSchema
 from pydantic_core import core_schema
 
-from ..keypaths import KeyedError
-from ..matchers import Matcher, compile_matcher, compile_tool_calls
+from ..apis import API_NAMES
+from ..keypaths import KeyedError, KeyPath
+from ..matchers import Matcher, compile_matcher, compile_tool_calls, compile_trajectory
 from .strict import strict_schema_gaps
+from .toolbox import MethodTool, describe_methods, public_methods
+
+if TYPE_CHECKING:
+    ApiName = str
+else:  # the registry's names, each allowed (and listed in the JSON Schema) as a literal
+    ApiName = Literal[API_NAMES]
 
 _MATCHER_SCHEMA = {"description": "A value, or a mapping of $ operators (SPEC section 4)."}
 
@@ -54,7 +62,16 @@ ToolCallsField = Annotated[
     PlainSerializer(_spec_of),
     WithJsonSchema({"description": "A list of {name, arguments} matchers (SPEC section 5)."}),
 ]
+TrajectoryField = Annotated[
+    Any,
+    AfterValidator(compile_trajectory),
+    PlainSerializer(_spec_of),
+    WithJsonSchema({"description": "The calls made, in order: a list of {name, arguments}"
+                    " matchers, or {$ordered, $unordered, $includes, $contains, $not:"
+                    " [...], max_calls: N}."}),
+]
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
+ToolName = Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
 
 
 def _field_docstrings(schema: dict[str, Any], model: type[BaseModel]) -> None:
@@ -64,7 +81,8 @@ def _field_docstrings(schema: dict[str, Any], model: type[BaseModel]) -> None:
     pydantic's ``use_attribute_docstrings`` does the same, but reads every model's source
     when the class is built, at every collection (a third of importing this module); the
     schema is generated rarely, so the docstrings are read then."""
-    docstrings = _attribute_docstrings().get(model.__name__, {})
+    docstrings = {name: text for klass in reversed(model.__mro__)
+                  for name, text in _attribute_docstrings().get(klass.__name__, {}).items()}
     for name, field in schema.get("properties", {}).items():
         # As pydantic: a description the field gives itself wins, a docstring beats its
         # type's (a matcher field's generic one).
@@ -112,9 +130,9 @@ class Endpoint(StrictModel):
     """Connect and read timeout in seconds (the total deadline defaults to ten times it)."""
     retries: int | None = Field(default=None, ge=0)
     """Retries of transient failures (connect errors, 429, 5xx)."""
-    api: Literal["chat", "responses", "messages"] | None = None
-    """The wire API the case speaks: ``chat`` (chat completions, the default), ``responses``
-    (OpenAI's Responses API) or ``messages`` (Anthropic's Messages API)."""
+    api: ApiName | None = None
+    """The wire API the case speaks: ``chat`` (chat completions, the default) or another
+    of those the enum lists (docs/case-format.md, Wire APIs, says what each one sends)."""
 
 
 def _any_object() -> dict[str, JsonValue]:
@@ -274,20 +292,122 @@ class BfclTools(StrictModel):
     bfcl: BfclToolbox
 
 
+class ToolboxClass(StrictModel):
+    """The class a toolbox is an instance of, and how it is built."""
+
+    python: str
+    """``module:Class``; a fresh instance is built for every run of the case."""
+    init: dict[str, JsonValue] = Field(default_factory=dict)
+    """Keyword arguments of the class's constructor."""
+
+    @model_validator(mode="after")
+    def _buildable(self) -> ToolboxClass:
+        cls = self.cls
+        try:
+            inspect.signature(cls).bind(**self.init)
+        except TypeError as exc:
+            raise KeyedError(f"init does not fit {cls.__qualname__}(): {exc}", ("init",)
+                             ) from None
+        except ValueError:
+            pass  # a constructor without a signature to read: building it tells
+        return self
+
+    @property
+    def cls(self) -> type:
+        try:
+            target = resolve_callable(self.python)
+        except ValueError as exc:
+            raise KeyedError(str(exc).replace("'module:function'", "'module:Class'"),
+                             ("python",)) from None
+        if not isinstance(target, type):
+            raise KeyedError(f"{self.python!r} is not a class", ("python",))
+        return target
+
+
+class MethodSchema(StrictModel):
+    """What the model is told of one method, instead of what is read from it."""
+
+    description: str | None = None
+    parameters: dict[str, JsonValue] | None = None
+    """JSON Schema of the arguments; given, the arguments reach the method as they came."""
+
+
+class Toolbox(StrictModel):
+    """``{toolbox: {python: module:Class, init: {...}}}``: an instance's methods as tools,
+    and its state for ``expect.state``."""
+
+    toolbox: ToolboxClass
+    name: Name | None = None
+    """How ``expect.state`` names the toolbox; the class's name unless given."""
+    include: list[Annotated[str, Field(min_length=1)]] | None = Field(default=None, min_length=1)
+    """Only these methods (any public method of the class, ``state`` included)."""
+    schemas: dict[str, MethodSchema] = Field(default_factory=dict)
+    """Method name -> its description and parameters as the model is told them."""
+    timeout_s: float = Field(default=30, gt=0)
+    """How long one call of a method may take."""
+
+    _methods: list[MethodTool] = PrivateAttr(default_factory=list)
+
+    @model_validator(mode="after")
+    def _described(self) -> Toolbox:
+        cls = _keyed(("toolbox",), lambda: self.toolbox.cls)
+        if self.include is not None:
+            _reject_duplicates("included method", self.include, key=None)
+        names = self.include if self.include is not None else public_methods(cls)
+        paths: dict[str, KeyPath] = {name: ("include", index)
+                                     for index, name in enumerate(self.include or [])}
+        for name in self.schemas:
+            if name not in names:
+                raise KeyedError(f"schemas names {name!r}, which is not one of the toolbox's"
+                                 f" tools ({', '.join(names) or 'none'})", ("schemas", name))
+            paths[name] = ("schemas", name)
+        given = {name: schema.model_dump(exclude_unset=True)
+                 for name, schema in self.schemas.items()}
+        self._methods = describe_methods(cls, names, given, paths)
+        return self
+
+    @property
+    def label(self) -> str:
+        """The toolbox's name in ``expect.state`` and in reports."""
+        return self.name or self.toolbox.python.rpartition(":")[2]
+
+    @property
+    def methods(self) -> list[MethodTool]:
+        return self._methods
+
+    @property
+    def tools(self) -> list[Tool]:
+        """The methods as every request offers them."""
+        return [Tool.model_construct({"name", "description", "parameters"}, name=method.name,
+                                     description=method.description,
+                                     parameters=method.parameters)
+                for method in self._methods]
+
+
+def _keyed(path: KeyPath, make: Any) -> Any:
+    """``make()``, its ``KeyedError`` placed below ``path``."""
+    try:
+        return make()
+    except KeyedError as error:
+        raise KeyedError(error.message, (*path, *error.path)) from None
+
+
 def _tool_kind(value: Any) -> str:
-    """Which kind of ``tools`` entry a value is: an MCP server's tools, BFCL's classes, or
-    one tool."""
-    for key, kind in (("mcp", "McpTools"), ("bfcl", "BfclTools")):
-        if isinstance(value, dict) and key in value:
-            return kind
-    if isinstance(value, (McpTools, BfclTools)):
-        return type(value).__name__
-    return "Tool"
+    """Which kind of ``tools`` entry a value is: an MCP server's tools, a toolbox, BFCL's
+    classes, or one tool."""
+    if isinstance(value, dict):
+        return next((kind for key, kind in _ENTRY_KEYS.items() if key in value), "Tool")
+    return (type(value).__name__ if isinstance(value, (McpTools, Toolbox, BfclTools))
+            else "Tool")
+
+
+_ENTRY_KEYS = {"mcp": "McpTools", "toolbox": "Toolbox", "bfcl": "BfclTools"}
+"""The key that makes a ``tools`` entry other than a tool."""
 
 
 ToolEntry = Annotated[
     Annotated[Tool, Tag("Tool")] | Annotated[McpTools, Tag("McpTools")]
-    | Annotated[BfclTools, Tag("BfclTools")],
+    | Annotated[BfclTools, Tag("BfclTools")] | Annotated[Toolbox, Tag("Toolbox")],
     Discriminator(_tool_kind),
 ]
 
@@ -387,7 +507,40 @@ class BfclExpect(StrictModel):
         return calls
 
 
-class Expect(StrictModel):
+class ProbeCall(StrictModel):
+    name: ToolName
+    arguments: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+class Probe(StrictModel):
+    """A call the harness makes itself once the agent loop is done, and what it must answer."""
+
+    call: ProbeCall
+    """The tool (a toolbox's, a ``python`` one, an MCP server's) and its arguments."""
+    result: MatcherField = None
+    """Matcher on the answer: its JSON when it is JSON, else its text."""
+    error: MatcherField = None
+    """The call must fail, its message matching this; unless given, a failed probe fails."""
+
+    @model_validator(mode="after")
+    def _result_or_error(self) -> Probe:
+        if {"result", "error"} <= self.model_fields_set:
+            raise ValueError("give result or error, not both")
+        return self
+
+
+class AgentExpect(StrictModel):
+    """What the agent did to the world, after a stage or at the case's end."""
+
+    state: MatcherField = None
+    """Matcher on the toolboxes' state, by toolbox name: ``{Account: {balance: 70}}``."""
+    probe: list[Probe] | None = None
+    """Calls made after the agent loop, each with the answer it must get."""
+    trajectory: TrajectoryField = None
+    """Matcher on every call the agent loop made, in order."""
+
+
+class Expect(AgentExpect):
     """What must hold after a stage; every key given must hold (SPEC section 4)."""
 
     status: MatcherField = Field(default=200, validate_default=True)
@@ -446,6 +599,9 @@ class Case(StrictModel):
     tools: list[ToolEntry] = Field(default_factory=list)
     repeat: Repeat | None = None
     stages: list[Stage] = Field(min_length=1)
+    expect: AgentExpect | None = None
+    """Checked when the last stage has passed: the state, probes, and every call of the
+    case (all its stages) as the trajectory."""
 
     @field_validator("marks")
     @classmethod
@@ -479,14 +635,15 @@ class Case(StrictModel):
     @field_validator("tools")
     @classmethod
     def _unique_tool_names(cls, tools: list[ToolEntry]) -> list[ToolEntry]:
-        names = [tool.name if isinstance(tool, Tool) else f"mcp:{tool.mcp}"
-                 for tool in tools if not isinstance(tool, BfclTools)]
-        for index, name in enumerate(names):
-            if name in names[:index]:
-                kind, key = (("MCP server", "mcp") if name.startswith("mcp:")
-                             else ("tool", "name"))
-                raise KeyedError(f"duplicate {kind} name {name.removeprefix('mcp:')!r}",
-                                 (index, key))
+        seen: set[tuple[str, str]] = set()
+        for index, entry in enumerate(tools):
+            if isinstance(entry, BfclTools):
+                continue  # one a case, named by nothing
+            kind, key, name = _entry_name(entry)
+            if (kind, name) in seen:
+                raise KeyedError(f"duplicate {kind} name {name!r}", (index, key))
+            seen.add((kind, name))
+        _unique_offered_names(tools)
         return tools
 
     @model_validator(mode="after")
@@ -519,7 +676,7 @@ class Case(StrictModel):
     def _allowed_tools_exist(self) -> Case:
         if self.mcp_tools or self.bfcl_tools:  # names known once the tools are opened
             return self
-        names = {tool.name for tool in self.function_tools}
+        names = {tool.name for tool in self.offered_tools}
         for index, stage in enumerate(self.stages):
             if not isinstance(stage.tool_choice, AllowedTools):
                 continue
@@ -530,6 +687,31 @@ class Case(StrictModel):
                         f" ({', '.join(sorted(names)) or 'none'})",
                         ("stages", index, "tool_choice", "allowed_tools", "tools", position))
         return self
+
+    @model_validator(mode="after")
+    def _agent_expectations_fit(self) -> Case:
+        """``state`` needs a toolbox; a probe calls a tool the case offers."""
+        names = {tool.name for tool in self.offered_tools}
+        boxes = [box.label for box in self.toolboxes]
+        for path, expect in self._agent_expects():
+            if "state" in expect.model_fields_set and not boxes:
+                raise KeyedError("expect.state reads the state of the case's toolboxes, and"
+                                 " it has none (tools: [{toolbox: {python: module:Class}}])",
+                                 (*path, "state"))
+            if self.mcp_tools:  # an MCP server's tool names are known once it is started
+                continue
+            for index, probe in enumerate(expect.probe or []):
+                if probe.call.name not in names:
+                    raise KeyedError(f"probe calls {probe.call.name!r}, which is not one of the"
+                                     f" case's tools ({', '.join(sorted(names)) or 'none'})",
+                                     (*path, "probe", index, "call", "name"))
+        return self
+
+    def _agent_expects(self) -> Iterator[tuple[KeyPath, AgentExpect]]:
+        for index, stage in enumerate(self.stages):
+            yield ("stages", index, "expect"), stage.expect
+        if self.expect is not None:
+            yield ("expect",), self.expect
 
     @property
     def models(self) -> list[str | None]:
@@ -543,6 +725,17 @@ class Case(StrictModel):
         return [tool for tool in self.tools if isinstance(tool, Tool)]
 
     @property
+    def toolboxes(self) -> list[Toolbox]:
+        """The ``{toolbox: ...}`` entries of ``tools``."""
+        return [tool for tool in self.tools if isinstance(tool, Toolbox)]
+
+    @property
+    def offered_tools(self) -> list[Tool]:
+        """Every tool known before a server is started: the case's own, then each
+        toolbox's methods."""
+        return [*self.function_tools, *(tool for box in self.toolboxes for tool in box.tools)]
+
+    @property
     def mcp_tools(self) -> list[McpTools]:
         """The ``{mcp: NAME}`` entries of ``tools``."""
         return [tool for tool in self.tools if isinstance(tool, McpTools)]
@@ -554,6 +747,29 @@ class Case(StrictModel):
 
     def tool(self, name: str) -> Tool | None:
         return next((tool for tool in self.function_tools if tool.name == name), None)
+
+
+def _entry_name(entry: Tool | McpTools | Toolbox) -> tuple[str, str, str]:
+    """What names a ``tools`` entry among its kind: the kind, the key, the name."""
+    if isinstance(entry, McpTools):
+        return "MCP server", "mcp", entry.mcp
+    if isinstance(entry, Toolbox):
+        return "toolbox", "name" if entry.name else "toolbox", entry.label
+    return "tool", "name", entry.name
+
+
+def _unique_offered_names(tools: list[ToolEntry]) -> None:
+    """A toolbox's methods are offered beside the case's tools: no name twice."""
+    offered = {tool.name: "the case's tool" for tool in tools if isinstance(tool, Tool)}
+    for index, entry in enumerate(tools):
+        if not isinstance(entry, Toolbox):
+            continue
+        for tool in entry.tools:
+            if tool.name in offered:
+                raise KeyedError(f"tool name {tool.name!r} clash: toolbox {entry.label!r} and"
+                                 f" {offered[tool.name]} both offer it; leave one out"
+                                 " (toolboxes: `include`)", (index,))
+            offered[tool.name] = f"toolbox {entry.label!r}"
 
 
 class SharedMcpServers(StrictModel):

@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
+from ..apis import API_NAMES, DEFAULT_API, api_names
 from ..atomic import write_atomic
-from ..defaults import api_names
 from ..report.json_report import CaseRecord, read_report
 from ..transport.cassette import Cassette
 from ..transport.errors import ReplayError
@@ -60,8 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="toolbench conform",
         description="Run the built-in tool-calling probes against an OpenAI-compatible "
-        "server and print a matrix: one row per probe, one column per wire API (chat "
-        "completions, the Responses API, the Messages API), each cell pass, fail (protocol "
+        "server and print a matrix: one row per probe, one column per wire API ("
+        f"{', '.join(API_NAMES)}), each cell pass, fail (protocol "
         "or model) or not supported, with the reason. Exit 0 when every supported probe passes, 1 otherwise, 2 on a "
         f"wrong command line. The probes are case files: {PROBES_DIR}",
     )
@@ -72,9 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeat", type=positive_int, default=1, metavar="N",
                         help="run each probe N times; it passes when more than half pass "
                         "(default 1)")
-    parser.add_argument("--api", type=_api_list, default=("chat",), metavar="A[,B...]",
-                        help="the wire APIs to probe, one column each: chat, responses, "
-                        "messages (default: chat)")
+    parser.add_argument("--api", type=_api_list, default=(DEFAULT_API,), metavar="A[,B...]",
+                        help="the wire APIs to probe, one column each: "
+                        f"{', '.join(API_NAMES)} (default: {DEFAULT_API})")
     parser.add_argument("--report", type=Path, metavar="PATH",
                         help="write the matrix as JSON to PATH")
     parser.add_argument("--html", type=Path, metavar="PATH",

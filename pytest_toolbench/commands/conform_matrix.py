@@ -16,11 +16,11 @@ import html
 import json
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..defaults import API_NAMES
+from ..apis import API_NAMES
 from ..records import Interaction
 from ..report.html_page import page
 from ..report.json_report import CaseRecord, RunRecord
@@ -104,66 +104,24 @@ class Probe:
 # ---------------------------------------------------------------------------- raw checks
 
 
-def _replies(interactions: Iterable[Interaction]) -> Iterable[dict[str, Any]]:
-    """Every JSON object a server sent: bodies, and the data payloads of streams."""
-    for interaction in interactions:
-        if isinstance(interaction.body, dict):
-            yield interaction.body
-        for event in interaction.events or ():
-            try:
-                payload = json.loads(event.data)
-            except ValueError:
-                continue
-            if isinstance(payload, dict):
-                yield payload
-
-
-def _messages(payload: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
-    for choice in payload.get("choices") or ():
-        if isinstance(choice, dict):
-            for key in ("message", "delta"):
-                if isinstance(choice.get(key), dict):
-                    yield choice[key]
-
-
-def _reasoning_and_content(interactions: Sequence[Interaction]) -> tuple[str, str]:
-    reasoning, content = [], []
-    for payload in _replies(interactions):
-        for message in _messages(payload):
-            for key in ("reasoning_content", "reasoning"):
-                if isinstance(message.get(key), str):
-                    reasoning.append(message[key])
-            if isinstance(message.get("content"), str):
-                content.append(message["content"])
-    return "".join(reasoning).strip(), "".join(content)
-
-
 def _check_reasoning(cell: Cell, interactions: Sequence[Interaction], api: str) -> Cell:
     """Not supported unless the server returned reasoning; then it must not be in content."""
     if cell.verdict is not Verdict.PASS:
         return cell  # no reply, or reasoning markup in the content: the failure says it
-    if api == "chat":  # the raw fields, so reasoning sent as <think> content is seen
-        reasoning, content = _reasoning_and_content(interactions)
-    else:
-        wire = wire_api(api)
-        replies = [wire.read_interaction(interaction) for interaction in interactions]
-        reasoning = "".join(reply.reasoning or "" for reply in replies).strip()
-        content = "".join(reply.text for reply in replies)
+    wire = wire_api(api)
+    reasoning, content = wire.sent_reasoning(list(interactions))
     if "<think>" in content or "</think>" in content:
         # The reply's text has it taken out as reasoning; the server still sent it as content.
         return Cell(Verdict.FAIL, "reasoning markup (<think>) sent in the content",
                     Cause.PROTOCOL, 0, cell.runs)
     if not reasoning:
-        return Cell(Verdict.NOT_SUPPORTED, f"the server returned no reasoning ({_WHERE[api]})",
+        return Cell(Verdict.NOT_SUPPORTED,
+                    f"the server returned no reasoning ({wire.reasoning_where})",
                     None, cell.passes, cell.runs)
     if _leaks(reasoning, content):
         return Cell(Verdict.FAIL, "the reasoning is repeated in the content",
                     Cause.PROTOCOL, 0, cell.runs)
     return cell
-
-
-_WHERE = {"chat": "reasoning_content or reasoning", "responses": "reasoning items",
-          "messages": "thinking blocks"}
 
 
 def _leaks(reasoning: str, content: str) -> bool:
@@ -187,36 +145,14 @@ def _check_error_body(cell: Cell, interactions: Sequence[Interaction], api: str)
 
 
 def _check_indices(cell: Cell, interactions: Sequence[Interaction], api: str) -> Cell:
-    """Streamed calls with distinct ids must not share an index; ids must be distinct.
-    (The Responses and Messages readers check their own ids and items as they read.)"""
-    if api != "chat":
-        return cell
+    """The calls of one reply can be told apart (distinct ids; streamed calls with distinct
+    ids on distinct indices), as the API's adapter judges it."""
+    wire = wire_api(api)
     for interaction in interactions:
-        problem = (_shared_index(interaction) if interaction.events is not None
-                   else _shared_id(interaction))
+        problem = wire.call_id_problem(interaction)
         if problem:
             return Cell(Verdict.FAIL, problem, Cause.PROTOCOL, 0, cell.runs)
     return cell
-
-
-def _shared_index(interaction: Interaction) -> str:
-    ids_by_index: dict[Any, set[str]] = {}
-    for payload in _replies([interaction]):
-        for message in _messages(payload):
-            for call in message.get("tool_calls") or ():
-                if isinstance(call, dict) and isinstance(call.get("id"), str):
-                    ids_by_index.setdefault(call.get("index"), set()).add(call["id"])
-    merged = {index: ids for index, ids in ids_by_index.items() if len(ids) > 1}
-    return "".join(f"streamed calls {', '.join(sorted(ids))} share index {index}"
-                   for index, ids in list(merged.items())[:1])
-
-
-def _shared_id(interaction: Interaction) -> str:
-    ids = [call.get("id") for payload in _replies([interaction])
-           for message in _messages(payload)
-           for call in message.get("tool_calls") or () if isinstance(call, dict)]
-    repeated = [id_ for id_, count in Counter(ids).items() if count > 1 or id_ in (None, "")]
-    return f"the calls of one reply have no distinct ids; they are: {ids}" if repeated else ""
 
 
 # ---------------------------------------------------------------------------- the probes

@@ -22,6 +22,8 @@ The modules, each importing only those above it:
     compiler.py    the $ operator table and compile_matcher (schema.py, and jsonschema with
                    it, imported at the first $schema)
     tool_calls.py  compile_tool_calls: expected calls against ToolCall records
+    trajectory.py  compile_trajectory: every call of a stage or case, in order, subsequence,
+                   never, at most
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from .compiler import compile_matcher
 from .core import MISSING, Matcher, MatcherError, Mismatch
 from .limits import MatchTimeout, time_limit
 from .tool_calls import compile_tool_calls
+from .trajectory import compile_trajectory
 
 __all__ = [
     "MISSING",
@@ -39,5 +42,6 @@ __all__ = [
     "Mismatch",
     "compile_matcher",
     "compile_tool_calls",
+    "compile_trajectory",
     "time_limit",
 ]

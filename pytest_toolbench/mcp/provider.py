@@ -20,7 +20,7 @@ from ..run.toolset import ToolSourceFault
 from ..scrubbing import Scrubber
 from .connection import McpConnection, McpFault
 from .servers import ResolvedServer, resolve
-from .source import McpSource, RecordedCalls
+from .source import McpSource, RecordedCalls, kept_listing
 
 if TYPE_CHECKING:
     from ..run.runner import CaseRun
@@ -90,7 +90,7 @@ class LiveMcp:
                 closer = connection.aclose
         except McpFault as fault:
             raise ToolSourceFault(self._scrubber.text(str(fault)), path) from None
-        self._keep(McpExchange(server.name, "tools/list", listing))
+        self._keep(McpExchange(server.name, "tools/list", kept_listing(listing)))
         try:
             return McpSource(server.name, listing, entry, path,
                              self._caller(server.name, connection, path), closer)

@@ -30,6 +30,7 @@ class McpSource:
                  caller: Caller, closer: Callable[[], Awaitable[None]] | None = None) -> None:
         """``listing``: the server's ``tools/list`` result; ``path``: the entry's key path."""
         self.server = server
+        self.owner = f"MCP server {server!r}"
         self._path = path
         self._caller = caller
         self._closer = closer
@@ -47,6 +48,19 @@ class McpSource:
         closer, self._closer = self._closer, None
         if closer is not None:
             await closer()
+
+
+OFFERED_KEYS = ("name", "description", "inputSchema")
+"""What of a listed tool the model is offered, and all that replay reads of it."""
+
+
+def kept_listing(listing: dict[str, Any]) -> dict[str, Any]:
+    """A ``tools/list`` result as a cassette keeps it: every tool, each with only
+    ``OFFERED_KEYS`` (its ``outputSchema``, ``annotations``, ``icons``... are never sent)."""
+    tools = listing.get("tools")
+    return {"tools": [{key: tool[key] for key in OFFERED_KEYS if key in tool}
+                      if isinstance(tool, dict) else tool
+                      for tool in (tools if isinstance(tools, list) else [])]}
 
 
 def _offered(server: str, listing: dict[str, Any], entry: McpTools, path: KeyPath

@@ -8,6 +8,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..apis import conversation_keys
 from ..keypaths import format_key_path
 from ..matchers import MISSING
 from ..records import (
@@ -221,8 +222,11 @@ def json_value(value: Any) -> Any:
 
 def _turn_text(number: int, turn: Turn) -> list[str]:
     mode = "stream" if turn.streamed else "request"
-    # Chat and Messages send ``messages``; the Responses API sends ``input`` items.
-    messages = turn.request.get("messages") or turn.request.get("input") or [{}]
+    # The conversation's list under whichever key the API keeps it (chat's and the
+    # Messages API's ``messages``, Responses ``input`` items, Gemini ``contents``).
+    messages = next((value for key in conversation_keys()
+                     if isinstance(value := turn.request.get(key), list) and value),
+                    None) or turn.request.get("input") or [{}]
     if not isinstance(messages, list):
         messages = [{"role": "user", "content": messages}]  # Responses: input as one string
     last = messages[-1] if isinstance(messages[-1], dict) else {}
@@ -277,12 +281,25 @@ def _content(message: dict[str, Any]) -> str:
     content = message.get("content")
     if isinstance(content, str):
         return content
+    if isinstance(message.get("parts"), list):  # Gemini: text, calls, function responses
+        return " ".join(_part_text(part) for part in message["parts"])
     if message.get("tool_calls"):
         return "tool calls " + ", ".join(c["function"]["name"] for c in message["tool_calls"])
     for key in ("output", "arguments"):  # Responses: function_call_output, function_call
         if isinstance(message.get(key), str):
             return str(message[key])
     return json.dumps(content)
+
+
+def _part_text(part: Any) -> str:
+    if not isinstance(part, dict):
+        return json.dumps(part)
+    if isinstance(part.get("text"), str):
+        return str(part["text"])
+    for key, said in (("functionCall", "call"), ("functionResponse", "result of")):
+        if isinstance(part.get(key), dict):
+            return f"{said} {part[key].get('name')}"
+    return json.dumps(part)
 
 
 def plural(count: int, noun: str) -> str:

@@ -2,10 +2,11 @@
 
 Each turn shows what was sent (collapsed), the reply (text, reasoning, tool calls, both
 finish reasons, protocol problems, a stream's timeline), the tools' answers; each attempt
-its state trail and failing expectations with expected vs actual as a diff. Everything is
-read from the case's typed record (``report/json_report.py``), and every text is escaped
-(``e``). Only what a server or a tool sent as it was (a request body, a usage object) is
-read as JSON data.
+its state trail, its trajectory (every call, in order), its probes, the toolboxes' state
+afterwards (collapsed), and failing expectations with expected vs actual as a diff.
+Everything is read from the case's typed record (``report/json_report.py``), and every
+text is escaped (``e``). Only what a server or a tool sent as it was (a request body, a
+usage object, a toolbox's state) is read as JSON data.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from ..apis import conversation_keys
 from ..keypaths import format_key_path
 from .html_page import Data, count, json_lines, ms, plural, pretty
 from .html_page import escape as e
@@ -34,8 +36,8 @@ from .json_report import (
 
 OUTCOME_ORDER = {"failed": 0, "xpassed": 1, "xfailed": 2, "skipped": 3, "passed": 4}
 """Failures first: what needs reading comes before what passed."""
-CONVERSATION_KEYS = ("system", "instructions", "messages", "input")
-"""Where the three APIs' request bodies hold the conversation (the rest is settings)."""
+CONVERSATION_KEYS = conversation_keys()
+"""Where the APIs' request bodies hold the conversation (the rest is settings)."""
 
 
 def outcome_rank(outcome: str) -> int:
@@ -98,8 +100,31 @@ def _attempt(case: CaseRecord, attempt: AttemptRecord, attempts: int) -> str:
     parts = [head, f'<div class="trail">states: {trail}</div>']
     parts.extend(_tool_run(run, "answers a call left open") for run in attempt.answered_first)
     parts.extend(_turn(turn, number) for number, turn in enumerate(attempt.turns, 1))
+    parts.append(_trajectory(attempt.trajectory))
+    parts.extend(_tool_run(run, "probe") for run in attempt.probes)
+    if attempt.state is not None:
+        parts.append(_state(attempt.state))
     parts.extend(_failure(case, failure) for failure in attempt.failures)
     return f'<div class="attempt {state}">{"".join(parts)}</div>'
+
+
+# ---------------------------------------------------------------------------- the world
+
+
+def _trajectory(calls: list[ToolCallRecord]) -> str:
+    """Every call of the attempt in one line, each by its index (as failures name them)."""
+    if not calls:
+        return ""
+    steps = " → ".join(f"#{index} <b>{e(call.name)}</b>({e(call.arguments)})"
+                       for index, call in enumerate(calls))
+    return f'<div class="trajectory">trajectory: {steps}</div>'
+
+
+def _state(state: Any) -> str:
+    """The toolboxes' state afterwards, collapsed, as JSON."""
+    return (f'<details class="state"><summary>state: {e(", ".join(map(str, state)))}'
+            f"</summary><pre>{e(json.dumps(state, indent=2, ensure_ascii=False))}</pre>"
+            "</details>")
 
 
 # ---------------------------------------------------------------------------- one turn

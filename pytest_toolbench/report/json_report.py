@@ -157,13 +157,23 @@ class AttemptRecord:
     failures: list[FailureRecord]
     answered_first: list[ToolRunRecord]
     turns: list[TurnRecord]
+    trajectory: list[ToolCallRecord] = field(default_factory=list)
+    """Every call the agent loop made in the attempt, in order (the case-end's: every
+    stage's)."""
+    state: dict[str, Any] | None = None
+    """The toolboxes' state afterwards, by toolbox name; null when the case has none."""
+    probes: list[ToolRunRecord] = field(default_factory=list)
+    """The calls of ``expect.probe``, made after the agent loop, and their answers."""
 
     @classmethod
     def of(cls, attempt: StageAttempt) -> AttemptRecord:
         return cls(attempt.number, attempt.passed, list(attempt.trail),
                    [FailureRecord.of(failure) for failure in attempt.failures],
                    [ToolRunRecord.of(run) for run in attempt.answered_first],
-                   [TurnRecord.of(turn) for turn in attempt.turns])
+                   [TurnRecord.of(turn) for turn in attempt.turns],
+                   [ToolCallRecord(c.id, c.name, c.arguments_raw, c.arguments_error)
+                    for c in attempt.trajectory],
+                   attempt.state, [ToolRunRecord.of(run) for run in attempt.probes])
 
 
 @dataclass(frozen=True)

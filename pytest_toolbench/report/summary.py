@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ..apis import DEFAULT_API
 from .json_report import CaseRecord
 
 # The outcome comes right after the names, so a narrow terminal never hides it.
@@ -56,7 +57,7 @@ def _case_table(records: list[CaseRecord], models: list[str], apis: list[str]) -
     """With one model or one API, it is named in the title and its column left out to save
     width (chat, the default API, is not named)."""
     named = [f"model: {models[0]}"] if len(models) == 1 and models[0] != "-" else []
-    named += [f"API: {apis[0]}"] if apis != ["chat"] and len(apis) == 1 else []
+    named += [f"API: {apis[0]}"] if apis != [DEFAULT_API] and len(apis) == 1 else []
     title = f"toolbench ({', '.join(named)})" if named else "toolbench"
     columns = [c for c in COLUMNS
                if (c != "model" or len(models) > 1) and (c != "api" or len(apis) > 1)]

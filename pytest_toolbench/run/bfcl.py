@@ -43,6 +43,7 @@ class BfclSource:
     """The tools of one ``{bfcl: ...}`` entry (a ``ToolSource`` that knows its stages)."""
 
     server = None
+    owner = "BFCL's classes"
     runs_unoffered = True
     """A call of a name no source offers comes here: BFCL runs any public method."""
 

@@ -8,15 +8,17 @@ the matcher and the limit, and holds the loop no longer than the limit.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from ..casefile.schema import Expect, StreamExpect
+from ..casefile.schema import AgentExpect, Expect, Probe, StreamExpect
 from ..keypaths import KeyPath
 from ..matchers import MISSING, Matcher, MatchTimeout, Mismatch, time_limit
 from ..matchers.limits import DEFAULT_LIMIT_S
-from ..records import Failure, Reply, ToolCall
+from ..records import Failure, Reply, ToolCall, ToolRun
+from .toolset import WorldState
 
 LineOf = Callable[[KeyPath], int]
 
@@ -29,6 +31,10 @@ class Outcome:
     """Every reply of the stage's agent loop, in order; the last one ended it."""
     tool_calls: list[ToolCall]
     """All calls the model made during the stage, in order."""
+    world: WorldState = field(default_factory=WorldState)
+    """The toolboxes' state once the agent loop was done."""
+    probes: list[ToolRun] = field(default_factory=list)
+    """The runs of ``expect.probe``'s calls, in order."""
 
     @property
     def reply(self) -> Reply:
@@ -58,6 +64,76 @@ def check(expect: Expect, outcome: Outcome, base: KeyPath, line_of: LineOf,
         return [_plain(_too_slow(timeout.what, limit_s), progress.path, line_of)]
 
 
+def check_agent(expect: AgentExpect, calls: list[ToolCall], world: WorldState,
+                probes: list[ToolRun], base: KeyPath, line_of: LineOf,
+                limit_s: float = DEFAULT_LIMIT_S) -> list[Failure]:
+    """The case-end expectations (``expect`` of the case) against every call of the run,
+    the state and the probes' runs, as ``check`` does a stage's."""
+    progress = _Progress(base)
+    try:
+        with time_limit(limit_s):
+            return _check_agent(expect, calls, world, probes, base, line_of, progress)
+    except MatchTimeout as timeout:
+        return [_plain(_too_slow(timeout.what, limit_s), progress.path, line_of)]
+
+
+def _check_agent(expect: AgentExpect, calls: list[ToolCall], world: WorldState,
+                 probes: list[ToolRun], base: KeyPath, line_of: LineOf,
+                 progress: _Progress) -> list[Failure]:
+    failures: list[Failure] = []
+    given = expect.model_fields_set
+    if "state" in given:
+        progress.path = (*base, "state")
+        failures += [_plain(f"no state to check: {error}", progress.path, line_of)
+                     for error in world.errors.values()]
+        if not world.errors:
+            failures += _matched(expect.state, world.states, "state", base, line_of)
+    if "trajectory" in given:
+        progress.path = (*base, "trajectory")
+        failures += _matched(expect.trajectory, calls, "trajectory", base, line_of)
+    for index, (probe, run) in enumerate(zip(expect.probe or [], probes)):
+        progress.path = (*base, "probe", index)
+        failures += _probe_failures(probe, run, progress.path, line_of)
+    return failures
+
+
+def _matched(matcher: Matcher, actual: Any, key: str, base: KeyPath,
+             line_of: LineOf) -> list[Failure]:
+    return [_failure(base, mismatch, line_of) for mismatch in matcher.match(actual, (key,))]
+
+
+def _probe_failures(probe: Probe, run: ToolRun, path: KeyPath,
+                    line_of: LineOf) -> list[Failure]:
+    """A probe's answer against its ``result`` or ``error``; a failed call fails unless
+    ``error`` says it must."""
+    shown = f"probe {run.name}({run.arguments})"
+    if "error" in probe.model_fields_set:
+        if not run.failed:
+            return [_plain(f"{shown} was expected to fail, and answered: {run.content}",
+                           (*path, "error"), line_of)]
+        return _prefixed(shown, probe.error.match(run.error, ()), (*path, "error"), line_of)
+    if run.failed:
+        return [_plain(f"{shown} failed: {run.error}", (*path, "call"), line_of)]
+    if "result" not in probe.model_fields_set:
+        return []
+    return _prefixed(shown, probe.result.match(_answer_value(run.content), ()),
+                     (*path, "result"), line_of)
+
+
+def _prefixed(shown: str, mismatches: list[Mismatch], path: KeyPath,
+              line_of: LineOf) -> list[Failure]:
+    return [Failure(f"{shown}: {m.message}", (*path, *m.path), line_of((*path, *m.path)),
+                    m.expected, m.actual) for m in mismatches]
+
+
+def _answer_value(content: str) -> Any:
+    """A tool's answer as the matchers see it: its JSON when it is JSON, else its text."""
+    try:
+        return json.loads(content)
+    except ValueError:
+        return content
+
+
 def _too_slow(what: str, limit_s: float) -> str:
     return (f"{what} did not finish within the matching time limit of {limit_s:g} s"
             " (--toolbench-match-timeout)")
@@ -74,6 +150,8 @@ def _check(expect: Expect, outcome: Outcome, base: KeyPath, line_of: LineOf,
             if key == "status" and outcome.reply.error:
                 failure.message += f"; the server said: {outcome.reply.error}"
             failures.append(failure)
+    failures += _check_agent(expect, outcome.tool_calls, outcome.world, outcome.probes, base,
+                             line_of, progress)
     stream = expect.stream or _STREAM_DEFAULTS  # ``done`` is true unless a case says not
     progress.path = (*base, "stream")
     if outcome.reply.stream is not None:

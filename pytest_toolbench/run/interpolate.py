@@ -14,7 +14,7 @@ from typing import Any
 from ..casefile.placeholders import did_you_mean, fill_placeholders
 from ..casefile.schema import Expect
 from ..keypaths import KeyPath
-from ..matchers import MatcherError, compile_matcher, compile_tool_calls
+from ..matchers import MatcherError, compile_matcher, compile_tool_calls, compile_trajectory
 from ..records import Reply, ToolCall
 
 _MISSING = object()
@@ -70,6 +70,10 @@ def has_placeholder(value: Any) -> bool:
     return False
 
 
+_COMPILERS = {"tool_calls": compile_tool_calls, "trajectory": compile_trajectory}
+"""The keys whose matchers are not compiled by ``compile_matcher``."""
+
+
 def resolve_expect(expect: Expect, variables: dict[str, Any]) -> Expect:
     """The stage's expectations with ``${...}`` filled in; those matchers compiled anew.
 
@@ -80,7 +84,7 @@ def resolve_expect(expect: Expect, variables: dict[str, Any]) -> Expect:
     for key in expect.model_fields_set:
         spec = getattr(getattr(expect, key), "spec", None)  # matchers have a spec
         if has_placeholder(spec):
-            compile_spec = compile_tool_calls if key == "tool_calls" else compile_matcher
+            compile_spec = _COMPILERS.get(key, compile_matcher)
             try:
                 updates[key] = compile_spec(interpolate(spec, variables, ("expect", key)))
             except MatcherError as error:

@@ -6,13 +6,16 @@ answers tool calls and sends again until the model stops calling tools or ``max_
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..apis import DEFAULT_API
 from ..casefile.load import LoadedCase
-from ..casefile.schema import BfclTools, McpTools, Stage
+from ..casefile.schema import AgentExpect, BfclTools, McpTools, Stage, Toolbox
 from ..keypaths import KeyPath
 from ..matchers.limits import DEFAULT_LIMIT_S as DEFAULT_MATCH_TIMEOUT_S
 from ..records import (
@@ -31,11 +34,12 @@ from ..scrubbing import Scrubber
 from ..transport.client import ApiClient, InteractionSink
 from ..transport.errors import TransportError
 from ..wire import RequestParts, WireApi, wire_api
-from .check import Outcome, check
+from .check import Outcome, check, check_agent
 from .interpolate import InterpolationError, capture, interpolate, resolve_expect
 from .machine import StageMachine, StageState
+from .toolbox import ToolboxSource
 from .tools import CaseTools, tool_message
-from .toolset import Toolset, ToolSource, ToolSourceFault
+from .toolset import Toolset, ToolSource, ToolSourceFault, WorldState
 
 
 @dataclass(frozen=True)
@@ -140,7 +144,7 @@ class Conversation:
 
 def case_label(name: str, model: str | None, api: str) -> str:
     """The name of a case's item for one model and API (see ``CaseRun.label``)."""
-    params = [part for part in (model, None if api == "chat" else api) if part is not None]
+    params = [part for part in (model, None if api == DEFAULT_API else api) if part is not None]
     return f"{name}[{'-'.join(params)}]" if params else name
 
 
@@ -160,8 +164,8 @@ async def run_case(case_run: CaseRun, ctx: RunContext) -> CaseResult:
 
 
 async def open_toolset(case_run: CaseRun, ctx: RunContext) -> Toolset:
-    """The case's own tools, then each ``{mcp: NAME}`` and ``{bfcl: ...}`` entry's, in the
-    order of ``tools``."""
+    """The case's own tools, then each ``{mcp: NAME}``, ``{toolbox: ...}`` and ``{bfcl: ...}``
+    entry's, in the order of ``tools``."""
     case = case_run.loaded.case
     sources: list[ToolSource] = [CaseTools(case)]
     paths: list[KeyPath] = [("tools",)]
@@ -171,12 +175,15 @@ async def open_toolset(case_run: CaseRun, ctx: RunContext) -> Toolset:
                 if ctx.mcp is None:
                     raise ToolSourceFault("MCP servers cannot be used here", ("tools", index))
                 sources.append(await ctx.mcp.source(case_run, index, entry))
-                paths.append(("tools", index))
+            elif isinstance(entry, Toolbox):
+                sources.append(ToolboxSource(entry, ("tools", index)))
             elif isinstance(entry, BfclTools):
                 from .bfcl import BfclSource  # bfcl-eval: only for cases that use it
 
                 sources.append(BfclSource(entry.bfcl, ("tools", index)))
-                paths.append(("tools", index))
+            else:
+                continue
+            paths.append(("tools", index))
         return Toolset(sources, paths)
     except BaseException:
         for source in reversed(sources):
@@ -195,15 +202,17 @@ def _setup_failed(case_run: CaseRun, fault: ToolSourceFault, number: int = 1) ->
 async def run_once(case_run: CaseRun, ctx: RunContext, number: int,
                    toolset: Toolset) -> RunResult:
     case = case_run.loaded.case
+    try:
+        toolset.begin_run()  # fresh toolbox instances, BFCL's chains, for every run
+    except ToolSourceFault as fault:
+        return _setup_failed(case_run, fault, number)
+    except Exception as error:  # noqa: BLE001 - a tool source's own code failed to start
+        return _setup_failed(case_run, ToolSourceFault(
+            f"the tools could not start: {type(error).__name__}: {error}", ("tools",)), number)
     run = RunResult(number)
     conversation = Conversation()
     if case.system:
         conversation.messages.append({"role": "system", "content": case.system})
-    try:
-        toolset.begin_run()
-    except Exception as error:  # noqa: BLE001 - a tool source's own code failed to start
-        return _setup_failed(case_run, ToolSourceFault(
-            f"the tools could not start: {type(error).__name__}: {error}", ("tools",)), number)
     with StageMachine() as machine:
         for index, stage in enumerate(case.stages):
             stage_result = await run_stage(case_run, ctx, conversation, index, stage, machine,
@@ -211,7 +220,34 @@ async def run_once(case_run: CaseRun, ctx: RunContext, number: int,
             run.stages.append(stage_result)
             if not stage_result.passed:
                 break  # later stages build on this one's conversation: nothing to learn
+    if case.expect is not None and run.passed:
+        run.stages.append(await check_case_end(case_run, ctx, run, toolset, case.expect))
     return run
+
+
+CASE_END = "end of case"
+"""The name the case-level ``expect`` is reported under, as if it were one more stage (no
+stage can have it: a stage name has no spaces)."""
+
+
+async def check_case_end(case_run: CaseRun, ctx: RunContext, run: RunResult,
+                         toolset: Toolset, expect: AgentExpect) -> StageResult:
+    """The case's own ``expect``: state and probes now, every call of the run as the
+    trajectory."""
+    attempt = StageAttempt(CASE_END, 1)
+    attempt.trajectory = [call for stage in run.stages
+                          for call in stage.attempts[-1].trajectory]
+    try:
+        world, attempt.probes = await observe(toolset, expect, ctx.scrubber)
+    except ToolSourceFault as fault:
+        attempt.failures.append(Failure(fault.message, fault.path,
+                                        case_run.loaded.document.line_of(fault.path)))
+        return StageResult(CASE_END, [attempt])
+    attempt.state = world.states if toolset.stateful else None
+    attempt.failures = check_agent(expect, attempt.trajectory, world, attempt.probes,
+                                   ("expect",), case_run.loaded.document.line_of,
+                                   ctx.match_timeout_s)
+    return StageResult(CASE_END, [attempt])
 
 
 async def run_stage(case_run: CaseRun, ctx: RunContext, conversation: Conversation,
@@ -220,18 +256,34 @@ async def run_stage(case_run: CaseRun, ctx: RunContext, conversation: Conversati
     result = StageResult(stage.name)
     attempts = stage.retry.attempts if stage.retry else 1
     before = conversation.snapshot()
+    try:
+        world_before = _checkpoint(toolset, attempts > 1)
+    except ToolSourceFault as fault:
+        failure = Failure(fault.message, fault.path,
+                          case_run.loaded.document.line_of(fault.path))
+        return StageResult(stage.name, [StageAttempt(stage.name, 1, failures=[failure])])
     machine.begin_stage()
     toolset.begin_stage(stage)
     for number in range(1, attempts + 1):
         if number > 1:
             machine.fire("retry")
             _restore(conversation, before)
+            world_before()  # a retry starts from the toolboxes' state before the stage
         attempt = await StageRunner(case_run, ctx, conversation, index, stage, machine,
                                     toolset).run(number)
         result.attempts.append(attempt)
         if attempt.passed or not attempt.turns:
             break  # an attempt that sent nothing failed on the case itself: retry can't help
     return result
+
+
+def _checkpoint(toolset: Toolset, needed: bool) -> Callable[[], None]:
+    """What puts the toolboxes back as they are now; nothing to copy unless ``needed``."""
+    return toolset.checkpoint() if needed and toolset.stateful else _nothing
+
+
+def _nothing() -> None:
+    """No state to put back."""
 
 
 def _restore(conversation: Conversation, before: Conversation) -> None:
@@ -255,6 +307,8 @@ class StageRunner:
         trail_start = len(self.machine.trail) - 1
         try:
             await self._run(attempt)
+            if attempt.state is None and self.toolset.stateful:  # the loop broke off
+                attempt.state = (await self.toolset.snapshot()).states
         except InterpolationError as error:
             attempt.failures.append(self._failure(error.message, error.path))
         except ToolSourceFault as fault:  # a tool server broke: the case fails, naming it
@@ -273,19 +327,26 @@ class StageRunner:
         start = self.conversation.snapshot()
         carried = self.conversation  # the first (streamed) variant carries the conversation on
         variants = [True, False] if self.stage.stream == "both" else [bool(self.stage.stream)]
+        world_start = _checkpoint(self.toolset, len(variants) > 1)
+        world_carried = _nothing
         outcomes: list[Outcome] = []
         try:
             for position, streamed in enumerate(variants):
                 if position:
                     self.machine.fire("other_variant")
                     self.conversation = start.snapshot()
+                    world_carried = self.toolset.checkpoint()
+                    world_start()  # the other variant's calls run on the state before
                 outcome = await self._run_variant(attempt, streamed)
-                if outcome is None or not self._check(attempt, outcome, streamed,
-                                                      len(variants) > 1):
+                if outcome is None:
+                    return
+                outcome = await self._observe(attempt, outcome, first=not position)
+                if not self._check(attempt, outcome, streamed, len(variants) > 1):
                     return
                 outcomes.append(outcome)
         finally:
             self.conversation = carried
+            world_carried()  # and the toolboxes, as the first variant left them
         self._compare(attempt, outcomes)
         self._check_sources(attempt)
         self._capture(attempt, outcomes[0])
@@ -314,6 +375,17 @@ class StageRunner:
             self.machine.fire("tool_use")
             turn.tool_runs = await self._answer(reply.tool_calls)
         return Outcome(replies, [call for r in replies for call in r.tool_calls])
+
+    async def _observe(self, attempt: StageAttempt, outcome: Outcome, first: bool
+                       ) -> Outcome:
+        """The toolboxes' state once the loop is done, then the probes' calls: what the
+        agent's expectations read. The first variant's go into the attempt's record."""
+        world, probes = await observe(self.toolset, self.stage.expect, self.ctx.scrubber)
+        if first:
+            attempt.trajectory = list(outcome.tool_calls)
+            attempt.state = world.states if self.toolset.stateful else None
+            attempt.probes = probes
+        return dataclasses.replace(outcome, world=world, probes=probes)
 
     def _stop_at_max_turns(self, attempt: StageAttempt, turn: Turn, reply: Reply) -> None:
         turn.stop_reason = "max_turns"
@@ -351,7 +423,8 @@ class StageRunner:
         started = time.perf_counter()
         try:
             pending = await self.ctx.client.open(
-                body, wire=self.case_run.wire, stream=streamed, api_key=self.ctx.api_key,
+                body, wire=self.case_run.wire, stream=streamed, model=self.case_run.model,
+                api_key=self.ctx.api_key,
                 sink=self._keep if self.ctx.sink is not None else None)
             turn.retries = pending.retries
             self.machine.fire("headers")
@@ -459,6 +532,20 @@ class StageRunner:
 
     def _line_of(self, path: tuple[str | int, ...]) -> int:
         return self.case_run.loaded.document.line_of(path)
+
+
+async def observe(toolset: Toolset, expect: AgentExpect, scrubber: Scrubber
+                  ) -> tuple[WorldState, list[ToolRun]]:
+    """The toolboxes' state, then the runs of ``expect.probe``'s calls, one at a time in
+    order, through the toolset as the model's calls go (an MCP server's are recorded and
+    replayed with the model's)."""
+    world = await toolset.snapshot()
+    probes: list[ToolRun] = []
+    for index, probe in enumerate(expect.probe or []):
+        arguments = probe.call.arguments
+        call = ToolCall(probe.call.name, json.dumps(arguments), f"probe_{index}", arguments)
+        probes += scrubber.data(await toolset.run([call]))
+    return world, probes
 
 
 def _comparable(outcome: Outcome) -> dict[str, Any]:

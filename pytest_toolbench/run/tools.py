@@ -18,13 +18,14 @@ from typing import Any
 from ..casefile.schema import Case, Tool, resolve_callable
 from ..records import ToolCall, ToolRun
 from .threads import in_daemon_thread
-from .toolset import ToolAnswer
+from .toolset import ToolAnswer, ToolFailed
 
 
 class CaseTools:
     """The tools a case defines itself (a ``ToolSource``)."""
 
     server = None
+    owner = "the case's tools"
 
     def __init__(self, case: Case) -> None:
         self.case = case
@@ -44,10 +45,6 @@ def tool_message(run: ToolRun) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": run.call_id or "", "content": run.content}
 
 
-class ToolFailed(Exception):
-    """The tool could not give a result; the message goes back to the model."""
-
-
 async def _answer(call: ToolCall, tool: Tool | None) -> str:
     if tool is None:
         raise ToolFailed(f"unknown tool: {call.name}")
@@ -58,23 +55,30 @@ async def _answer(call: ToolCall, tool: Tool | None) -> str:
     if "error" in tool.model_fields_set:
         raise ToolFailed(tool.error or "tool failed")
     if tool.python is not None:
-        return _as_content(await _call_python(tool, call.arguments))
-    return _as_content(tool.result)
+        return as_content(await _call_python(tool, call.arguments))
+    return as_content(tool.result)
 
 
 async def _call_python(tool: Tool, arguments: Any) -> Any:
     if not isinstance(arguments, dict):
         raise ToolFailed(f"arguments must be a JSON object, got {json.dumps(arguments)}")
-    function = resolve_callable(tool.python or "")
+    return await call_user_code(resolve_callable(tool.python or ""), arguments, tool.name,
+                                tool.timeout_s)
+
+
+async def call_user_code(function: Callable[..., Any], arguments: dict[str, Any], name: str,
+                         timeout_s: float) -> Any:
+    """``function(**arguments)``, sync or async, within ``timeout_s``: what it returns, or
+    ``ToolFailed`` saying what it raised or that it ran out of time."""
     if inspect.iscoroutinefunction(function):
         running: Awaitable[Any] = _guarded(function, arguments)
     else:  # in a thread of its own, so a slow one cannot stall the other cases
         running = in_daemon_thread(functools.partial(_call_sync, function, arguments),
-                                   name=f"toolbench-tool-{tool.name}")
+                                   name=f"toolbench-tool-{name}")
     try:
-        return await asyncio.wait_for(running, tool.timeout_s)
+        return await asyncio.wait_for(running, timeout_s)
     except asyncio.TimeoutError:
-        raise ToolFailed(f"{tool.name} timed out after {tool.timeout_s:g} s") from None
+        raise ToolFailed(f"{name} timed out after {timeout_s:g} s") from None
 
 
 async def _guarded(function: Callable[..., Awaitable[Any]], arguments: dict[str, Any]) -> Any:
@@ -92,7 +96,7 @@ async def _guarded(function: Callable[..., Awaitable[Any]], arguments: dict[str,
     except GeneratorExit:
         raise
     except BaseException as exc:  # noqa: BLE001 - the tool is user code: a failure is an answer
-        raise ToolFailed(_describe(exc)) from None
+        raise ToolFailed(describe(exc)) from None
 
 
 def _being_cancelled() -> bool:
@@ -107,15 +111,15 @@ def _call_sync(function: Callable[..., Any], arguments: dict[str, Any]) -> Any:
     try:
         return function(**arguments)
     except BaseException as exc:  # noqa: BLE001 - SystemExit too: a failure is an answer
-        raise ToolFailed(_describe(exc)) from None
+        raise ToolFailed(describe(exc)) from None
 
 
-def _describe(exc: BaseException) -> str:
+def describe(exc: BaseException) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _as_content(result: Any) -> str:
+def as_content(result: Any) -> str:
     """A string is sent as is; anything else as strict JSON (no NaN or Infinity)."""
     if isinstance(result, str):
         return result

@@ -2,13 +2,15 @@
 plugs into.
 
 A ``ToolSource`` offers some tools and answers their calls: the case's own tools (canned
-results, ``python`` callables, errors; ``run/tools.py``), one MCP server's tools
-(``mcp/``), or a BFCL record's backend classes (``bfcl/``). A ``Toolset`` puts a case's
-sources together for one run: the tools every request offers, and each call routed to the
-source that offers its tool. A source is opened before the case's first stage and closed
-when the case ends.
+results, ``python`` callables, errors; ``run/tools.py``), one MCP server's tools (``mcp/``),
+a toolbox's methods (``run/toolbox.py``), or a BFCL record's backend classes
+(``run/bfcl.py``). A ``Toolset`` puts a case's sources together for one run: the tools every
+request offers, and each call routed to the source that offers its tool. A source is opened
+before the case's first stage and closed when the case ends.
 
-A source whose tools change from stage to stage, or that checks a stage itself, is also a
+A source that is also ``Stateful`` (a toolbox) starts afresh for every run of the case,
+shows its state after each stage, and can be put back as it was (a retried stage). A source
+whose tools change from stage to stage, or that checks a stage itself, is a
 ``StagedSource``: the runner tells it when a run and each stage begin, and asks it, once a
 stage's agent loop is over, what it finds wrong with the stage.
 """
@@ -18,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ..keypaths import KeyPath
@@ -42,6 +45,10 @@ class ToolAnswer:
         return cls(json.dumps({"error": message}) if content is None else content, message)
 
 
+class ToolFailed(Exception):
+    """The tool could not give a result; the message goes back to the model."""
+
+
 class ToolSource(Protocol):
     """Tools offered to the model and the answers to their calls."""
 
@@ -49,6 +56,10 @@ class ToolSource(Protocol):
     def server(self) -> str | None:
         """Who runs the tools, as reports show it (an MCP server's name); ``None`` for the
         case's own tools."""
+
+    @property
+    def owner(self) -> str:
+        """Who offers the tools, as messages name it (``MCP server 'notes'``)."""
 
     @property
     def tools(self) -> list[Tool]:
@@ -76,6 +87,31 @@ class StagedSource(Protocol):
     def end_stage(self, stage: Stage) -> list[Any]:
         """The stage's agent loop is over: what the source finds wrong with the stage, as
         items with ``message``, ``path`` (below the stage), ``expected`` and ``actual``."""
+
+
+@runtime_checkable
+class Stateful(Protocol):
+    """A source whose calls change a state that expectations read (a toolbox)."""
+
+    label: str
+    """Its name in ``expect.state`` and the reports."""
+
+    def begin_run(self) -> None:
+        """Start afresh for a run of the case; ``ToolSourceFault`` when it cannot."""
+
+    async def snapshot(self) -> Any:
+        """The state now, as JSON data; raise ``ToolFailed`` saying why there is none."""
+
+    def checkpoint(self) -> Callable[[], None]:
+        """A function that puts the state back as it is now."""
+
+
+@dataclass
+class WorldState:
+    """Every stateful source's state at one moment: by label, or why it could not be read."""
+
+    states: dict[str, Any] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
 
 
 class ToolSourceFault(Exception):
@@ -106,9 +142,10 @@ class Toolset:
                 other = self._by_name.get(tool.name)
                 if other is not None:
                     raise ToolSourceFault(
-                        f"tool name {tool.name!r} clash: {_owner(source)} and {_owner(other)}"
+                        f"tool name {tool.name!r} clash: {source.owner} and {other.owner}"
                         " both offer it; leave one out (MCP servers: `include`)", path)
                 self._by_name[tool.name] = source
+        self.stateful = [source for source in sources if isinstance(source, Stateful)]
 
     @property
     def tools(self) -> list[Tool]:
@@ -127,8 +164,9 @@ class Toolset:
                        duration, failed=answer.error is not None, server=source.server)
 
     def begin_run(self) -> None:
-        for source in self.staged:
-            source.begin_run()
+        for source in self.sources:
+            if isinstance(source, (StagedSource, Stateful)):
+                source.begin_run()
 
     def begin_stage(self, stage: Stage) -> None:
         for source in self.staged:
@@ -137,10 +175,24 @@ class Toolset:
     def end_stage(self, stage: Stage) -> list[Any]:
         return [failure for source in self.staged for failure in source.end_stage(stage)]
 
+    async def snapshot(self) -> WorldState:
+        world = WorldState()
+        for source in self.stateful:
+            try:
+                world.states[source.label] = await source.snapshot()
+            except ToolFailed as failure:
+                world.errors[source.label] = str(failure)
+        return world
+
+    def checkpoint(self) -> Callable[[], None]:
+        """A function that puts every stateful source back as it is now."""
+        restores = [source.checkpoint() for source in self.stateful]
+
+        def restore() -> None:
+            for each in restores:
+                each()
+        return restore
+
     async def aclose(self) -> None:
         for source in reversed(self.sources):
             await source.aclose()
-
-
-def _owner(source: ToolSource) -> str:
-    return "the case's tools" if source.server is None else f"MCP server {source.server!r}"

@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from ..atomic import write_atomic
-from ..defaults import API_PATHS, CASSETTE_FOLDER
+from ..defaults import CASSETTE_FOLDER
 from ..records import Interaction, McpExchange, StreamEvent
 from .cassette_reader import read_cassette
 from .errors import CassetteMissing, ReplayError
@@ -68,11 +68,6 @@ class Cassette:
 
     def __post_init__(self) -> None:
         self.shown = self.shown or str(self.path)
-
-    @property
-    def api_path(self) -> str:
-        """Where the API's requests go, below the base URL."""
-        return API_PATHS[self.api]
 
     @classmethod
     def load(cls, path: Path, rerecord_hint: str = "", shown: str = "",

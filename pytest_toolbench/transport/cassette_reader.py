@@ -14,9 +14,10 @@ from typing import Any
 
 import yaml
 
+from ..apis import API_NAMES
 from ..casefile.loader import load_yaml, syntax_error
-from ..defaults import API_PATHS
 from ..records import Interaction, McpExchange, StreamEvent
+from ..wire import WireApi, wire_api
 
 MAX_JSON_DEPTH = 200
 """The deepest JSON body a cassette may hold. A request built from a case file (itself at
@@ -46,11 +47,12 @@ def read_cassette(text: str, version: int
     if found != version:
         raise CassetteUnreadable(f"format {found}, this version reads {version}")
     api = document.get("api", str, "chat")
-    if api not in API_PATHS:
-        raise CassetteUnreadable(f"api: {api!r} is not one of {', '.join(API_PATHS)}")
+    if api not in API_NAMES:
+        raise CassetteUnreadable(f"api: {api!r} is not one of {', '.join(API_NAMES)}")
     items = document.get("interactions", list)
     exchanges = document.get("mcp", list, [])
-    return api, [_interaction(item, f"interactions[{index}]")
+    wire = wire_api(api)
+    return api, [_interaction(item, f"interactions[{index}]", wire)
                  for index, item in enumerate(items)], [
         _mcp_exchange(item, f"mcp[{index}]") for index, item in enumerate(exchanges)]
 
@@ -67,7 +69,9 @@ def _mcp_exchange(item: Any, where: str) -> McpExchange:
                        elapsed_ms=fields.number("elapsed_ms", 0.0))
 
 
-def _interaction(item: Any, where: str) -> Interaction:
+def _interaction(item: Any, where: str, wire: WireApi) -> Interaction:
+    """One exchange; a request without ``path`` went where ``wire`` sends it (cassettes
+    written by hand leave it out)."""
     fields = _Fields(item, where)
     request, response = fields.mapping("request"), fields.mapping("response")
     status = response.get("status", int)
@@ -76,8 +80,9 @@ def _interaction(item: Any, where: str) -> Interaction:
     body_json = response.get("json", str) if "json" in response.value else None
     body = response.json("json") if body_json is not None else response.get("text", str, None)
     events = response.get("events", list, None)
+    body_sent = request.json("json", dict)
     return Interaction(
-        request=request.json("json", dict),
+        request=body_sent,
         status=status,
         content_type=response.get("content_type", str, ""),
         body=body,
@@ -85,10 +90,15 @@ def _interaction(item: Any, where: str) -> Interaction:
             _event(event, f"{response.at('events')}[{index}]")
             for index, event in enumerate(events)],
         elapsed_ms=response.number("elapsed_ms", 0.0),
-        path=request.get("path", str, "/chat/completions"),
+        path=request.get("path", str, None) or _default_path(wire, body_sent, events),
         method=request.get("method", str, "POST"),
         body_json=body_json,
     )
+
+
+def _default_path(wire: WireApi, body: dict[str, Any], events: list[Any] | None) -> str:
+    model = body.get("model")
+    return "/" + wire.url_path(model if isinstance(model, str) else None, events is not None)
 
 
 def _event(item: Any, where: str) -> StreamEvent:

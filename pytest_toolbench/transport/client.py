@@ -70,6 +70,8 @@ class PendingReply:
     body: dict[str, Any]
     wire: WireApi
     """The API whose reply this is: it reads the body or the stream."""
+    path: str
+    """Where the request went, below the base URL (the cassette keeps it)."""
     stream: bool
     started: float
     sink: InteractionSink | None
@@ -121,7 +123,7 @@ class PendingReply:
         if self.sink is not None:  # only a recording keeps the exchange (the body parsed anew)
             reply.interaction = Interaction(
                 request=self.body,
-                path=f"/{self.wire.path}",
+                path=f"/{self.path}",
                 status=reply.status,
                 content_type=content_type,
                 body=_body_for_cassette(raw),
@@ -150,7 +152,7 @@ class PendingReply:
         if self.sink is not None:  # only a recording keeps the exchange
             reply.interaction = Interaction(
                 request=self.body,
-                path=f"/{self.wire.path}",
+                path=f"/{self.path}",
                 status=reply.status,
                 content_type=self.response.headers.get("content-type", ""),
                 events=events,
@@ -231,18 +233,21 @@ class ApiClient:
         *,
         wire: WireApi,
         stream: bool,
+        model: str | None = None,
         api_key: str | None = None,
         sink: InteractionSink | None = None,
     ) -> PendingReply:
-        """Send ``body`` to ``wire``'s path; return once the headers are in. Retries connect
-        errors, 429 and 5xx."""
+        """Send ``body`` to ``wire``'s path for ``model`` and ``stream``; return once the
+        headers are in. Retries connect errors, 429 and 5xx."""
+        path = wire.url_path(model, stream)
         content = request_content(body)
         self.breaker.check()
         retries: list[str] = []
         for attempt in range(self.config.retries + 1):
             last = attempt == self.config.retries
             try:
-                pending = await self._send_once(content, body, wire, stream, api_key, sink)
+                pending = await self._send_once(content, body, wire, path, stream, api_key,
+                                                sink)
             except (ConnectFailed, ConnectionLost) as error:
                 if last:
                     self.breaker.record_failure(str(error))
@@ -265,10 +270,11 @@ class ApiClient:
                 return pending
             reply = await pending.read()  # keep the failed exchange in the cassette too
             reason = f"HTTP {status}" + (f": {reply.error}" if reply.error else "")
-            retries.append(await self._back_off(attempt, reason, pending.response))
+            retries.append(await self._back_off(attempt, reason, pending.response,
+                                                reply.retry_after_s))
         raise AssertionError("unreachable: the last attempt returns or raises")
 
-    async def _send_once(self, content: bytes, body: dict[str, Any], wire: WireApi,
+    async def _send_once(self, content: bytes, body: dict[str, Any], wire: WireApi, path: str,
                          stream: bool, api_key: str | None, sink: InteractionSink | None
                          ) -> PendingReply:
         headers = wire.headers(api_key)
@@ -276,7 +282,7 @@ class ApiClient:
             headers["Accept"] = "text/event-stream"
         request = self._client.build_request(
             "POST",
-            _endpoint_url(self.config.base_url, wire.path),
+            _endpoint_url(self.config.base_url, path),
             content=content,
             headers={"Content-Type": "application/json", **headers},
         )
@@ -286,7 +292,7 @@ class ApiClient:
         response = await self._send_within_deadline(request)
         if self.pacer is not None:
             self.pacer.after_headers(response.status_code, response.headers)
-        return PendingReply(response, body, wire, stream, started, sink, self.config,
+        return PendingReply(response, body, wire, path, stream, started, sink, self.config,
                             pacer=self.pacer)
 
     async def _send_within_deadline(self, request: httpx.Request) -> httpx.Response:
@@ -309,9 +315,12 @@ class ApiClient:
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
             raise ConnectionLost(f"{_where(request.url)}: {_detail(exc)}") from None
 
-    async def _back_off(self, attempt: int, reason: str, response: httpx.Response | None) -> str:
-        """Sleep before the next attempt; return the transcript line that says so."""
+    async def _back_off(self, attempt: int, reason: str, response: httpx.Response | None,
+                        asked_s: float | None = None) -> str:
+        """Sleep before the next attempt (as long as a ``Retry-After`` header, else the
+        reply's body, asked); return the transcript line that says so."""
         delay = _retry_after(response) if response is not None else None
+        delay = asked_s if delay is None else delay
         if delay is None:
             delay = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2**attempt)
             if self._jitter:  # spreads out clients retrying together; replay stays repeatable

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from ..records import Interaction, StreamEvent
-from ..scrubbing import Scrubber
+from ..scrubbing import Scrubber, mask_urls
 from .cassette import Cassette
 from .client import request_content
 from .errors import ReplayError, UnsendableRequest
@@ -43,12 +43,8 @@ class Replayer:
 
     async def handle(self, request: httpx.Request) -> httpx.Response:
         """The recorded answer to ``request``, re-sent as the server sent it."""
-        path = f"/{self.cassette.api_path}"
-        if request.method != "POST" or not request.url.path.endswith(path):
-            raise self._refuse(f"{self.cassette.shown} holds the {self.cassette.api} API's"
-                               f" requests (POST ...{path}), not {request.method}"
-                               f" {request.url.path}")
         recorded = self._next()
+        self._check_route(recorded, request)
         self._check_request(recorded, request.content)
         self.replayed += 1
         return self._response(recorded)
@@ -61,6 +57,22 @@ class Replayer:
                 f"the case sent request {self.replayed + 1}, but {cassette.shown} holds only "
                 f"{len(cassette.interactions)}; re-record with: {cassette.rerecord_hint}")
         return cassette.interactions[self.replayed]
+
+    def _check_route(self, recorded: Interaction, request: httpx.Request) -> None:
+        """Refuse a request that goes elsewhere than the recorded one: another method, or a
+        path (below the base URL) and query the recording does not end with; an API whose
+        path holds the model or the streaming choice (Gemini's) is matched on them too."""
+        path, _, query = recorded.path.partition("?")
+        sent = httpx.QueryParams(request.url.query)
+        if request.method == recorded.method and request.url.path.endswith(path) \
+                and all(sent.get(key) == value for key, value in httpx.QueryParams(query).items()):
+            return
+        shown = request.url.copy_with(query=None).path + (
+            f"?{query_without_credentials(sent)}" if sent else "")
+        raise self._refuse(f"{self.cassette.shown} holds the {self.cassette.api} API's"
+                           f" request {self.replayed + 1} to {recorded.method} ...{recorded.path},"
+                           f" not {request.method} {shown}; re-record with:"
+                           f" {self.cassette.rerecord_hint}")
 
     def _check_request(self, recorded: Interaction, content: bytes) -> None:
         """Refuse the request ``content`` unless its body is ``recorded``'s, as JSON values
@@ -146,6 +158,12 @@ def _sse_bytes(event: StreamEvent) -> bytes:
     lines = [f"event: {event.event}"] if event.event != "message" else []
     lines.extend(f"data: {line}" for line in event.data.split("\n"))
     return ("\n".join(lines) + "\n\n").encode()
+
+
+def query_without_credentials(query: httpx.QueryParams) -> str:
+    """A query string for messages, its credential values masked (``?key=`` is one way
+    to send Gemini's key)."""
+    return mask_urls(f"?{query}")[1:]
 
 
 def request_diff(recorded: dict[str, Any], sent: dict[str, Any]) -> str:

@@ -9,7 +9,7 @@ benchmark pushes tens of megabytes of tool-call deltas through it.
 from __future__ import annotations
 
 import codecs
-from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["DEFAULT_MAX_EVENT_CHARS", "SSEDecoder", "SSEEvent", "SSETooLarge"]
 
@@ -22,9 +22,9 @@ class SSETooLarge(ValueError):
     """A line, or the data of one event, is longer than the decoder's limit."""
 
 
-@dataclass(frozen=True)
-class SSEEvent:
-    """One dispatched event."""
+class SSEEvent(NamedTuple):
+    """One dispatched event (a named tuple: made once per event, at 100k events a stream,
+    it costs a fifth of a frozen dataclass)."""
 
     data: str
     """The event's ``data`` lines joined with ``"\\n"``."""
@@ -114,15 +114,25 @@ class SSEDecoder:
         return events
 
     def _process_lines(self, lines: list[str]) -> list[SSEEvent]:
+        # The hot path: a stream is data lines, event lines (the Messages and Responses
+        # APIs name every event) and the blank lines that dispatch them, read here without
+        # a call per line.
         events: list[SSEEvent] = []
+        data = self._data  # cleared in place, never replaced
         for line in lines:
             if not line:
-                event = self._dispatch()
-                if event is not None:
-                    events.append(event)
+                if data:
+                    events.append(self._dispatch())
+                else:
+                    self._event_type = ""
             elif line.startswith("data:"):
-                # The hot path: most lines of a chat-completions stream are data lines.
-                self._add_data(line[6:] if line.startswith(" ", 5) else line[5:])
+                value = line[6:] if line.startswith(" ", 5) else line[5:]
+                data.append(value)
+                self._data_chars += len(value) + 1
+                if self._data_chars > self.max_event_chars:
+                    self._check_size(self._data_chars - 1, "event")
+            elif line.startswith("event:"):
+                self._event_type = line[7:] if line.startswith(" ", 6) else line[6:]
             elif line[0] == ":":
                 self.comments += 1
             else:
@@ -157,10 +167,17 @@ class SSEDecoder:
         self._data.clear()
         self._data_chars = 0
 
-    def _dispatch(self) -> SSEEvent | None:
-        event_type, self._event_type = self._event_type, ""
-        if not self._data:
-            return None
-        data = "\n".join(self._data)
-        self._clear_data()
-        return SSEEvent(data=data, event=event_type or "message", id=self._last_id or None)
+    def _dispatch(self) -> SSEEvent:
+        """The event whose data lines are in (there is at least one)."""
+        lines = self._data
+        data = lines[0] if len(lines) == 1 else "\n".join(lines)
+        lines.clear()
+        self._data_chars = 0
+        event = _new_event(SSEEvent, (data, self._event_type or "message", self._last_id or None))
+        self._event_type = ""
+        return event
+
+
+_new_event = tuple.__new__
+"""``SSEEvent(data, event, id)`` without the keyword handling of a named tuple's
+constructor."""

@@ -12,12 +12,12 @@ import difflib
 import json
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from json.scanner import make_scanner
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
 
-from ..defaults import API_PATHS, DEFAULT_KEY_ENVS
+from ..apis import ApiRow, api_row
 from ..records import Interaction, Reply
 
 if TYPE_CHECKING:
@@ -85,21 +85,50 @@ class WireApi(ABC):
     title: str
     """The API's name as people say it, for messages."""
 
+    path: str
+    """Where requests go, below the base URL (``chat/completions``), when it depends on
+    neither the model nor streaming."""
+    reasoning_where: str
+    """Where this API's replies carry reasoning, for messages (``thinking blocks``)."""
+
     @property
-    def path(self) -> str:
-        """Where requests go, below the base URL (``chat/completions``): the one table in
-        ``defaults``, which cassettes read too."""
-        return API_PATHS[self.name]
+    def row(self) -> ApiRow:
+        """The API's registry row: its key variables, how the key is sent, its base URL."""
+        return api_row(self.name)
 
     @property
     def key_env(self) -> str:
-        """The environment variable the API key is read from when no setting names one
-        (the settings read the same table)."""
-        return DEFAULT_KEY_ENVS[self.name]
+        """The first environment variable the key is read from when no setting names one."""
+        return self.row.key_envs[0]
+
+    def url_path(self, model: str | None, stream: bool) -> str:
+        """Where one request goes, below the base URL: ``path``, unless the API puts the
+        model or the streaming choice in it."""
+        return self.path
 
     def headers(self, api_key: str | None) -> dict[str, str]:
-        """Headers of every request: the credentials, and what the API requires."""
-        return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        """Headers of every request: the credentials as the registry row says they are
+        sent, and what the API requires besides (``required_headers``)."""
+        row = self.row
+        credentials = {row.key_header: f"{row.key_scheme}{api_key}"} if api_key else {}
+        return {**self.required_headers, **credentials}
+
+    required_headers: ClassVar[Mapping[str, str]] = {}
+    """Headers the API wants on every request, key or not (``anthropic-version``)."""
+
+    def sent_reasoning(self, interactions: list[Interaction]) -> tuple[str, str]:
+        """The reasoning and the text of recorded replies, for conform's check that the two
+        are kept apart; an API whose text can hold reasoning markup reads it as sent."""
+        replies = [self.read_interaction(interaction) for interaction in interactions]
+        return ("".join(reply.reasoning or "" for reply in replies).strip(),
+                "".join(reply.text for reply in replies))
+
+    def call_id_problem(self, interaction: Interaction) -> str:
+        """Why the tool calls of a recorded reply cannot be told apart, or ``""``: conform's
+        parallel-calls check. The readers of APIs whose calls carry ids check them as they
+        read (the reply's problems say it); an API whose ids the reader leaves alone says
+        it here."""
+        return ""
 
     @abstractmethod
     def request(self, parts: RequestParts) -> dict[str, Any]:
@@ -134,9 +163,11 @@ class WireApi(ABC):
     outside them is a collection error, as the service would refuse it. ``None``: any key
     goes (chat completions, whose servers take many extensions of their own)."""
 
-    def unsupported(self, case: Case) -> list[Unsupported]:
-        """What ``case`` asks that this API cannot express: here, ``params`` keys its
-        request has no field for; an adapter adds its own."""
+    def unsupported(self, case: Case, models: Sequence[str | None] | None = None
+                    ) -> list[Unsupported]:
+        """What ``case`` asks that this API cannot express, run with ``models`` (the
+        command line's, or the case's own: None); here, ``params`` keys its request has no
+        field for; an adapter adds its own."""
         if self.request_fields is None:
             return []
         return [Unsupported(self._unknown_field(key), (*where, key))

@@ -45,26 +45,16 @@ import json
 import re
 from typing import Any
 
-from ..records import Reply, StreamStats, ToolCall
+from ..records import Reply, ToolCall
 from .base import JSON_ERRORS as _JSON_ERRORS
-from .base import (
-    Event,
-    arguments_json,
-    error_kind,
-    error_message,
-    http_error,
-    loads_event,
-    message_text,
-    read_body_json,
-    snippet,
-    split_think,
-    stream_error,
-)
+from .base import Event, arguments_json, error_message, message_text, snippet, split_think
+from .stream import CallPart, StreamAccumulator, ToolCallParts, read_whole
 
 __all__ = ["StreamAssembler", "parse_completion"]
 
 STREAM = "chat stream"
-"""How problems of a stream name it, where one needs the name (an in-band error)."""
+BODY = "chat body"
+"""How the problems of a stream and of a whole body start."""
 
 def _dumps(value: Any) -> str:
     """``json.dumps`` of parsed server data; data nested just shallow enough for json to
@@ -99,16 +89,8 @@ def _arguments_text(arguments: Any) -> str:
     return _dumps(arguments)
 
 
-class _CallBuilder:
-    """One tool call being put together from deltas."""
-
-    def __init__(self, position: int) -> None:
-        self.position = position
-        """Where the call stands in the reply, for messages."""
-        self.id: str | None = None
-        self.name = ""
-        self.parts: list[str] = []
-        self.completed_ms: float | None = None
+class _CallBuilder(CallPart):
+    """One tool call being put together from chat deltas."""
 
     def merge(self, item: dict[str, Any], problems: list[str]) -> None:
         """Apply one tool-call item: ``{"id": ..., "function": {"name", "arguments"}}``."""
@@ -122,13 +104,13 @@ class _CallBuilder:
         if isinstance(name, str) and name and name != self.name:
             if self.name:
                 problems.append(
-                    f"tool call {self.position} renamed from {self.name!r} to {name!r};"
-                    f" kept {self.name!r}"
+                    f"{STREAM}: tool call {self.position} renamed from {self.name!r} to"
+                    f" {name!r}; kept {self.name!r}"
                 )
             else:
                 self.name = name
         if "arguments" in function:
-            self.parts.append(_arguments_text(function["arguments"]))
+            self.pieces.append(_arguments_text(function["arguments"]))
 
     def arrived(self, function: Any, offset_ms: float) -> None:
         """A delta of this call arrived at ``offset_ms``: the arguments are complete at the
@@ -137,24 +119,20 @@ class _CallBuilder:
         if carried or self.completed_ms is None:
             self.completed_ms = offset_ms
 
-    def build(self, problems: list[str]) -> ToolCall:
+    def finished(self, problems: list[str], where: str) -> ToolCall:
         """The finished call; invalid JSON arguments are recorded, not raised."""
-        raw = "".join(self.parts)
-        call = ToolCall(name=self.name, arguments_raw=raw, id=self.id,
-                        completed_ms=self.completed_ms)
+        call = self.build()
         if not self.name:
-            problems.append(f"tool call {self.position} has no name")
-        # Stripped first: llama.cpp pads arguments with spaces ("{ ... } ").
-        arguments, error = arguments_json(raw)
-        if error is None:
-            call.arguments = arguments
-        elif not self._read_without_eos(call, problems):
-            # Not a problem of the response: the executor answers such a call with an
-            # error tool message, and checks decide (always for streams, SPEC section 6).
-            call.arguments_error = error
+            problems.append(f"{where}: tool call {self.position} has no name")
+        # Not a problem of the response when the arguments are not JSON: the executor
+        # answers such a call with an error tool message, and checks decide (always for
+        # streams, SPEC section 6). llama.cpp pads arguments with spaces ("{ ... } "), which
+        # arguments_json strips.
+        if call.arguments_error is not None and self._read_without_eos(call, problems, where):
+            call.arguments_error = None
         return call
 
-    def _read_without_eos(self, call: ToolCall, problems: list[str]) -> bool:
+    def _read_without_eos(self, call: ToolCall, problems: list[str], where: str) -> bool:
         """Arguments that are JSON once the end-of-sequence tokens after them are left out."""
         text, tokens = _without_eos(call.arguments_raw)
         if not tokens:
@@ -165,37 +143,37 @@ class _CallBuilder:
         call.arguments = arguments
         call.arguments_raw = text  # what goes back to the model: its arguments, no token
         problems.append(
-            f"tool call {self.position} ({self.name or 'no name'}): its arguments end in the"
-            f" end-of-sequence token {' '.join(tokens)!r}, which is not JSON; read without it"
+            f"{where}: tool call {self.position} ({self.name or 'no name'}): its arguments end"
+            f" in the end-of-sequence token {' '.join(tokens)!r}, which is not JSON; read"
+            " without it"
         )
         return True
 
 
-class _ToolCalls:
-    """The tool calls of one reply, matched to deltas by index (or the rule above)."""
+class _ToolCalls(ToolCallParts[_CallBuilder]):
+    """The tool calls of one reply, matched to deltas by index (or the rule above): keyed
+    ``("index", N)`` and ``("id", ID)``."""
 
-    def __init__(self) -> None:
-        self.calls: list[_CallBuilder] = []
-        self._by_index: dict[int, _CallBuilder] = {}
-        self._by_id: dict[str, _CallBuilder] = {}
+    def __init__(self, where: str) -> None:
+        super().__init__(_CallBuilder)
+        self.where = where
 
     def add(self, item: Any, problems: list[str], chunk: int, offset_ms: float) -> None:
         """Apply one tool-call delta item of data event number ``chunk``, which arrived
         ``offset_ms`` after the request was sent."""
         if not isinstance(item, dict):
-            problems.append(
-                f"chunk {chunk}: tool-call delta is not an object: {snippet(repr(item))}"
-            )
+            problems.append(f"{self.where}: event {chunk}: tool-call delta is not an object:"
+                            f" {snippet(repr(item))}")
             return
         index = item.get("index")
         if isinstance(index, int) and not isinstance(index, bool):
-            builder = self._by_index.get(index) or self._open(index)
+            builder = self.get(("index", index)) or self.open(("index", index))
         else:
             builder = self._without_index(item, problems, chunk)
         builder.merge(item, problems)
         builder.arrived(item.get("function"), offset_ms)
         if builder.id is not None and "id" in item:
-            self._by_id.setdefault(builder.id, builder)
+            self.key(("id", builder.id), builder)
 
     def add_member(self, member: Any, problems: list[str], chunk: int,
                    offset_ms: float) -> bool:
@@ -204,7 +182,7 @@ class _ToolCalls:
         A list of call deltas, or one call delta as an object (TGI); ``null`` and ``[]``
         hold none; anything else is a problem rather than a call lost unsaid.
         """
-        items = _call_items(member, problems, f"chunk {chunk}: ")
+        items = _call_items(member, problems, f"{self.where}: event {chunk}: ")
         for item in items:
             self.add(item, problems, chunk, offset_ms)
         return bool(items)
@@ -212,34 +190,28 @@ class _ToolCalls:
     def add_whole(self, item: Any, problems: list[str]) -> None:
         """One complete call of a non-streamed message: always a call of its own."""
         if not isinstance(item, dict):
-            problems.append(f"tool call is not an object: {snippet(repr(item))}")
+            problems.append(f"{self.where}: tool call is not an object: {snippet(repr(item))}")
             return
-        self._open().merge(item, problems)
-
-    def _open(self, index: int | None = None) -> _CallBuilder:
-        builder = _CallBuilder(len(self.calls))
-        self.calls.append(builder)
-        if index is not None:
-            self._by_index[index] = builder
-        return builder
+        self.open().merge(item, problems)
 
     def _without_index(self, item: dict[str, Any], problems: list[str], chunk: int) -> _CallBuilder:
         call_id = item.get("id")
-        if call_id is not None and str(call_id) in self._by_id:
-            return self._by_id[str(call_id)]
+        known = self.get(("id", str(call_id))) if call_id is not None else None
+        if known is not None:
+            return known
         function = item.get("function")
         has_name = isinstance(function, dict) and bool(function.get("name"))
-        if call_id not in (None, "") or has_name or not self.calls:
-            return self._open()
-        if len(self.calls) > 1:
+        if call_id not in (None, "") or has_name or not self.parts:
+            return self.open()
+        if len(self.parts) > 1:
             problems.append(
-                f"chunk {chunk}: tool-call delta has no index while {len(self.calls)} calls are"
-                " open; appended to the last one"
+                f"{self.where}: event {chunk}: tool-call delta has no index while"
+                f" {len(self.parts)} calls are open; appended to the last one"
             )
-        return self.calls[-1]
+        return self.parts[-1]
 
     def build(self, problems: list[str]) -> list[ToolCall]:
-        return [builder.build(problems) for builder in self.calls]
+        return [builder.finished(problems, self.where) for builder in self.parts]
 
 
 def _call_items(member: Any, problems: list[str], where: str) -> list[Any]:
@@ -295,84 +267,58 @@ def _chunk_usage(chunk: dict[str, Any]) -> dict[str, Any] | None:
     return usage if isinstance(usage, dict) else None
 
 
-class StreamAssembler:
-    """Turns the SSE events of one streamed chat-completions response into a Reply."""
+class StreamAssembler(StreamAccumulator):
+    """Maps the SSE events of one streamed chat-completions response onto the accumulator:
+    ``data: [DONE]`` ends it, each chunk's choice 0 gives text, reasoning and call deltas."""
+
+    where = STREAM
+    end = "data: [DONE]"
+    end_marker = "[DONE]"
 
     def __init__(self) -> None:
+        super().__init__()
         self._text: list[str] = []
         self._refusal: list[str] = []
         self._reasoning: list[str] = []
-        self._tool_calls = _ToolCalls()
+        self._tool_calls = _ToolCalls(STREAM)
         self._legacy: _CallBuilder | None = None  # a ``function_call`` delta stream
         self._finish_reason: str | None = None
-        self._usage: dict[str, Any] | None = None
-        self._error: str | None = None
-        self._problems: list[str] = []
-        self._chunks = 0
-        self._done = False
-        self._ttft_ms: float | None = None
 
-    def add(self, event: Event, offset_ms: float) -> None:
-        """Read one event; ``offset_ms`` is the time since the request was sent."""
-        data = event.data
-        if not data.startswith("{") and data.strip() == "[DONE]":
-            self._done = True
-            return
-        self._chunks += 1
-        if self._done:
-            self._problems.append(f"chunk {self._chunks} arrived after [DONE]")
+    def read(self, event: Event, offset_ms: float) -> None:
+        if self.done:
+            self.problem(f"terminal event: event {self.events} arrived after [DONE]")
         if event.event == "error":
-            self._event_error(data)
+            self._event_error(event.data)
             return
-        try:
-            chunk = loads_event(data)
-        except _JSON_ERRORS as exc:
-            self._problems.append(f"chunk {self._chunks} is not JSON: {exc}: {snippet(data)}")
-            return
-        self._read_chunk(chunk, offset_ms)
+        chunk = self.payload(event)
+        if chunk is not None:
+            self._read_chunk(chunk, offset_ms)
 
-    def finish(self, *, truncated: bool = False) -> Reply:
-        """The reassembled reply; ``truncated``: the stream ended inside an event."""
-        if truncated:
-            self._problems.append(
-                "stream ended inside an event (no blank line after its last data line)"
-            )
-        reply = Reply(
-            tool_calls=_calls_of(self._tool_calls, self._legacy, self._problems),
-            usage=self._usage,
-            error=self._error,
-            ttft_ms=self._ttft_ms,
-            stream=StreamStats(done=self._done, chunks=self._chunks, usage=self._usage is not None),
-            problems=self._problems,
-        )
+    def complete(self, reply: Reply) -> None:
+        reply.tool_calls = _calls_of(self._tool_calls, self._legacy, self.problems)
         _set_text(reply, "".join(self._text) or "".join(self._refusal),
                   "".join(self._reasoning) or None)
         _set_finish_reason(reply, self._finish_reason)
-        return reply
 
     def _read_chunk(self, chunk: Any, offset_ms: float) -> None:
         if not isinstance(chunk, dict):
-            self._problems.append(
-                f"chunk {self._chunks} is not a JSON object: {snippet(str(chunk))}"
-            )
+            self.problem(f"JSON: event {self.events} is not a JSON object:"
+                         f" {snippet(str(chunk))}")
             return
         if chunk.get("error") is not None:
-            self._set_error("error chunk", chunk["error"])
-        usage = _chunk_usage(chunk)
-        if usage is not None:  # ``usage: null`` rides on every chunk of some servers
-            self._usage = usage
+            self.in_band_error("error chunk", chunk["error"])
+        self.set_usage(_chunk_usage(chunk))  # ``usage: null`` rides on every chunk of some
         choice = _reply_choice(chunk.get("choices"))
         if choice is None:
             if why := _no_reply_choice(chunk.get("choices")):
-                self._problems.append(f"chunk {self._chunks} has {why}")
+                self.problem(f"choice: event {self.events} has {why}")
             return
         finish_reason = _finish_reason(choice)
         if finish_reason is not None:
             self._finish_reason = finish_reason
         delta = choice.get("delta")
-        if isinstance(delta, dict) and self._read_delta(delta, offset_ms) \
-                and self._ttft_ms is None:
-            self._ttft_ms = offset_ms
+        if isinstance(delta, dict) and self._read_delta(delta, offset_ms):
+            self.first_output(offset_ms)
 
     def _read_delta(self, delta: dict[str, Any], offset_ms: float) -> bool:
         """Apply one delta; true when it carried content or a tool-call delta."""
@@ -390,14 +336,14 @@ class StreamAssembler:
         reasoning = _reasoning_of(delta)
         if reasoning:
             self._reasoning.append(reasoning)
-        if self._tool_calls.add_member(delta.get("tool_calls"), self._problems, self._chunks,
+        if self._tool_calls.add_member(delta.get("tool_calls"), self.problems, self.events,
                                        offset_ms):
             carried = True
         function_call = delta.get("function_call")
         if isinstance(function_call, dict):
             if self._legacy is None:
                 self._legacy = _CallBuilder(0)
-            self._legacy.merge({"function": function_call}, self._problems)
+            self._legacy.merge({"function": function_call}, self.problems)
             self._legacy.arrived(function_call, offset_ms)
             carried = True
         return carried
@@ -407,17 +353,11 @@ class StreamAssembler:
         try:
             payload = json.loads(data)
         except _JSON_ERRORS:
-            self._set_error("error event", data.strip())
+            self.in_band_error("error event", data.strip())
             return
         if isinstance(payload, dict) and "error" in payload:
             payload = payload["error"]
-        self._set_error("error event", payload)
-
-    def _set_error(self, carrier: str, error: Any) -> None:
-        """The stream's in-band error, said as the problem that fails the stage."""
-        if self._error is None:  # the first error is the cause; later ones are fallout
-            self._error = error_message(error)
-            self._problems.append(stream_error(STREAM, carrier, error_kind(error), self._error))
+        self.in_band_error("error event", payload)
 
 
 def _content(content: Any) -> tuple[str, str]:
@@ -463,9 +403,9 @@ def _calls_of(
     tool_calls: _ToolCalls, legacy: _CallBuilder | None, problems: list[str]
 ) -> list[ToolCall]:
     """Built tool calls; a legacy ``function_call`` only when there are no ``tool_calls``."""
-    if tool_calls.calls or legacy is None:
+    if tool_calls.parts or legacy is None:
         return tool_calls.build(problems)
-    return [legacy.build(problems)]
+    return [legacy.finished(problems, tool_calls.where)]
 
 
 def parse_completion(
@@ -476,19 +416,14 @@ def parse_completion(
     A non-2xx response sets ``error``: ``error.message`` (object or string) or the raw body
     text (``text/plain``, HTML). A 2xx body that is not a chat completion is a problem.
     """
-    whole = read_body_json(body)
-    if not 200 <= status < 300:
-        return Reply(status=status, error=http_error(status, whole))
-    if whole.parse_error:
-        problem = (f"response body ({content_type}) is not JSON: {whole.parse_error}:"
-                   f" {snippet(whole.text)}")
-        return Reply(status=status, problems=[problem])
-    return _completion_reply(status, whole.payload)
+    reply, payload = read_whole(BODY, status, body, content_type)
+    if payload is None:
+        return reply
+    return _completion_reply(reply, payload)
 
 
-def _completion_reply(status: int, payload: Any) -> Reply:
+def _completion_reply(reply: Reply, payload: Any) -> Reply:
     """A parsed 2xx JSON body -> Reply; anything but a chat completion is a problem."""
-    reply = Reply(status=status)
     if isinstance(payload, dict) and payload.get("error") is not None:
         reply.error = error_message(payload["error"])
         return reply
@@ -496,10 +431,11 @@ def _completion_reply(status: int, payload: Any) -> Reply:
     choice = _reply_choice(choices)
     message = choice.get("message") if choice is not None else None
     if choice is None and (why := _no_reply_choice(choices)):
-        reply.problems.append(f"response has {why}")
+        reply.problems.append(f"{BODY}: choice: the response has {why}")
         return reply
     if choice is None or not isinstance(message, dict):
-        reply.problems.append(f"response is not a chat completion: {snippet(_dumps(payload))}")
+        reply.problems.append(f"{BODY}: completion shape: the response is not a chat"
+                              f" completion: {snippet(_dumps(payload))}")
         return reply
     refusal = message.get("refusal")
     text, thought = _content(message.get("content"))
@@ -514,8 +450,8 @@ def _completion_reply(status: int, payload: Any) -> Reply:
 
 def _message_calls(message: dict[str, Any], problems: list[str]) -> list[ToolCall]:
     """The tool calls of a complete assistant message (legacy ``function_call`` as fallback)."""
-    calls = _ToolCalls()
-    for item in _call_items(message.get("tool_calls"), problems, ""):
+    calls = _ToolCalls(BODY)
+    for item in _call_items(message.get("tool_calls"), problems, f"{BODY}: "):
         calls.add_whole(item, problems)
     legacy = None
     if isinstance(message.get("function_call"), dict):

@@ -81,7 +81,8 @@ are the call's ``arguments_error``, which fails a streamed stage as in every API
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..records import Reply
 from .base import (
@@ -131,13 +132,10 @@ MIN_THINKING_BUDGET = 1024
 class MessagesApi(WireApi):
     name = "messages"
     title = "Messages API"
+    path = "messages"
+    reasoning_where = "thinking blocks"
     request_fields = REQUEST_FIELDS
-
-    def headers(self, api_key: str | None) -> dict[str, str]:
-        headers = {"anthropic-version": ANTHROPIC_VERSION}
-        if api_key:
-            headers["x-api-key"] = api_key
-        return headers
+    required_headers: ClassVar[Mapping[str, str]] = {"anthropic-version": ANTHROPIC_VERSION}
 
     def request(self, parts: RequestParts) -> dict[str, Any]:
         params, limit = take_token_limit(parts.params)
@@ -166,8 +164,9 @@ class MessagesApi(WireApi):
     def stream_reader(self) -> StreamReader:
         return MessageStream()
 
-    def unsupported(self, case: Case) -> list[Unsupported]:
-        found = super().unsupported(case) + _thinking_unsupported(case)
+    def unsupported(self, case: Case, models: Sequence[str | None] | None = None
+                    ) -> list[Unsupported]:
+        found = super().unsupported(case, models) + _thinking_unsupported(case)
         for index, stage in enumerate(case.stages):
             if hasattr(stage.tool_choice, "allowed_tools"):
                 found.append(Unsupported(

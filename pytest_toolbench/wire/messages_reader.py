@@ -36,23 +36,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
-from ..records import Reply, StreamStats, ToolCall
+from ..records import Reply, ToolCall
 from .base import (
-    JSON_ERRORS,
     REDACTED_REASONING,
     Event,
     arguments_json,
     dumps,
-    error_kind,
     error_message,
-    http_error,
-    loads_event,
-    read_body_json,
     snippet,
     split_think,
-    stream_error,
     with_token_totals,
 )
+from .stream import CallPart, StreamAccumulator, ToolCallParts, read_whole
 
 __all__ = ["MessageStream", "read_message"]
 
@@ -81,7 +76,32 @@ _DELTAS = {
     "signature_delta": ("thinking", "signature"),
     "citations_delta": ("text", None),
 }
-_KEEPS_TEXT = frozenset({"text_delta", "input_json_delta", "thinking_delta"})
+_TEXT_FIELDS = {"text_delta": "text", "input_json_delta": "partial_json",
+                "thinking_delta": "thinking"}
+"""The deltas whose text the block keeps, and the field that carries it."""
+_FITS: dict[str, frozenset[str]] = {}
+"""Block type -> the delta types that fit it (filled as block types come)."""
+
+
+def _fitting(block_type: str) -> frozenset[str]:
+    """The delta types that fit a block of ``block_type`` (an input delta fits every call,
+    the client's and the service's own)."""
+    fits = _FITS.get(block_type)
+    if fits is None:
+        fits = _FITS[block_type] = frozenset(
+            kind for kind, (belongs, _) in _DELTAS.items()
+            if block_type == belongs or (belongs == "tool_use" and _takes_input(block_type)))
+    return fits
+
+
+@dataclass
+class _UseCall(CallPart):
+    """The call of a ``tool_use`` block: its ``partial_json`` pieces are the arguments, and
+    they are complete when the block stops (``closed``), as the API says."""
+
+    start_input: Any = None
+    """The block's ``input`` as it opened: the whole input of a body, ``{}`` (or absent) at
+    the start of a stream."""
 
 
 @dataclass
@@ -93,13 +113,14 @@ class _Block:
     id: str | None = None
     name: str = ""
     parts: list[str] = field(default_factory=list)
-    """Text, thinking, or (streamed ``tool_use``) the ``partial_json`` pieces."""
-    start_input: Any = None
-    """A ``tool_use`` block's ``input`` as it opened: the whole input of a body, ``{}`` (or
-    absent) at the start of a stream."""
+    """Text, thinking, or the ``partial_json`` pieces (a ``tool_use`` block's are its call's
+    pieces: the same list)."""
+    call: _UseCall | None = None
+    """A ``tool_use`` block's call (from the reply's ``ToolCallParts``, keyed by the block's
+    index): its id, name and input pieces."""
+    fits: frozenset[str] = frozenset()
+    """The delta types that fit the block (a stream's)."""
     stopped: bool = False
-    stopped_ms: float | None = None
-    """When ``content_block_stop`` closed it: a streamed call's arguments are complete."""
     raw: dict[str, Any] = field(default_factory=dict)
     """The block as the server sent it: a body's whole, or a stream's
     ``content_block_start`` with what the deltas add besides text and input (the thinking
@@ -110,11 +131,26 @@ class _Block:
         return f"block {self.index} ({self.type}{named})"
 
 
+def _block(index: int, content: dict[str, Any], **kwargs: Any) -> _Block:
+    """The block of ``content``: a body's block, or a stream's ``content_block``."""
+    return _Block(index, content["type"], id=_text_or_none(content.get("id")),
+                  name=_text_or_none(content.get("name")) or "", **kwargs)
+
+
+def _open_call(calls: ToolCallParts[_UseCall], block: _Block, content: dict[str, Any]) -> None:
+    """A ``tool_use`` block's call, opened in ``calls`` under the block's index."""
+    if block.type == "tool_use":
+        block.call = calls.open(block.index)
+        block.call.id, block.call.name = block.id, block.name
+        block.call.start_input = content.get("input")
+        block.parts = block.call.pieces
+
+
 # --- what bodies and streams share ------------------------------------------------------
 
 
 def _is_int(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return type(value) is int  # JSON's integers (a bool is no index)
 
 
 def _text_or_none(value: Any) -> str | None:
@@ -143,20 +179,21 @@ def _set_stop_reason(reply: Reply, reason: str | None) -> None:
 
 
 def _tool_call(block: _Block, streamed: bool, where: str, problems: list[str]) -> ToolCall:
-    """A ``tool_use`` block as a call: its input as the arguments' JSON text."""
-    raw = "".join(block.parts)
-    if streamed and block.parts and raw.strip() and _has_input(block.start_input):
+    """A ``tool_use`` block's call: its input as the arguments' JSON text."""
+    part = block.call
+    assert part is not None
+    streamed_json = "".join(part.pieces)
+    if streamed and streamed_json.strip() and _has_input(part.start_input):
         problems.append(f"{where}: tool_use input: {block.label()} opened with input"
-                        f" {snippet(dumps(block.start_input))} and streamed partial_json too;"
+                        f" {snippet(dumps(part.start_input))} and streamed partial_json too;"
                         " read the partial_json")
-    if not raw.strip():  # no deltas, or only "": the input the block opened with
-        raw = _input_text(block, streamed, where, problems)
-    arguments, error = arguments_json(raw)
-    if error is None and not isinstance(arguments, dict):
+    if not streamed_json.strip():  # no deltas, or only "": the input the block opened with
+        part.final = _input_text(block, streamed, where, problems)
+    call = part.build()
+    if call.arguments_error is None and not isinstance(call.arguments, dict):
         problems.append(f"{where}: tool_use input: {block.label()}: the input is JSON but not"
-                        f" an object: {snippet(raw)}")
-    return ToolCall(name=block.name, arguments_raw=raw, id=block.id, arguments=arguments,
-                    arguments_error=error, completed_ms=block.stopped_ms)
+                        f" an object: {snippet(call.arguments_raw)}")
+    return call
 
 
 def _takes_input(block_type: str) -> bool:
@@ -172,7 +209,7 @@ def _has_input(value: Any) -> bool:
 
 def _input_text(block: _Block, streamed: bool, where: str, problems: list[str]) -> str:
     """The JSON text of the input a block opened with (a stream's starts as ``{}``)."""
-    value = block.start_input
+    value = block.call.start_input if block.call is not None else None
     if isinstance(value, dict):
         return dumps(value)
     if value is None:
@@ -217,7 +254,7 @@ def _fill(reply: Reply, blocks: list[_Block], streamed: bool, where: str) -> Non
     """Text, reasoning and tool calls from the blocks, in their order."""
     text: list[str] = []
     reasoning: list[str] = []
-    uses = [block for block in blocks if block.type == "tool_use"]
+    uses = [block for block in blocks if block.call is not None]
     for block in blocks:
         if block.type == "text":
             text.append("".join(block.parts))
@@ -239,7 +276,7 @@ def _fill(reply: Reply, blocks: list[_Block], streamed: bool, where: str) -> Non
 def _with_calls(blocks: list[_Block], reply: Reply) -> list[tuple[_Block, ToolCall | None]]:
     """Each block beside its tool call (``None`` for the blocks that are no call)."""
     calls = iter(reply.tool_calls)
-    return [(block, next(calls) if block.type == "tool_use" else None) for block in blocks]
+    return [(block, next(calls) if block.call is not None else None) for block in blocks]
 
 
 def _native(block: _Block, call: ToolCall | None, problems: list[str]) -> dict[str, Any]:
@@ -272,18 +309,11 @@ def _service_input(block: _Block, problems: list[str]) -> dict[str, Any]:
 
 def read_message(status: int, body: bytes | str, content_type: str) -> Reply:
     """A non-streamed response of any status -> Reply; a non-2xx one sets ``error``."""
-    whole = read_body_json(body)
-    if not 200 <= status < 300:
-        return Reply(status=status, error=http_error(status, whole))
-    if whole.parse_error:
-        problem = (f"{BODY}: JSON: the response body ({content_type or 'no content type'}) is"
-                   f" not JSON: {whole.parse_error}: {snippet(whole.text)}")
-        return Reply(status=status, problems=[problem])
-    return _message_reply(status, whole.payload)
+    reply, payload = read_whole(BODY, status, body, content_type)
+    return reply if payload is None else _message_reply(reply, payload)
 
 
-def _message_reply(status: int, payload: Any) -> Reply:
-    reply = Reply(status=status)
+def _message_reply(reply: Reply, payload: Any) -> Reply:
     if isinstance(payload, dict) and (payload.get("type") == "error" or "error" in payload):
         reply.error = error_message(payload.get("error"))
         return reply
@@ -303,17 +333,15 @@ def _message_reply(status: int, payload: Any) -> Reply:
 
 
 def _body_blocks(content: list[Any], problems: list[str]) -> list[_Block]:
-    blocks = []
+    blocks, calls = [], ToolCallParts(_UseCall)
     for index, item in enumerate(content):
         if not isinstance(item, dict) or not isinstance(item.get("type"), str):
             problems.append(f"{BODY}: message shape: content block {index} is not an object"
                             f" with a type: {snippet(dumps(item))}")
             continue
-        block = _Block(index, item["type"], id=_text_or_none(item.get("id")),
-                       name=_text_or_none(item.get("name")) or "", stopped=True, raw=item)
-        if block.type == "tool_use":
-            block.start_input = item.get("input")
-        else:
+        block = _block(index, item, stopped=True, raw=item)
+        _open_call(calls, block, item)
+        if block.call is None:
             block.parts = [_block_text(item)]
         blocks.append(block)
     return blocks
@@ -328,125 +356,113 @@ def _block_text(item: dict[str, Any]) -> str:
 # --- a stream -----------------------------------------------------------------------------
 
 
-class MessageStream:
-    """Turns the events of one streamed Messages API response into a Reply."""
+class MessageStream(StreamAccumulator):
+    """Maps the events of one streamed Messages API response onto the accumulator."""
+
+    where = STREAM
+    end = "message_stop"
 
     def __init__(self) -> None:
+        super().__init__()
         self._blocks: dict[int, _Block] = {}
-        self._usage: dict[str, Any] | None = None
+        self.calls = ToolCallParts(_UseCall)
+        """The ``tool_use`` blocks' calls, keyed by block index."""
         self._stop_reason: str | None = None
-        self._error: str | None = None
-        self._problems: list[str] = []
-        self._events = 0
         self._started = False
-        self._done = False
-        """``message_stop`` (or an ``error`` event) arrived: the stream's proper end."""
         self._late_said = False
         self._early_said = False
-        self._ttft_ms: float | None = None
 
-    def add(self, event: Event, offset_ms: float) -> None:
-        """Read one event; ``offset_ms`` is the time since the request was sent."""
-        self._events += 1
-        payload = self._payload(event)
-        if payload is None:
-            return
-        kind = payload["type"]
-        if self._done and not self._late_said:
-            self._late_said = True
-            self._problems.append(f"{STREAM}: terminal event: event {self._events} ({kind})"
-                                  " arrived after the stream's end")
+    def read(self, event: Event, offset_ms: float) -> None:
+        payload = self.payload(event)
+        kind = payload.get("type") if type(payload) is dict else None
+        named = event.event
+        if type(kind) is not str or (named != kind and named != "message"):
+            payload = self._typed(event, payload)  # what is not a well-typed event
+            if payload is None:
+                return
+            kind = payload["type"]
+        if self.done and not self._late_said:
+            self._late_said = True  # ``message_stop`` (or an ``error`` event) ended it
+            self.problem(f"terminal event: event {self.events} ({kind}) arrived after the"
+                         " stream's end")
         handler = _HANDLERS.get(kind)
         if handler is None:
             return  # new event types may come; the API asks clients to pass them by
-        if kind not in ("message_start", "ping", "error") and not self._started \
-                and not self._early_said:
+        if not self._started and not self._early_said \
+                and kind not in ("message_start", "ping", "error"):
             self._early_said = True  # said once; the events are still read
-            self._problems.append(f"{STREAM}: message_start first: event {self._events}"
-                                  f" ({kind}) came before any message_start")
+            self.problem(f"message_start first: event {self.events} ({kind}) came before any"
+                         " message_start")
         handler(self, payload, offset_ms)
 
-    def finish(self, *, truncated: bool = False) -> Reply:
-        """The reassembled reply; ``truncated``: the stream ended inside an event."""
-        if truncated:
-            self._problems.append(f"{STREAM}: cut: the stream ended inside an event (no blank"
-                                  " line after its last data line)")
+    def complete(self, reply: Reply) -> None:
         # A stream without message_stop is not a problem here: ``stream.done`` says so, and
         # ``expect.stream.done`` checks it (naming message_stop) unless the case turns it off.
-        if self._done and self._error is None:
+        if self.done and self.error is None:
             self._check_complete()
-        reply = Reply(usage=_usage(self._usage), error=self._error, ttft_ms=self._ttft_ms,
-                      stream=StreamStats(done=self._done, chunks=self._events,
-                                         end="message_stop", usage=self._usage is not None),
-                      problems=self._problems)
+        reply.usage = _usage(self.usage)
         _fill(reply, [self._blocks[index] for index in sorted(self._blocks)], True, STREAM)
         _set_stop_reason(reply, self._stop_reason)
-        if self._done and self._error is None:
+        if self.done and self.error is None:
             _check_stop_reason(reply, STREAM, reply.problems)
-        return reply
 
     # -- one event
 
-    def _payload(self, event: Event) -> dict[str, Any] | None:
-        """The event's data as an object with a ``type``; None (after saying why) if not."""
-        try:
-            payload = loads_event(event.data)
-        except JSON_ERRORS as exc:
-            if event.event == "error":  # an error in plain text is still the error
-                self._on_error({"error": event.data.strip() or "an error event with no data"},
-                               0.0)
-            else:
-                self._problems.append(f"{STREAM}: JSON: event {self._events} is not JSON:"
-                                      f" {exc}: {snippet(event.data)}")
+    def _typed(self, event: Event, payload: Any) -> dict[str, Any] | None:
+        """An event that is not a JSON object whose ``type`` its ``event:`` line agrees
+        with: read with its type set (from the event line, or ``error``), or None after
+        saying why it cannot be read."""
+        if payload is None:  # not JSON: already said
+            if event.event == "error":
+                self.done = True  # an error event in plain text ends the stream too
             return None
         if not isinstance(payload, dict):
-            self._problems.append(f"{STREAM}: JSON: event {self._events} is not a JSON object:"
-                                  f" {snippet(event.data)}")
+            self.problem(f"JSON: event {self.events} is not a JSON object:"
+                         f" {snippet(event.data)}")
             return None
         kind = payload.get("type")
         named = event.event if event.event != "message" else None
         if kind is None and (named is not None or "error" in payload):
             kind = named or "error"  # llama-server's in-band {"error": {...}}
         if not isinstance(kind, str):
-            self._problems.append(f"{STREAM}: event type: event {self._events} has no type:"
-                                  f" {snippet(event.data)}")
+            self.problem(f"event type: event {self.events} has no type:"
+                         f" {snippet(event.data)}")
             return None
         if named is not None and named != kind:
-            self._problems.append(f"{STREAM}: event type: event {self._events} is named"
-                                  f" {named!r} but its data says type {kind!r}")
+            self.problem(f"event type: event {self.events} is named"
+                         f" {named!r} but its data says type {kind!r}")
         return payload if payload.get("type") == kind else {**payload, "type": kind}
 
     def _on_message_start(self, payload: dict[str, Any], offset_ms: float) -> None:
         if self._started:
-            self._problems.append(f"{STREAM}: message_start first: event {self._events} is a"
+            self.problem(f"message_start first: event {self.events} is a"
                                   " second message_start")
             return
         self._started = True
         message = payload.get("message")
         usage = message.get("usage") if isinstance(message, dict) else None
-        self._merge_usage(usage)
+        self.merge_usage(usage)
 
     def _on_block_start(self, payload: dict[str, Any], offset_ms: float) -> None:
         index, content = payload.get("index"), payload.get("content_block")
         if not _is_int(index) or not isinstance(content, dict) \
                 or not isinstance(content.get("type"), str):
-            self._problems.append(f"{STREAM}: block shape: event {self._events}:"
+            self.problem(f"block shape: event {self.events}:"
                                   " content_block_start without an integer index and a"
                                   f" content_block with a type: {snippet(dumps(payload))}")
             return
-        block = _Block(index, content["type"], id=_text_or_none(content.get("id")),
-                       name=_text_or_none(content.get("name")) or "",
-                       start_input=content.get("input"), raw=dict(content))
+        block = _block(index, content, raw=dict(content), fits=_fitting(content["type"]))
         old = self._blocks.get(index)
         if old is not None:
             self._started_again(old, block)
             return
         self._blocks[index] = block
+        _open_call(self.calls, block, content)
         first = _text_or_none(content.get("thinking" if block.type == "thinking" else "text"))
         if first and block.type in ("text", "thinking"):
             block.parts.append(first)
         if block.type == "tool_use" or first:
-            self._first_output(offset_ms)
+            self.first_output(offset_ms)
 
     def _started_again(self, old: _Block, new: _Block) -> None:
         """A block opened twice: llama-server's repeat of an open block is the same block."""
@@ -454,113 +470,97 @@ class MessageStream:
                 and new.name in ("", old.name):
             return
         was = "stopped" if old.stopped else "open"
-        self._problems.append(f"{STREAM}: block started twice: event {self._events} starts"
+        self.problem(f"block started twice: event {self.events} starts"
                               f" block {new.index} ({new.type}) again while {old.label()}"
                               f" is {was}; kept the first")
 
     def _on_block_delta(self, payload: dict[str, Any], offset_ms: float) -> None:
-        block = self._block_of(payload, "delta for a block never started",
-                               "content_block_delta")
+        index = payload.get("index")
+        block = self._blocks.get(index) if type(index) is int else None
         if block is None:
+            self._never_started(index, "delta for a block never started", "content_block_delta")
             return
         if block.stopped:
-            self._problems.append(f"{STREAM}: delta after its block stopped: event"
-                                  f" {self._events} adds to {block.label()}, which had stopped")
+            self.problem(f"delta after its block stopped: event"
+                         f" {self.events} adds to {block.label()}, which had stopped")
         delta = payload.get("delta")
-        kind = delta.get("type") if isinstance(delta, dict) else None
-        if not isinstance(delta, dict) or not isinstance(kind, str):
-            self._problems.append(f"{STREAM}: delta shape: event {self._events} has no delta"
-                                  f" object with a type: {snippet(dumps(payload))}")
+        if not isinstance(delta, dict) or type(kind := delta.get("type")) is not str:
+            self.problem(f"delta shape: event {self.events} has no delta"
+                         f" object with a type: {snippet(dumps(payload))}")
             return
-        if kind in _DELTAS and self._fits(block, kind):
-            self._apply(block, kind, delta, offset_ms)
+        if kind not in block.fits:
+            if kind in _DELTAS:  # a delta type not listed is ignored, as the API asks
+                self.problem(f"delta type does not fit the block: event {self.events} sends"
+                             f" {kind} into {block.label()}; it belongs in a"
+                             f" {_DELTAS[kind][0]} block")
+            return
+        key = _TEXT_FIELDS.get(kind)
+        value = delta.get(key) if key is not None else None
+        if type(value) is not str:
+            self._other_delta(block, kind, delta)
+        elif value:
+            block.parts.append(value)
+            if self.ttft_ms is None and kind != "thinking_delta":
+                self.first_output(offset_ms)  # time to the answer or a call, not to thinking
 
-    def _fits(self, block: _Block, kind: str) -> bool:
-        belongs = _DELTAS[kind][0]
-        fits = block.type == belongs or (belongs == "tool_use" and _takes_input(block.type))
-        if not fits:
-            self._problems.append(f"{STREAM}: delta type does not fit the block: event"
-                                  f" {self._events} sends {kind} into {block.label()}; it"
-                                  f" belongs in a {belongs} block")
-        return fits
-
-    def _apply(self, block: _Block, kind: str, delta: dict[str, Any], offset_ms: float) -> None:
+    def _other_delta(self, block: _Block, kind: str, delta: dict[str, Any]) -> None:
+        """A delta that carries no text to keep: a signature, a citation, or a slip."""
         key = _DELTAS[kind][1]
         if key is None:
             _add_citation(block, delta.get("citation"))
             return
         value = delta.get(key)
         if not isinstance(value, str):
-            self._problems.append(f"{STREAM}: delta shape: event {self._events}: {kind}"
-                                  f" without a string {key}: {snippet(dumps(delta))}")
-        elif kind == "signature_delta":
-            block.raw["signature"] = value  # each carries the whole signature: set, not joined
-        elif kind in _KEEPS_TEXT and value:
-            block.parts.append(value)
-            if kind != "thinking_delta":  # time to the answer or a call, not to thinking
-                self._first_output(offset_ms)
+            self.problem(f"delta shape: event {self.events}: {kind}"
+                         f" without a string {key}: {snippet(dumps(delta))}")
+        else:  # a signature_delta carries the whole signature: set, not joined
+            block.raw["signature"] = value
 
     def _on_block_stop(self, payload: dict[str, Any], offset_ms: float) -> None:
-        block = self._block_of(payload, "stop for a block never started", "content_block_stop")
+        index = payload.get("index")
+        block = self._blocks.get(index) if type(index) is int else None
         if block is None:
+            self._never_started(index, "stop for a block never started", "content_block_stop")
             return
         if block.stopped:
-            self._problems.append(f"{STREAM}: block stopped twice: event {self._events} stops"
-                                  f" {block.label()} again")
+            self.problem(f"block stopped twice: event {self.events} stops {block.label()}"
+                         " again")
         block.stopped = True
-        block.stopped_ms = block.stopped_ms if block.stopped_ms is not None else offset_ms
+        if block.call is not None:
+            block.call.closed(offset_ms)  # the first stop: the call's input is complete
 
-    def _block_of(self, payload: dict[str, Any], check: str, kind: str) -> _Block | None:
-        index = payload.get("index")
-        block = self._blocks.get(index) if _is_int(index) else None
-        if block is None:
-            self._problems.append(f"{STREAM}: {check}: event {self._events} is a {kind} for"
-                                  f" block {dumps(index)}, which no content_block_start opened")
-        return block
+    def _never_started(self, index: Any, check: str, kind: str) -> None:
+        self.problem(f"{check}: event {self.events} is a {kind} for block {dumps(index)},"
+                     " which no content_block_start opened")
 
     def _on_message_delta(self, payload: dict[str, Any], offset_ms: float) -> None:
         delta = payload.get("delta")
         reason = delta.get("stop_reason") if isinstance(delta, dict) else None
         if isinstance(reason, str) and reason:
             self._stop_reason = reason
-        self._merge_usage(payload.get("usage"))
+        self.merge_usage(payload.get("usage"))
 
     def _on_message_stop(self, payload: dict[str, Any], offset_ms: float) -> None:
-        self._done = True
+        self.done = True
 
     def _on_error(self, payload: dict[str, Any], offset_ms: float) -> None:
-        if self._error is None:  # the first error is the cause; later ones are fallout
-            error = payload.get("error", payload)
-            self._error = error_message(error)
-            self._problems.append(stream_error(STREAM, "error event", error_kind(error),
-                                               self._error))
-        self._done = True  # an error event is how the API ends a stream that failed
+        self.in_band_error("error event", payload.get("error", payload))
+        self.done = True  # an error event is how the API ends a stream that failed
 
     def _on_ping(self, payload: dict[str, Any], offset_ms: float) -> None:
         pass
 
     # -- helpers
 
-    def _merge_usage(self, usage: Any) -> None:
-        """Later usage numbers win (``message_delta``'s are cumulative); nulls do not."""
-        if not isinstance(usage, dict):
-            return
-        given = {key: value for key, value in usage.items() if value is not None}
-        self._usage = {**(self._usage or {}), **given}
-
-    def _first_output(self, offset_ms: float) -> None:
-        if self._ttft_ms is None:
-            self._ttft_ms = offset_ms
-
     def _check_complete(self) -> None:
         """After ``message_stop``: every block stopped, and the reply said why it ended."""
         for index in sorted(self._blocks):
             block = self._blocks[index]
             if not block.stopped:
-                self._problems.append(f"{STREAM}: block never stopped: {block.label()} had no"
+                self.problem(f"block never stopped: {block.label()} had no"
                                       " content_block_stop before message_stop")
         if self._stop_reason is None:
-            self._problems.append(f"{STREAM}: stop_reason: message_stop came, but no"
+            self.problem("stop_reason: message_stop came, but no"
                                   " message_delta gave a stop_reason")
 
 

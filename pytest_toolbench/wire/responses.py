@@ -66,6 +66,8 @@ REQUEST_FIELDS = frozenset({
 class ResponsesApi(WireApi):
     name = "responses"
     title = "Responses API"
+    path = "responses"
+    reasoning_where = "reasoning items"
     request_fields = REQUEST_FIELDS
 
     def request(self, parts: RequestParts) -> dict[str, Any]:

@@ -69,23 +69,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..records import Reply, StreamStats, ToolCall
-from .base import JSON_ERRORS as _JSON_ERRORS
+from ..records import Reply, ToolCall
 from .base import (
     REDACTED_REASONING,
     Event,
-    arguments_json,
     dumps,
     error_kind,
     error_message,
-    http_error,
-    loads_event,
-    read_body_json,
     snippet,
     split_think,
     stream_error,
     with_token_totals,
 )
+from .stream import CallPart, StreamAccumulator, ToolCallParts, read_whole
 
 __all__ = ["END", "ResponsesStream", "read_response_body"]
 
@@ -120,9 +116,6 @@ class _Snapshot:
     parts: dict[PartKey, str] = field(default_factory=dict)
     kinds: set[str] = field(default_factory=set)
     """The kinds the item's data spoke of (``content: []`` speaks of text: it has none)."""
-    completed_ms: float | None = None
-    """A streamed function call: when its arguments were complete (their last delta, or
-    the ``.done`` event that closed them)."""
     encrypted: bool = False
     """A reasoning item that carries ``encrypted_content``."""
 
@@ -187,16 +180,17 @@ def _str_or_none(value: Any) -> str | None:
 # --- items -> Reply ---------------------------------------------------------------------
 
 
-def _fill(reply: Reply, items: list[_Snapshot], response: dict[str, Any], check: str) -> None:
-    """Text, reasoning, calls, usage and finish reasons from the items and the response."""
+def _fill(reply: Reply, items: list[_Snapshot], calls: list[CallPart], response: dict[str, Any],
+          check: str) -> None:
+    """Text, reasoning, calls, usage and finish reasons from the items, the function calls'
+    parts and the response."""
     text = "".join(item.joined("text") for item in items if item.type == "message")
     pieces = [piece for item in items if item.type == "reasoning"
               for piece in _reasoning_of(item)]
     reply.text, thought = split_think(text)
     reply.reasoning = "\n\n".join(pieces) if pieces else thought
-    reply.tool_calls = [_call(item, position, reply.problems, check)
-                        for position, item in enumerate(
-                            item for item in items if item.type == "function_call")]
+    reply.tool_calls = [_call(part, position, reply.problems, check)
+                        for position, part in enumerate(calls)]
     _check_call_ids(reply.tool_calls, reply.problems, check)
     usage = with_token_totals(response.get("usage"), "input_tokens", "output_tokens")
     reply.usage = usage if usage is not None else reply.usage
@@ -210,14 +204,22 @@ def _reasoning_of(item: _Snapshot) -> list[str]:
     return said or ([REDACTED_REASONING] if item.encrypted else [])
 
 
-def _call(item: _Snapshot, position: int, problems: list[str], check: str) -> ToolCall:
-    raw = item.parts.get(("arguments", 0), "")
-    arguments, error = arguments_json(raw)
-    if not item.name:
-        problems.append(f"{check}: item: function call {position} ({item.call_id or 'no call_id'})"
+def _call(part: CallPart, position: int, problems: list[str], check: str) -> ToolCall:
+    if not part.name:
+        problems.append(f"{check}: item: function call {position} ({part.id or 'no call_id'})"
                         " has no name")
-    return ToolCall(name=item.name, arguments_raw=raw, id=item.call_id, arguments=arguments,
-                    arguments_error=error, completed_ms=item.completed_ms)
+    return part.build()
+
+
+def _whole_calls(items: list[_Snapshot]) -> list[CallPart]:
+    """The function calls of whole items (a body's output), each as sent."""
+    calls = ToolCallParts(CallPart)
+    for item in items:
+        if item.type == "function_call":
+            part = calls.open()
+            part.id, part.name, part.final = item.call_id, item.name, item.parts.get(
+                ("arguments", 0))
+    return calls.parts
 
 
 def _check_call_ids(calls: list[ToolCall], problems: list[str], check: str) -> None:
@@ -262,22 +264,18 @@ def _set_finish(reply: Reply, response: dict[str, Any]) -> None:
 
 def read_response_body(status: int, body: bytes | str, content_type: str) -> Reply:
     """A whole response of any status -> Reply (see the module's docstring)."""
-    whole = read_body_json(body)
-    payload = whole.payload
-    if not 200 <= status < 300:
-        return Reply(status=status, error=http_error(status, whole))
-    reply = Reply(status=status)
-    if whole.parse_error:
-        reply.problems.append(f"{BODY}: JSON: the body ({content_type or 'no content type'})"
-                              f" is not JSON: {whole.parse_error}: {snippet(whole.text)}")
-    elif not isinstance(payload, dict) or not isinstance(payload.get("output"), list):
+    reply, payload = read_whole(BODY, status, body, content_type, said="the body")
+    if payload is None:
+        return reply
+    if not isinstance(payload, dict) or not isinstance(payload.get("output"), list):
         if isinstance(payload, dict) and payload.get("error") is not None:
             reply.error = error_message(payload["error"])
         else:
             reply.problems.append(f"{BODY}: response object: the body has no output list, so"
                                   f" it is no Responses API response: {snippet(dumps(payload))}")
     else:
-        _fill(reply, _body_items(payload["output"], reply.problems), payload, BODY)
+        items = _body_items(payload["output"], reply.problems)
+        _fill(reply, items, _whole_calls(items), payload, BODY)
         reply.native_turn = [item for item in payload["output"] if isinstance(item, dict)]
     return reply
 
@@ -322,11 +320,13 @@ class _Item:
     """The item object ``response.output_item.added`` gave."""
     whole: dict[str, Any] | None = None
     """The item object ``response.output_item.done`` gave: the server's last word on it."""
-    completed_ms: float | None = None
-    """When a function call's arguments were complete: the last event that carried or
-    closed them."""
+    call: CallPart | None = None
+    """A function call's arguments being put together (from the reply's ``ToolCallParts``,
+    keyed by the item's key): their deltas, the ``.done`` value, when they completed."""
 
     def said(self, kind: str) -> str | None:
+        if kind == "arguments":
+            return self.call.said() if self.call is not None else None
         texts = [text for (k, _), part in sorted(self.parts.items())
                  if k == kind and (text := part.said()) is not None]
         return ("\n\n" if kind == "summary" else "").join(texts) if texts else None
@@ -334,8 +334,14 @@ class _Item:
     def snapshot(self) -> _Snapshot:
         parts = {key: part.said() or "" for key, part in self.parts.items()}
         return _Snapshot(self.head.type, self.head.id, self.head.call_id, self.head.name, parts,
-                         completed_ms=self.completed_ms,
                          encrypted=_encrypted(self.whole) or _encrypted(self.opened))
+
+    def tool_call(self) -> CallPart:
+        """The function call as it stands: the arguments assembled, the ids and name the
+        item's latest event gave."""
+        assert self.call is not None
+        self.call.id, self.call.name = self.head.call_id, self.head.name
+        return self.call
 
     def native(self) -> dict[str, Any]:
         """The item as it goes back into the conversation: ``output_item.done``'s object;
@@ -393,20 +399,22 @@ _TTFT = {"response.output_text.delta", "response.refusal.delta",
          "response.function_call_arguments.delta"}
 
 
-class ResponsesStream:
-    """Reads the events of one streamed Responses API reply into a Reply."""
+class ResponsesStream(StreamAccumulator):
+    """Maps the events of one streamed Responses API reply onto the accumulator."""
+
+    where = STREAM
+    end = END
+    end_marker = "[DONE]"
 
     def __init__(self) -> None:
+        super().__init__()
         self._items: dict[str, _Item] = {}
+        self.calls = ToolCallParts(CallPart)
+        """The items' function-call arguments, keyed by item key."""
         self._by_index: dict[int, _Item] = {}
         self._unopened: set[str] = set()
-        self._problems: list[str] = []
-        self._events = 0
         self._terminal: str | None = None
         self._response: dict[str, Any] = {}
-        self._usage: dict[str, Any] | None = None
-        self._error: str | None = None
-        self._ttft_ms: float | None = None
         self._done_marker = False
         self._sequence: tuple[int, int] | None = None
         """The last ``sequence_number`` and the event that carried it."""
@@ -414,11 +422,10 @@ class ResponsesStream:
         self._renamed: dict[str, str] = {}
         """A function call's earlier ``call_id`` -> the one its ``output_item.done`` gave."""
 
-    def add(self, event: Event, offset_ms: float) -> None:
-        if not event.data.startswith("{") and event.data.strip() == "[DONE]":
-            self._done_marker = True  # chat's end marker, which relays add after the terminal
-            return
-        self._events += 1
+    def marked_end(self) -> None:
+        self._done_marker = True  # chat's end marker, which relays add after the terminal
+
+    def read(self, event: Event, offset_ms: float) -> None:
         payload = self._payload(event)
         kind = self._type_of(event, payload) if payload is not None else None
         if payload is None or kind is None:
@@ -426,10 +433,9 @@ class ResponsesStream:
         self._check_sequence(kind, payload)
         ended = self._terminal or ("data: [DONE]" if self._done_marker else None)
         if ended is not None:
-            self._problems.append(f"{STREAM}: terminal event: event {self._events} ({kind})"
-                                  f" arrived after {ended}")
-        if kind in _TTFT and self._ttft_ms is None:
-            self._ttft_ms = offset_ms
+            self.problem(f"terminal event: event {self.events} ({kind}) arrived after {ended}")
+        if kind in _TTFT:
+            self.first_output(offset_ms)
         handler = _HANDLERS.get(kind)
         if handler is not None:
             handler(self, kind, payload, offset_ms)
@@ -441,20 +447,15 @@ class ResponsesStream:
             self._find(payload, kind, _OPENS_PART[kind])
         # Any other type (response.created, annotations, future events) is counted only.
 
-    def finish(self, *, truncated: bool = False) -> Reply:
-        if truncated:
-            self._problems.append(f"{STREAM}: cut: the stream ended inside an event (no blank"
-                                  " line after its last data line)")
+    def complete(self, reply: Reply) -> None:
         items = [item.snapshot() for item in self._items.values()]
-        reply = Reply(usage=self._usage, error=self._error, ttft_ms=self._ttft_ms,
-                      problems=self._problems,
-                      stream=StreamStats(done=self._terminal is not None, chunks=self._events,
-                                         end=END, usage=self._usage is not None))
         response = dict(self._response)
         if "status" not in response and self._terminal is not None:
             response["status"] = TERMINAL[self._terminal]
-        _fill(reply, items, response, STREAM)
-        if self._error is None and reply.error is not None:  # a response.failed's error
+        calls = [item.tool_call() for item in self._items.values()
+                 if item.head.type == "function_call"]
+        _fill(reply, items, calls, response, STREAM)
+        if self.error is None and reply.error is not None:  # a response.failed's error
             error = response.get("error")
             reply.problems.append(stream_error(STREAM, self._terminal or "response.failed",
                                                error_kind(error), reply.error))
@@ -462,22 +463,15 @@ class ResponsesStream:
         self._compare_terminal(reply.tool_calls)
         # An event out of order explains what reads wrong after it: it comes first.
         reply.problems[:0] = self._out_of_order
-        return reply
 
     # -- reading one event -----------------------------------------------------------------
 
     def _payload(self, event: Event) -> dict[str, Any] | None:
-        try:
-            payload = loads_event(event.data)
-        except _JSON_ERRORS as exc:
-            if event.event == "error":  # an error event in plain text is still the error
-                self._set_error(event.data.strip() or "an error event with no data")
-            else:
-                self._problems.append(f"{STREAM}: JSON: event {self._events} is not JSON:"
-                                      f" {exc}: {snippet(event.data)}")
+        payload = self.payload(event)
+        if payload is None:
             return None
         if not isinstance(payload, dict):
-            self._problems.append(f"{STREAM}: JSON: event {self._events} is not a JSON object:"
+            self.problem(f"JSON: event {self.events} is not a JSON object:"
                                   f" {snippet(event.data)}")
             return None
         return payload
@@ -491,45 +485,46 @@ class ResponsesStream:
         if self._sequence is not None and number <= self._sequence[0]:
             before, where = self._sequence
             self._out_of_order.append(
-                f"{STREAM}: sequence_number: event {self._events} ({kind}) has sequence_number"
+                f"{STREAM}: sequence_number: event {self.events} ({kind}) has sequence_number"
                 f" {number}, not after event {where}'s {before}: the server sent its events out"
                 " of order or twice")
         if self._sequence is None or number > self._sequence[0]:
-            self._sequence = (number, self._events)
+            self._sequence = (number, self.events)
 
     def _type_of(self, event: Event, payload: dict[str, Any]) -> str | None:
         """The data's ``type``; the ``event:`` line only stands in when the data has none."""
         named, given = event.event, payload.get("type")
-        where = f"{STREAM}: event type: event {self._events}"
+        where = f"{STREAM}: event type: event {self.events}"
         if isinstance(given, str) and given:
             if named not in ("message", given):
-                self._problems.append(f"{where} is {named!r} on its event line and {given!r} in"
+                self.problems.append(f"{where} is {named!r} on its event line and {given!r} in"
                                       f" its data; read as {given!r}")
             return given
         if named == "error":  # servers' error events often carry only the error: it is read
             return named
         if named != "message":
-            self._problems.append(f"{where} has no type in its data; read as {named!r}, from"
+            self.problems.append(f"{where} has no type in its data; read as {named!r}, from"
                                   " its event line")
             return named
-        self._problems.append(f"{where} has no type, in its data or on an event line; ignored")
+        self.problems.append(f"{where} has no type, in its data or on an event line; ignored")
         return None
 
     def _response_event(self, kind: str, payload: dict[str, Any], offset_ms: float) -> None:
         """``response.created``, ``in_progress`` and the terminal events: the response."""
         response = payload.get("response")
         if isinstance(response, dict):
-            usage = with_token_totals(response.get("usage"), "input_tokens", "output_tokens")
-            self._usage = usage if usage is not None else self._usage
+            self.set_usage(with_token_totals(response.get("usage"), "input_tokens",
+                                             "output_tokens"))
         if kind not in TERMINAL:
             return
         if self._terminal is not None:
             return  # a second terminal event: already a problem; the first one stands
         self._terminal = kind
+        self.done = True
         if isinstance(response, dict):
             self._response = response
         else:
-            self._problems.append(f"{STREAM}: terminal event: {kind} (event {self._events})"
+            self.problem(f"terminal event: {kind} (event {self.events})"
                                   " carries no response object")
 
     def _error_event(self, kind: str, payload: dict[str, Any], offset_ms: float) -> None:
@@ -541,9 +536,7 @@ class ResponsesStream:
 
     def _set_error(self, message: str, kind: str | None = None) -> None:
         """The stream's in-band error, said as the problem that fails the stage."""
-        if self._error is None:  # the first error is the cause; later ones are fallout
-            self._error = message
-            self._problems.append(stream_error(STREAM, "error event", kind, message))
+        self.in_band_error("error event", message, kind)
 
     # -- items -------------------------------------------------------------------------------
 
@@ -554,16 +547,20 @@ class ResponsesStream:
         head, index = _snapshot(data), _as_index(payload.get("output_index"))
         key = _item_key(head, index, len(self._items))
         if key in self._items:
-            self._problems.append(f"{STREAM}: item: item {key!r} opened twice (event"
-                                  f" {self._events})")
+            self.problem(f"item: item {key!r} opened twice (event"
+                                  f" {self.events})")
             return
         item = self._open(key, head, index)
         item.opened = data
         for part_key, text in head.parts.items():
-            if text:  # an item opened with its content already: that content was said
+            if not text:
+                continue
+            if part_key[0] == "arguments":  # opened with its arguments already: they were said
+                self._call_of(item).pieces.append(text)
+            else:  # an item opened with its content already: that content was said
                 item.parts[part_key] = _Part([text])
-        if head.type == "function_call" and self._ttft_ms is None:
-            self._ttft_ms = offset_ms  # the call's opening is its first token
+        if head.type == "function_call":
+            self.first_output(offset_ms)  # the call's opening is its first token
 
     def _item_done(self, kind: str, payload: dict[str, Any], offset_ms: float) -> None:
         data = self._item_data(kind, payload)
@@ -578,8 +575,8 @@ class ResponsesStream:
             item = self._open(key, done, index)
         self._compare_head(item, done, kind)
         item.whole = data
-        if done.type == "function_call" and item.completed_ms is None:
-            item.completed_ms = offset_ms
+        if done.type == "function_call":
+            self._call_of(item).closed(offset_ms)
         for part_kind in sorted(done.kinds):
             self._close_kind(item, done, part_kind, kind)
 
@@ -592,7 +589,7 @@ class ResponsesStream:
     def _item_data(self, kind: str, payload: dict[str, Any]) -> dict[str, Any] | None:
         data = payload.get("item")
         if not isinstance(data, dict):
-            self._problems.append(f"{STREAM}: item: {kind} (event {self._events}) carries no"
+            self.problem(f"item: {kind} (event {self.events}) carries no"
                                   f" item object: {snippet(dumps(data))}")
             return None
         return data
@@ -602,7 +599,15 @@ class ResponsesStream:
         self._items[key] = item
         if index is not None:
             self._by_index.setdefault(index, item)
+        if head.type == "function_call":
+            self._call_of(item)
         return item
+
+    def _call_of(self, item: _Item) -> CallPart:
+        """The item's function-call arguments, opened when first needed."""
+        if item.call is None:
+            item.call = self.calls.open(item.key)
+        return item.call
 
     def _compare_head(self, item: _Item, done: _Snapshot, kind: str) -> None:
         """``output_item.done`` names the same function and call as the item's opening."""
@@ -623,6 +628,9 @@ class ResponsesStream:
         said, value = item.said(part_kind), done.joined(part_kind)
         if said is not None and said != value:
             self._disagrees(item, kind, snippet(value), snippet(said))
+        if part_kind == "arguments":
+            self._call_of(item).final = value
+            return
         for key in [key for key in item.parts if key[0] == part_kind]:
             del item.parts[key]
         for key, text in done.parts.items():
@@ -634,12 +642,13 @@ class ResponsesStream:
     def _delta(self, kind: str, payload: dict[str, Any], offset_ms: float) -> None:
         part_kind, index_field, item_type = _DELTAS[kind]
         item = self._find(payload, kind, item_type)
-        if part_kind == "arguments":
-            item.completed_ms = offset_ms
         delta = payload.get("delta")
         if not isinstance(delta, str):
-            self._problems.append(f"{STREAM}: JSON: {kind} (event {self._events}) has no string"
+            self.problem(f"JSON: {kind} (event {self.events}) has no string"
                                   f" delta: {snippet(dumps(delta))}")
+            return
+        if part_kind == "arguments":
+            self._call_of(item).arguments(delta, offset_ms)
             return
         part = item.parts.setdefault((part_kind, _index(payload, index_field)), _Part())
         part.deltas.append(delta)
@@ -647,8 +656,8 @@ class ResponsesStream:
     def _part_done(self, kind: str, payload: dict[str, Any], offset_ms: float) -> None:
         part_kind, index_field, item_type, text_field = _DONES[kind]
         item = self._find(payload, kind, item_type)
-        if part_kind == "arguments" and item.completed_ms is None:
-            item.completed_ms = offset_ms  # the arguments came whole, without deltas
+        if part_kind == "arguments":
+            self._call_of(item).closed(offset_ms)  # complete here if no delta said when
         value = payload.get(text_field)
         if text_field == "part":
             value = _part_text(value)
@@ -656,7 +665,9 @@ class ResponsesStream:
             self._compare_head(item, _Snapshot("function_call", name=_name(payload)), kind)
         if not isinstance(value, str):
             return  # a .done without its text says nothing to compare
-        part = item.parts.setdefault((part_kind, _index(payload, index_field)), _Part())
+        part: _Part | CallPart = (self._call_of(item) if part_kind == "arguments" else
+                                  item.parts.setdefault((part_kind, _index(payload, index_field)),
+                                                        _Part()))
         said = part.said()
         if said is not None and said != value:
             self._disagrees(item, kind, snippet(value), snippet(said))
@@ -670,8 +681,8 @@ class ResponsesStream:
         by_id = self._items.get(item_id) if item_id is not None else None
         by_index = self._by_index.get(index) if index is not None else None
         if by_id is not None and by_index is not None and by_id is not by_index:
-            self._problems.append(
-                f"{STREAM}: output_index: {kind} (event {self._events}) names item {item_id!r}"
+            self.problems.append(
+                f"{STREAM}: output_index: {kind} (event {self.events}) names item {item_id!r}"
                 f" and output_index {index}, which is item {by_index.key!r}; read as {item_id!r}")
         found = by_id or by_index
         if found is not None:
@@ -683,13 +694,13 @@ class ResponsesStream:
     def _never_opened(self, key: str, kind: str) -> None:
         if key not in self._unopened:  # once per item: its every delta would say the same
             self._unopened.add(key)
-            self._problems.append(
-                f"{STREAM}: delta for an item never opened: {kind} (event {self._events}) is for"
+            self.problems.append(
+                f"{STREAM}: delta for an item never opened: {kind} (event {self.events}) is for"
                 f" item {key!r}, which no response.output_item.added opened")
 
     def _disagrees(self, item: _Item, kind: str, says: str, said: str) -> None:
-        self._problems.append(f"{STREAM}: .done disagrees with deltas: {kind} (event"
-                              f" {self._events}) of item {item.key!r} says {says}; the stream"
+        self.problem(f".done disagrees with deltas: {kind} (event"
+                              f" {self.events}) of item {item.key!r} says {says}; the stream"
                               f" before it said {said}")
 
     def _compare_terminal(self, calls: list[ToolCall]) -> None:
@@ -703,7 +714,7 @@ class ResponsesStream:
                     if item.type == "function_call"]
         streamed = [_call_line(call.id, call.name, call.arguments_raw) for call in calls]
         if sorted(terminal) != sorted(streamed):
-            self._problems.append(
+            self.problems.append(
                 f"{STREAM}: terminal output disagrees with the stream: {self._terminal}'s output"
                 f" holds {_calls_text(terminal)}; the stream made {_calls_text(streamed)}")
 

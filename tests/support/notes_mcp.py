@@ -16,6 +16,7 @@ from typing import Any
 
 import uvicorn
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 
 TOKEN = sys.argv[1] if len(sys.argv) > 1 else "secret-token-123"
 notes: list[str] = []
@@ -37,8 +38,8 @@ def list_notes() -> list[str]:
 
 @server.tool()
 def fail() -> str:
-    """Always fails."""
-    raise ValueError("the notes store is read-only today")
+    """Always fails (a ToolError: its words reach the client)."""
+    raise ToolError("the notes store is read-only today")
 
 
 def guarded(app: Any) -> Any:

@@ -1,0 +1,110 @@
+"""The registry of wire APIs: one row per API a case can speak.
+
+A row says what the rest of the plugin needs to know of an API without loading it: its
+name (as cases, flags, cassettes and reports spell it), where its adapter lives (the
+``WireApi`` of ``pytest_toolbench/wire/``: request builder and reader), where its key is
+read from and how it is sent, its default base URL, and where its request bodies hold the
+conversation. The flag's and the ini's choices, the case schema's allowed values, cassette
+validation, the settings, conform, diff and the HTML report all read this table; adding an
+API is a row here and an adapter file pair.
+
+A leaf module: it imports nothing of the plugin, so the settings read it in every pytest
+run without loading an adapter (``wire.wire_api`` imports one when a case needs it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+OPENAI_BASE_URL: Final = "https://api.openai.com/v1"
+
+
+@dataclass(frozen=True)
+class ApiRow:
+    """One wire API, as the registry knows it."""
+
+    name: str
+    """As cases and flags name it: ``chat``, ``responses``..."""
+    described: str
+    """What it is, in the words of the flag's help: ``responses (OpenAI Responses)``."""
+    adapter: str
+    """``module:ATTRIBUTE`` below ``pytest_toolbench.wire``: the API's ``WireApi``."""
+    key_envs: tuple[str, ...]
+    """The environment variables its key is read from when no setting names one, the
+    first set one winning."""
+    key_header: str
+    """The header that carries the key."""
+    key_scheme: str = ""
+    """What comes before the key in that header (``Bearer ``)."""
+    base_url: str = OPENAI_BASE_URL
+    """The base URL when neither a flag, the case, the ini nor the environment gives one."""
+    base_url_envs: tuple[str, ...] = ("TOOLBENCH_BASE_URL", "OPENAI_BASE_URL")
+    """The environment variables a base URL is read from, in order."""
+    conversation_keys: tuple[str, ...] = ()
+    """The request body's keys that hold the conversation (the rest are settings), for the
+    reports."""
+
+
+REGISTRY: Final = {row.name: row for row in (
+    ApiRow("chat", "chat (chat completions, the default)", "chat:CHAT",
+           ("OPENAI_API_KEY",), "Authorization", "Bearer ",
+           conversation_keys=("messages",)),
+    ApiRow("responses", "responses (OpenAI Responses)", "responses:RESPONSES",
+           ("OPENAI_API_KEY",), "Authorization", "Bearer ",
+           conversation_keys=("instructions", "input")),
+    ApiRow("messages", "messages (Anthropic Messages)", "messages:MESSAGES",
+           ("ANTHROPIC_API_KEY",), "x-api-key",
+           conversation_keys=("system", "messages")),
+    ApiRow("gemini", "gemini (Google Gemini generateContent)", "gemini:GEMINI",
+           ("GEMINI_API_KEY", "GOOGLE_API_KEY"), "x-goog-api-key",
+           base_url="https://generativelanguage.googleapis.com/v1beta",
+           base_url_envs=("TOOLBENCH_BASE_URL",),
+           conversation_keys=("systemInstruction", "contents")),
+)}
+"""Every wire API, by name; the first is the default."""
+
+API_NAMES: Final = tuple(REGISTRY)
+DEFAULT_API: Final = API_NAMES[0]
+
+
+def api_row(name: str) -> ApiRow:
+    """The row of API ``name``; ValueError naming the choices when there is none."""
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown API {name!r}; choose from {', '.join(API_NAMES)}") from None
+
+
+def api_names(text: str) -> tuple[str, ...]:
+    """``"chat, responses"``: the wire APIs a comma-separated list names, each once, in the
+    order given; ValueError naming the first unknown one. The command line, the ini and
+    ``toolbench conform --api`` all read API lists with it."""
+    names = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+    for name in names:
+        api_row(name)
+    return names
+
+
+def conversation_keys() -> tuple[str, ...]:
+    """Every API's conversation keys, each once, each API's in its own order (a key goes
+    before the first key after it in its row that is already placed: ``system`` before
+    ``messages``)."""
+    keys: list[str] = []
+    for row in REGISTRY.values():
+        for position, key in enumerate(row.conversation_keys):
+            if key in keys:
+                continue
+            after = [keys.index(later) for later in row.conversation_keys[position + 1:]
+                     if later in keys]
+            keys.insert(min(after) if after else len(keys), key)
+    return tuple(keys)
+
+
+def key_envs_text() -> str:
+    """Where each API's key is read from by default, for help texts:
+    ``OPENAI_API_KEY; ANTHROPIC_API_KEY for messages``."""
+    default = REGISTRY[DEFAULT_API].key_envs
+    others = [f"{' or '.join(row.key_envs)} for {row.name}" for row in REGISTRY.values()
+              if row.key_envs != default]
+    return "; ".join([" or ".join(default), *others])
