@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from .budget import BudgetSpent, TokenBudget
-from .casefile.cache import PARSED_FOLDER, ParsedCache
+from .casefile.cache import CASSETTE_FOLDER, CASSETTE_MAGIC, PARSED_FOLDER, KeptParses, ParsedCache
 from .casefile.load import CaseFileErrors, LoadedCase, describe_errors, load_case_file
 from .lookahead import LOOKAHEAD_KEY
 from .marks import MarkRefused, case_marks
@@ -190,6 +190,7 @@ def _start_session(config: pytest.Config) -> None:
     runtime = SessionRuntime(settings, Path(config.invocation_params.dir), budget, workers)
     config.stash[RUNTIME_KEY] = runtime
     config.stash[PARSED_KEY] = _parsed_cache(config)
+    runtime.kept_cassettes = _parsed_cassettes(config)
     _freeze_at_exit()
     config.add_cleanup(runtime.close)
     config.pluginmanager.register(CaseReports(records_read(config), runtime),
@@ -214,6 +215,14 @@ def _parsed_cache(config: pytest.Config) -> ParsedCache | None:
     if cache is None:
         return None
     return ParsedCache(cache.mkdir(PARSED_FOLDER))
+
+
+def _parsed_cassettes(config: pytest.Config) -> KeptParses | None:
+    """Parsed cassettes kept in pytest's cache directory; None under ``-p no:cacheprovider``."""
+    cache = getattr(config, "cache", None)
+    if cache is None:
+        return None
+    return KeptParses(cache.mkdir(CASSETTE_FOLDER), CASSETTE_MAGIC)
 
 
 class CaseReports:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .budget import TokenBudget
+from .casefile.cache import KeptParses
 from .records import CaseResult
 from .run.runner import CaseRun, RunContext, run_case
 from .scrubbing import LogScrubber, Scrubber, endpoint_secrets
@@ -66,6 +67,8 @@ class SessionRuntime:
         self._scrubbers: dict[tuple[ResolvedEndpoint, str | None], Scrubber] = {}
         """The scrubber of each endpoint and the key its environment variable holds."""
         self._cassettes = CassettePaths(settings.cassette_dir, start_dir)
+        self.kept_cassettes: KeptParses | None = None
+        """Cassettes parsed by earlier runs, under pytest's cache directory (None without)."""
         self._started: dict[str, concurrent.futures.Future[CaseResult]] = {}
         self._mcp_servers: SessionServers | None = None
         """The ``scope: session`` MCP servers, on the live loop; made when first needed."""
@@ -191,7 +194,8 @@ class SessionRuntime:
         # From where pytest was started, not the rootdir (which the node id is relative to).
         hint = _printable(self._record_command(case_run))
         try:
-            cassette = (Cassette.load(path, hint, shown, case_run.api) if replaying
+            cassette = (Cassette.load(path, hint, shown, case_run.api, self.kept_cassettes)
+                        if replaying
                         else Cassette(path, rerecord_hint=hint, shown=shown, api=case_run.api))
         except ReplayError as error:
             return case_run.not_run(str(error))

@@ -21,9 +21,10 @@ from typing import Any
 import yaml
 
 from ..atomic import write_atomic
+from ..casefile.cache import KeptParses
 from ..defaults import CASSETTE_FOLDER
 from ..records import Interaction, McpExchange, StreamEvent
-from .cassette_reader import read_cassette
+from .cassette_reader import parse_cassette, read_cassette_data
 from .errors import CassetteMissing, ReplayError
 
 try:
@@ -71,17 +72,19 @@ class Cassette:
 
     @classmethod
     def load(cls, path: Path, rerecord_hint: str = "", shown: str = "",
-             api: str | None = "chat") -> Cassette:
+             api: str | None = "chat", kept: KeptParses | None = None) -> Cassette:
         """Read the cassette at ``path``, which must hold the exchanges of ``api`` (None:
         of whichever API it says it holds); raise ReplayError saying why it cannot be
-        replayed (there is none, it is unreadable, it holds another API)."""
+        replayed (there is none, it is unreadable, it holds another API). ``kept``:
+        cassettes parsed by earlier runs (``casefile/cache.py``), used for the same bytes."""
         def hint(words: str) -> str:
             return f"; {words}: {rerecord_hint}" if rerecord_hint else ""
 
         try:
             with open(path, "rb", buffering=0) as file:  # a third of read_text's cost
-                text = file.read().decode()
-            recorded_api, interactions, mcp = read_cassette(text, FORMAT_VERSION)
+                content = file.read()
+            data = _parsed(path, content, kept)
+            recorded_api, interactions, mcp = read_cassette_data(data, FORMAT_VERSION)
         except (FileNotFoundError, NotADirectoryError):
             raise CassetteMissing(f"no cassette at {shown or path}{hint('record it with')}") \
                 from None
@@ -112,6 +115,22 @@ class Cassette:
                          sort_keys=False, allow_unicode=True, width=1 << 20)
         header = f"# Recorded by pytest-toolbench. Re-record: {self.rerecord_hint}\n"
         write_atomic(self.path, header + text)
+
+
+def _parsed(path: Path, content: bytes, kept: KeptParses | None) -> Any:
+    """The plain data of the cassette ``content`` (the bytes at ``path``): kept by an earlier
+    run for these very bytes, else parsed (and kept when ``kept`` is given)."""
+    entry = kept.data(path, content, _one_value) if kept is not None else None
+    if entry is not None:
+        return entry[0]
+    data = parse_cassette(content.decode())
+    if kept is not None:
+        kept.keep(path, content, [data])
+    return data
+
+
+def _one_value(entry: list[Any]) -> bool:
+    return len(entry) == 1
 
 
 def _plain(interaction: Interaction) -> dict[str, Any]:

@@ -32,16 +32,27 @@ class CassetteUnreadable(ValueError):
 def read_cassette(text: str, version: int
                   ) -> tuple[str, list[Interaction], list[McpExchange]]:
     """The API, the interactions and the MCP exchanges of a cassette's ``text``, which must
-    be of format ``version``. A cassette without ``api`` holds chat completions (recorded
-    before a case could speak another API); one without ``mcp``, no MCP exchange."""
+    be of format ``version`` (``parse_cassette``, then ``read_cassette_data``)."""
+    return read_cassette_data(parse_cassette(text), version)
+
+
+def parse_cassette(text: str) -> Any:
+    """The plain data of a cassette's YAML ``text``; CassetteUnreadable if it is not YAML."""
     try:
-        data = load_yaml(text)
+        return load_yaml(text)
     except yaml.MarkedYAMLError as exc:
         line, problem = syntax_error(exc)
         where = f" at line {line}" if line else ""
         raise CassetteUnreadable(f"YAML syntax error{where}: {problem}") from None
     except yaml.YAMLError as exc:  # a control character: not a MarkedYAMLError
         raise CassetteUnreadable(f"not YAML: {str(exc).partition(chr(10))[0]}") from None
+
+
+def read_cassette_data(data: Any, version: int
+                       ) -> tuple[str, list[Interaction], list[McpExchange]]:
+    """The API, the interactions and the MCP exchanges of a cassette's parsed ``data``, which
+    must be of format ``version``. A cassette without ``api`` holds chat completions
+    (recorded before a case could speak another API); one without ``mcp``, no MCP exchange."""
     document = _Fields(data, "the file")
     found = document.get("version", int, None)
     if found != version:
