@@ -67,7 +67,8 @@ class KeptParses:
         """What the parse of ``content`` (the bytes of ``file``) gave, when an entry holds
         exactly that and it is ``well_formed``; else None."""
         try:
-            blob = self._path(file).read_bytes()
+            with open(self._path(file), "rb", buffering=0) as entry:  # unbuffered: cheaper
+                blob = entry.read()
         except OSError:
             blob = b""
         data = _decode(blob, self.magic, _content_digest(content))
