@@ -15,7 +15,8 @@ turns run by run; the figures are medians of --repeat runs (the baseline after o
 run that writes its bytecode; the recording run already read the case files). Target:
 replay <= 1.5 x baseline. ``--cached``: both sides run with pytest's cache instead, as on
 a developer's machine, so the case side reads its case files back parsed
-(``.pytest_cache/d/toolbench-parsed``, filled by the recording run).
+(``.pytest_cache/d/toolbench-parsed``, filled by the recording run) and, from the first
+timed run on, its cassettes too (``.pytest_cache/d/toolbench-cassettes``).
 """
 
 from __future__ import annotations
