@@ -4,17 +4,15 @@ environment, paths made absolute, and the credentials it carries named for scrub
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..casefile.placeholders import fill_placeholders
 from ..casefile.schema import McpServer
 from ..keypaths import KeyPath
 from ..run.toolset import ToolSourceFault
 from ..scrubbing import MIN_SECRET_LENGTH, is_credential
-
-_PLACEHOLDER = re.compile(r"\$\{([^}]+)\}")
 
 
 @dataclass(frozen=True)
@@ -50,13 +48,13 @@ def resolve(name: str, server: McpServer, base: Path, path: KeyPath,
     environ = os.environ if environ is None else environ
 
     def fill(text: str, key: str) -> str:
-        def lookup(match: re.Match[str]) -> str:
-            variable = match.group(1).strip().removeprefix("env.")
+        def lookup(placeholder: str) -> str:
+            variable = placeholder.removeprefix("env.")
             if variable not in environ:
                 raise ToolSourceFault(f"MCP server {name!r}: {key}: environment variable"
                                       f" {variable!r} is not set", path)
             return environ[variable]
-        return _PLACEHOLDER.sub(lookup, text)
+        return fill_placeholders(text, lookup)
 
     cwd = None if server.cwd is None else str(base / fill(server.cwd, "cwd"))
     return ResolvedServer(
