@@ -144,15 +144,20 @@ def test_a_native_turn_goes_back_part_for_part_and_google_ids_with_the_results()
     ("PROHIBITED_CONTENT", "content_filter"), ("SPII", "content_filter"),
     ("OTHER", "OTHER"), ("MALFORMED_FUNCTION_CALL", "MALFORMED_FUNCTION_CALL"),
     ("UNEXPECTED_TOOL_CALL", "UNEXPECTED_TOOL_CALL"),
+    # further values of the official SDK's FinishReason (google-genai types)
+    ("IMAGE_PROHIBITED_CONTENT", "content_filter"), ("MODEL_ARMOR", "content_filter"),
+    ("TOO_MANY_TOOL_CALLS", "TOO_MANY_TOOL_CALLS"),
+    ("MISSING_THOUGHT_SIGNATURE", "MISSING_THOUGHT_SIGNATURE"),
 ])
 def test_each_finish_reason(api: str, normalised: str) -> None:
     reply = read_body(response(text("x"), finish=api, finishMessage="Malformed function call:"
                                " print(default_api.get_weather(city=Paris)"))
     assert (reply.finish_reason, reply.api_finish_reason) == (normalised, api)
     named = [p for p in reply.problems if p.startswith("gemini body: finish reason:")]
-    if api in ("MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL"):
+    if api in ("MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL", "TOO_MANY_TOOL_CALLS",
+               "MISSING_THOUGHT_SIGNATURE"):
         assert named and api in named[0]
-        assert "print(default_api.get_weather" in named[0] or api == "UNEXPECTED_TOOL_CALL"
+        assert "print(default_api.get_weather" in named[0] or api != "MALFORMED_FUNCTION_CALL"
     else:
         assert reply.problems == []
 

@@ -15,9 +15,10 @@ array of them). All are folded the same way, first candidate only:
 - ``finishReason`` is ``api_finish_reason``; the normalised one: ``STOP`` -> ``stop`` (or
   ``tool_calls`` when the reply calls a function: the service ends those ``STOP`` too),
   ``MAX_TOKENS`` -> ``length``, ``SAFETY``, ``RECITATION``, ``BLOCKLIST``,
-  ``PROHIBITED_CONTENT``, ``SPII``, ``IMAGE_SAFETY`` -> ``content_filter``, others as sent;
-  ``MALFORMED_FUNCTION_CALL`` and ``UNEXPECTED_TOOL_CALL`` fail the stage, naming them and
-  quoting ``finishMessage``;
+  ``PROHIBITED_CONTENT``, ``SPII``, ``IMAGE_SAFETY``, ``IMAGE_PROHIBITED_CONTENT``,
+  ``MODEL_ARMOR`` -> ``content_filter``, others as sent; ``MALFORMED_FUNCTION_CALL``,
+  ``UNEXPECTED_TOOL_CALL``, ``TOO_MANY_TOOL_CALLS`` and ``MISSING_THOUGHT_SIGNATURE`` fail
+  the stage, naming them and quoting ``finishMessage``;
 - a prompt the service refused has no candidates, only ``promptFeedback.blockReason``: the
   finish reason is ``content_filter``, ``api_finish_reason`` the block reason;
 - ``usageMetadata`` is restated on every event (not summed; the last one wins), with the
@@ -63,11 +64,15 @@ END = "an event with a finishReason"
 FINISH = {"STOP": "stop", "MAX_TOKENS": "length", "SAFETY": "content_filter",
           "RECITATION": "content_filter", "BLOCKLIST": "content_filter",
           "PROHIBITED_CONTENT": "content_filter", "SPII": "content_filter",
-          "IMAGE_SAFETY": "content_filter"}
+          "IMAGE_SAFETY": "content_filter", "IMAGE_PROHIBITED_CONTENT": "content_filter",
+          "MODEL_ARMOR": "content_filter"}
 """``finishReason`` -> the normalised finish reason; any other word stays as sent."""
 
 FAILED_CALLS = {"MALFORMED_FUNCTION_CALL": "the model's function call was malformed",
-                "UNEXPECTED_TOOL_CALL": "the model called a tool when none was allowed"}
+                "UNEXPECTED_TOOL_CALL": "the model called a tool when none was allowed",
+                "TOO_MANY_TOOL_CALLS": "the model made more tool calls than the service allows",
+                "MISSING_THOUGHT_SIGNATURE": "a function call went back without its thought"
+                                             " signature"}
 """Finish reasons that fail the stage: the model tried a call and it went wrong."""
 
 _DELAY = re.compile(r"\A\s*(\d+(?:\.\d+)?)s\s*\Z")
