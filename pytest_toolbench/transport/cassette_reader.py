@@ -29,13 +29,6 @@ class CassetteUnreadable(ValueError):
     """A cassette that cannot be replayed; the message says what is wrong and where."""
 
 
-def read_cassette(text: str, version: int
-                  ) -> tuple[str, list[Interaction], list[McpExchange]]:
-    """The API, the interactions and the MCP exchanges of a cassette's ``text``, which must
-    be of format ``version`` (``parse_cassette``, then ``read_cassette_data``)."""
-    return read_cassette_data(parse_cassette(text), version)
-
-
 def parse_cassette(text: str) -> Any:
     """The plain data of a cassette's YAML ``text``; CassetteUnreadable if it is not YAML."""
     try:
