@@ -108,3 +108,12 @@ def key_envs_text() -> str:
     others = [f"{' or '.join(row.key_envs)} for {row.name}" for row in REGISTRY.values()
               if row.key_envs != default]
     return "; ".join([" or ".join(default), *others])
+
+
+def case_label(name: str, model: str | None, api: str) -> str:
+    """The name of a case's item for one model and API, and of its cassette: ``name``,
+    ``name[model]``, ``name[model-api]`` or ``name[api]``. Chat, the default API, adds
+    nothing, so ids and cassettes of chat cases stay as they were before a case could
+    speak another API."""
+    params = [part for part in (model, None if api == DEFAULT_API else api) if part is not None]
+    return f"{name}[{'-'.join(params)}]" if params else name

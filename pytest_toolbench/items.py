@@ -1,10 +1,12 @@
 """Case files and case items: what pytest collects, runs and reports.
 
-The plugin imports this module when it meets the first case file, and everything heavy
-(pydantic, httpx, PyYAML, transitions) comes with it; a session with no case file loads
-none of it. jsonschema comes with the first ``$schema``, the regex package with the first
-``$regex`` that ``re`` cannot be trusted with, rich with the first summary, the case
-records with the first one a summary or report reads.
+The plugin imports this module when it meets the first case file. Collecting a file read
+back outlined from the cache (``casefile/outline.py``) needs little more than PyYAML's
+version; pydantic and the case schema come with the first case validated, and the runner
+with httpx and transitions with the first case run (``_runtime``). jsonschema comes with
+the first ``$schema``, the regex package with the first ``$regex`` that ``re`` cannot be
+trusted with, rich with the first summary, the case records with the first one a summary
+or report reads.
 """
 
 from __future__ import annotations
@@ -16,23 +18,25 @@ import gc
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from .apis import case_label
 from .budget import BudgetSpent, TokenBudget
 from .casefile.cache import CASSETTE_FOLDER, CASSETTE_MAGIC, PARSED_FOLDER, KeptParses, ParsedCache
 from .casefile.load import CaseFileErrors, LoadedCase, describe_errors, load_case_file
+from .keypaths import KeyPath
 from .lookahead import LOOKAHEAD_KEY
 from .marks import MarkRefused, case_marks
-from .records import CaseResult
-from .report.failure import render_failure
-from .run.runner import CaseRun, case_label
-from .session import SessionRuntime
 from .settings import SETTINGS_KEY, records_read
-from .wire import wire_api
 
-RUNTIME_KEY = pytest.StashKey[SessionRuntime]()
+if TYPE_CHECKING:
+    from .records import CaseResult
+    from .run.runner import CaseRun
+    from .session import SessionRuntime
+
+RUNTIME_KEY = pytest.StashKey["SessionRuntime"]()
 PARSED_KEY = pytest.StashKey["ParsedCache | None"]()
 """Case files parsed by earlier runs, under pytest's cache directory (None without it)."""
 
@@ -61,27 +65,30 @@ class CaseFile(pytest.File):
 
     def collect(self) -> list[CaseItem]:
         with _collector_paused():
-            return list(self._items())
+            return self._items()
 
-    def _items(self) -> Iterator[CaseItem]:
+    def _items(self) -> list[CaseItem]:
         _start_session(self.config)
+        kept = self.config.stash[PARSED_KEY]
         try:
-            loaded = load_case_file(self.path, self.config.stash[PARSED_KEY])
+            loaded = load_case_file(self.path, kept)
+            settings = self.config.stash[SETTINGS_KEY]
+            items: list[CaseItem] = []
+            for case in loaded:
+                outline = case.outline
+                apis = settings.apis_for(outline.api)
+                self._check_apis(case, apis, settings.models)
+                for model in settings.models or outline.models:
+                    items.extend(self._item(case, model, api) for api in apis)
         except CaseFileErrors as errors:
             shown = self.shown
             errors = CaseFileErrors([replace(error, file=shown) for error in errors.errors])
             raise self.CollectError(describe_errors(errors)) from None
-        settings = self.config.stash[SETTINGS_KEY]
-        for case in loaded:
-            apis = settings.apis_for(case.case.endpoint)
-            models = settings.models or case.case.models
-            self._check_apis(case, apis, models)
-            for model in models:
-                for api in apis:
-                    yield self._item(case, model, api)
+        loaded.keep(kept)
+        return items
 
     def _item(self, case: LoadedCase, model: str | None, api: str) -> CaseItem:
-        name = case_label(case.case.name, model, api)
+        name = case_label(case.outline.name, model, api)
         try:
             return CaseItem.from_parent(self, name=name, loaded=case, model=model, api=api,
                                         nodeid=_item_nodeid(self, name))
@@ -90,14 +97,25 @@ class CaseFile(pytest.File):
 
     def _check_apis(self, case: LoadedCase, apis: tuple[str, ...],
                     models: Sequence[str | None]) -> None:
-        """What the case, run with ``models``, asks that one of its APIs cannot express: a
-        collection error at its line."""
-        problems = [f"{self.shown}:{case.document.line_of(problem.path)}:"
-                    f" case {case.case.name!r}: {problem.message}"
-                    for api in apis
-                    for problem in wire_api(api).unsupported(case.case, models)]
+        """What the case, run with ``models`` (none given: its own), asks that one of its
+        APIs cannot express: a collection error at its line. With its own models, what an
+        API says is noted in the case's outline, which a later run reads instead."""
+        problems = [f"{self.shown}:{case.document.line_of(path)}:"
+                    f" case {case.outline.name!r}: {message}"
+                    for api in apis for message, path in _unsupported(case, api, models)]
         if problems:
             raise self.CollectError("\n".join(problems))
+
+
+def _unsupported(case: LoadedCase, api: str, models: Sequence[str | None]
+                 ) -> list[tuple[str, KeyPath]]:
+    def check(run_with: Sequence[str | None] | None = None) -> list[tuple[str, KeyPath]]:
+        from .wire import wire_api
+
+        return [(problem.message, problem.path)
+                for problem in wire_api(api).unsupported(case.case, run_with)]
+
+    return check(models) if models else case.outline.unsupported_over(api, check)
 
 
 class CaseItem(pytest.Item):
@@ -115,12 +133,31 @@ class CaseItem(pytest.Item):
 
     @functools.cached_property
     def case_run(self) -> CaseRun:
+        from .run.runner import CaseRun
+
         file = self.parent
         assert isinstance(file, CaseFile)  # only case files make case items
         return CaseRun(self.loaded, self.model, self.nodeid, str(file.shown), self.api)
 
+    @functools.cached_property
+    def invalid(self) -> str | None:
+        """The case's problems, when it does not validate; None when it does. A case read back
+        outlined from the cache is validated here, when it is first about to run: it
+        validated when its entry was written (the same text, plugin code and library
+        versions), so this finds a problem only if what it depends on changed since, and
+        the case then fails with the problems its collection would have shown."""
+        errors = self.loaded.problems()
+        if errors is None:
+            return None
+        file = self.parent.shown if isinstance(self.parent, CaseFile) else self.path
+        return describe_errors(CaseFileErrors([replace(error, file=file)
+                                               for error in errors.errors]))
+
     def runtest(self) -> None:
-        runtime = self.config.stash[RUNTIME_KEY]
+        if self.invalid is not None:
+            self.result = self.case_run.result(error=self.invalid)
+            raise CaseFailed(self.result)
+        runtime = _runtime(self.config)
         refill = self._start_ahead(runtime)
         try:
             self.result = runtime.result(self.case_run, refill)
@@ -153,7 +190,7 @@ class CaseItem(pytest.Item):
                 if free <= 0:
                     return
                 if (isinstance(item, CaseItem) and item.get_closest_marker("skip") is None
-                        and runtime.start(item.case_run)):
+                        and item.invalid is None and runtime.start(item.case_run)):
                     free -= 1
 
         refill()
@@ -162,6 +199,8 @@ class CaseItem(pytest.Item):
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
                      style: Any = None) -> str:
         if isinstance(excinfo.value, CaseFailed):
+            from .report.failure import render_failure
+
             return render_failure(excinfo.value.result, self.name)
         return str(super().repr_failure(excinfo, style=style))
 
@@ -181,20 +220,28 @@ def _collector_paused() -> Iterator[None]:
 
 
 def _start_session(config: pytest.Config) -> None:
-    """With the first case file: the runtime that runs cases, and the hooks that report them."""
-    if RUNTIME_KEY in config.stash:
+    """With the first case file: the cache of parsed files, and the hooks that report cases."""
+    if PARSED_KEY in config.stash:
         return
-    settings = config.stash[SETTINGS_KEY]
-    workers = getattr(config, "workerinput", {}).get("workercount", 1)
-    budget = TokenBudget.shared(settings.max_tokens, settings.max_tokens_source, workers)
-    runtime = SessionRuntime(settings, Path(config.invocation_params.dir), budget, workers)
-    config.stash[RUNTIME_KEY] = runtime
     config.stash[PARSED_KEY] = _parsed_cache(config)
-    runtime.kept_cassettes = _parsed_cassettes(config)
     _freeze_at_exit()
-    config.add_cleanup(runtime.close)
-    config.pluginmanager.register(CaseReports(records_read(config), runtime),
-                                  "toolbench-case-reports")
+    config.pluginmanager.register(CaseReports(records_read(config)), "toolbench-case-reports")
+
+
+def _runtime(config: pytest.Config) -> SessionRuntime:
+    """The runtime that runs cases, made with the first case run."""
+    runtime = config.stash.get(RUNTIME_KEY, None)
+    if runtime is None:
+        from .session import SessionRuntime
+
+        settings = config.stash[SETTINGS_KEY]
+        workers = getattr(config, "workerinput", {}).get("workercount", 1)
+        budget = TokenBudget.shared(settings.max_tokens, settings.max_tokens_source, workers)
+        runtime = SessionRuntime(settings, Path(config.invocation_params.dir), budget, workers)
+        runtime.kept_cassettes = _parsed_cassettes(config)
+        config.stash[RUNTIME_KEY] = runtime
+        config.add_cleanup(runtime.close)
+    return runtime
 
 
 @functools.cache
@@ -229,9 +276,8 @@ class CaseReports:
     """Hooks on case items: each one's test report carries its figures (for junit) and,
     when the session reads them (``records``), its case record."""
 
-    def __init__(self, records: bool, runtime: SessionRuntime) -> None:
+    def __init__(self, records: bool) -> None:
         self.records = records
-        self.runtime = runtime
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]
@@ -241,7 +287,7 @@ class CaseReports:
             return report
         if call.when == "call":
             self._budget_figures(report, item, call)
-            self._limit_figures(report)
+            self._limit_figures(report, item)
         if call.when == "call" and item.result is None and call.excinfo is not None:
             # Not started (the token budget is spent): reported as a skipped case. Or the
             # plugin broke off the run with an unexpected exception: the case must still
@@ -275,18 +321,19 @@ class CaseReports:
         """What the summary says of the token budget, on the report so it reaches the xdist
         controller: the tokens the case used live, whether the budget kept it from
         starting, and the budget this process held."""
-        budget = self.runtime.budget
+        runtime = _runtime(item.config)
+        budget = runtime.budget
         if budget.limit is None:
             return
         report.toolbench_budget = {  # type: ignore[attr-defined]
-            "tokens": self.runtime.live_tokens.pop(item.nodeid, None),
+            "tokens": runtime.live_tokens.pop(item.nodeid, None),
             "skipped": _not_started(call), "limit": budget.limit}
 
 
-    def _limit_figures(self, report: pytest.TestReport) -> None:
+    def _limit_figures(self, report: pytest.TestReport, item: CaseItem) -> None:
         """Requests, tokens and time waited on rate limits since the last report, so the
         summary (on the xdist controller too) can add them up."""
-        stats = self.runtime.take_limiter_stats()
+        stats = _runtime(item.config).take_limiter_stats()
         if stats is not None:
             report.toolbench_limits = [  # type: ignore[attr-defined]
                 stats.requests, stats.tokens, stats.waited_s]

@@ -42,7 +42,7 @@ def case_marks(config: pytest.Config, loaded: LoadedCase) -> list[pytest.MarkDec
     """The case's marks in order; raises MarkRefused naming the line of a refused one."""
     decorators = []
     accepted = config.stash.setdefault(_ACCEPTED_KEY, set())
-    for index, mark in enumerate(loaded.case.marks):
+    for index, mark in enumerate(loaded.outline.marks):
         name, value = _entry(mark)
         if name in accepted:  # pytest said nothing of it before, and never will
             decorator: pytest.MarkDecorator = getattr(pytest.mark, name)

@@ -271,12 +271,12 @@ class Settings:
             tpm=_number(given("tpm"), float, 0, above=True),
         )
 
-    def apis_for(self, case: Endpoint) -> tuple[str, ...]:
+    def apis_for(self, case_api: str | None) -> tuple[str, ...]:
         """The wire APIs a case runs over: CLI > the case's ``endpoint.api`` > ini > chat."""
         if self.apis:
             return self.apis
-        if case.api is not None:
-            return (case.api,)
+        if case_api is not None:
+            return (case_api,)
         return self.ini_apis or (DEFAULT_API,)
 
     def endpoint_for(self, case: Endpoint, api: str = DEFAULT_API) -> ResolvedEndpoint:

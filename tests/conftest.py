@@ -14,9 +14,14 @@ import pytest
 from hypothesis_profiles import load_default_profile
 from support.chat_server import ChatServer, start_chat_server
 
-# The plugin imports its machinery with the first case file, and PyYAML's C extension
-# cannot be imported a second time.
-import pytest_toolbench.items  # noqa: F401
+# The plugin imports its machinery as it needs it: collection with the first case file,
+# validation with the first case validated, the runner with the first case run. Imported
+# here once, for every in-process run to share: PyYAML's C extension cannot be imported a
+# second time, and the rest would otherwise be imported anew by each run.
+import pytest_toolbench.casefile.schema
+import pytest_toolbench.items
+import pytest_toolbench.report.failure
+import pytest_toolbench.session  # noqa: F401
 
 load_default_profile()  # before the hypothesis plugin applies --hypothesis-profile, if given
 

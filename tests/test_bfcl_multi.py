@@ -33,9 +33,16 @@ def bfcl_data() -> Path:
         ensure_installed()
     except IndexUnreachable as unreachable:
         pytest.skip(str(unreachable))
-    # Imported here, outside any pytester run, so they stay imported between runs.
+    # Imported here, outside any pytester run, so they stay imported between runs: a module
+    # first imported inside one is dropped when it ends, and imported again later as a new
+    # module with new classes, while the backend keeps the classes it met first (an
+    # instance of the one then never equals an instance of the other).
     import bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker  # noqa: F401
 
+    from pytest_toolbench.bfcl.backend import backend, backend_class
+
+    for name in backend().modules:
+        backend_class(name)
     return data_dir()
 
 

@@ -1,6 +1,8 @@
 """Parsed case files kept in pytest's cache directory: a later run reads them instead of
 parsing, gives the same items and the same collection errors, and falls back to parsing
-when the text changed, the entry is damaged, or there is no cache at all."""
+when the text changed, the entry is damaged, or there is no cache at all. Once a file's
+cases validated, their outlines are kept too: a later collection makes the items from
+them and each case is validated when it first runs."""
 
 from __future__ import annotations
 
@@ -8,9 +10,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from support.chat_server import ChatServer, completion, json_reply
 
 from pytest_toolbench.casefile.cache import PARSED_FOLDER, ParsedCache
 from pytest_toolbench.casefile.loader import load_documents
+from pytest_toolbench.casefile.outline import Outline
+from pytest_toolbench.commands.cli import main as cli_main
 
 GOOD = textwrap.dedent("""\
     name: weather
@@ -131,3 +136,123 @@ def test_data_marshal_cannot_hold_is_not_kept(tmp_path: Path) -> None:
     kept = load_documents(path, kept=cache)
     assert kept[0].data["when"].isoformat() == "2024-01-02"
     assert cache.hits == 0
+
+
+# --- outlined case files: collected from their outlines, validated when first run ----------
+
+VALIDATED = textwrap.dedent("""\
+    import sys
+
+    def pytest_collection_finish(session):
+        # The case schema is imported with the first case validated.
+        print("cases validated at collection:",
+              "pytest_toolbench.casefile.schema" in sys.modules)
+    """)
+
+
+def test_a_second_collection_makes_the_items_without_validating_them(
+        suite: pytest.Pytester) -> None:
+    suite.makeconftest(VALIDATED)
+    (suite.path / "broken.case.yaml").unlink()
+    first = suite.runpytest_subprocess("--collect-only", "-q", "-p", "no:randomly")
+    second = suite.runpytest_subprocess("--collect-only", "-q", "-p", "no:randomly")
+    first.stdout.fnmatch_lines(["cases validated at collection: True"])
+    second.stdout.fnmatch_lines(["cases validated at collection: False"])
+    assert shown(second)[:3] == shown(first)[:3]
+    assert "good.case.yaml::weather[small]" in second.stdout.str()
+
+
+def passing_case(base_url: str) -> str:
+    return textwrap.dedent(f"""\
+        name: greet
+        marks: [slow]
+        endpoint: {{base_url: "{base_url}", retries: 0, timeout_s: 5}}
+        stages:
+          - name: ask
+            user: hi
+            expect: {{text: {{$regex: "^hello"}}, finish_reason: stop}}
+        """)
+
+
+def test_an_outlined_case_runs_and_fails_as_a_validated_one(
+        pytester: pytest.Pytester, chat_server: ChatServer) -> None:
+    pytester.makeini("[pytest]\nmarkers =\n    slow: slow cases\n")
+    pytester.makefile(".case.yaml", greet=passing_case(chat_server.base_url))
+    chat_server.set_default(json_reply(completion("hello there")))
+    collect(pytester)  # writes the outlines
+    pytester.runpytest("--toolbench-live", "-m", "slow").assert_outcomes(passed=1)
+    chat_server.set_default(json_reply(completion("goodbye")))
+    failed = pytester.runpytest("--toolbench-live", "-m", "slow")
+    failed.assert_outcomes(failed=1)
+    failed.stdout.fnmatch_lines(["*greet.case.yaml:7: greet: stages?0?.expect.text: 'goodbye' does not match*"])
+    assert len(chat_server.requests) == 2
+
+
+def test_a_case_that_imports_code_is_validated_at_every_collection(
+        pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(weather_tools="def get_weather(city):\n    return {'sky': 'sunny'}\n")
+    pytester.makeconftest("")  # puts the module's directory on sys.path
+    pytester.makefile(".case.yaml", tools=textwrap.dedent("""\
+        name: python_tool
+        tools:
+          - name: get_weather
+            python: weather_tools:get_weather
+            parameters: {type: object, properties: {city: {type: string}}}
+        stages: [{name: ask, user: hi}]
+        """))
+    assert collect(pytester).ret == pytest.ExitCode.OK
+    (pytester.path / "weather_tools.py").write_text("def other():\n    pass\n")
+    gone = pytester.runpytest_subprocess("--collect-only", "-q", "-p", "no:randomly")
+    gone.stdout.fnmatch_lines(["*tools.case.yaml:4*has no callable 'get_weather'*"])
+    assert gone.ret == pytest.ExitCode.INTERRUPTED
+
+
+def test_an_api_first_asked_for_later_is_checked_and_then_kept(
+        pytester: pytest.Pytester) -> None:
+    pytester.makefile(".case.yaml", seeded=textwrap.dedent("""\
+        name: seeded
+        params: {seed: 7}
+        stages: [{name: ask, user: hi}]
+        """))
+    assert collect(pytester).ret == pytest.ExitCode.OK  # chat takes a seed
+    for _ in range(2):  # checked, then read back from the outline
+        refused = collect(pytester, "--toolbench-api", "messages")
+        refused.stdout.fnmatch_lines(["*seeded.case.yaml:2: case 'seeded': *no field 'seed'*"])
+        assert refused.ret == pytest.ExitCode.INTERRUPTED
+    assert collect(pytester).ret == pytest.ExitCode.OK
+
+
+def test_an_outlined_case_that_no_longer_validates_fails_with_its_problems(
+        pytester: pytest.Pytester) -> None:
+    """An entry whose outline says a case is fine while its text is not (which only a
+    change the cache cannot see could cause): the case fails when it would run, with the
+    problems collection would have shown, and nothing is sent."""
+    path = pytester.makefile(".case.yaml", typo=BROKEN)
+    cache = ParsedCache(pytester.path / ".pytest_cache" / "d" / PARSED_FOLDER)
+    documents = load_documents(path)
+    for document in documents:
+        document.outline = Outline(document.data["name"], (None,), None, (), {"chat": []})
+    cache.put(path, path.read_text(), documents)
+    result = pytester.runpytest("-p", "no:randomly", "--toolbench-base-url",
+                                "http://127.0.0.1:9/v1", "--toolbench-live")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*1 problem in case file*",
+                                 "*typo.case.yaml:7: stages?0?.usr: unknown key 'usr'*"])
+    assert "ConnectError" not in result.stdout.str()
+
+
+def test_validate_checks_an_outlined_file_again(
+        pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``toolbench validate`` validates every case, outlined in the cache or not."""
+    path = pytester.makefile(".case.yaml", typo=BROKEN)
+    cache = ParsedCache(pytester.path / ".pytest_cache" / "d" / PARSED_FOLDER)
+    documents = load_documents(path)
+    for document in documents:
+        document.outline = Outline(document.data["name"], (None,), None, (), {"chat": []})
+    cache.put(path, path.read_text(), documents)
+    monkeypatch.chdir(pytester.path)
+    assert cli_main(["validate", "typo.case.yaml"]) == 1
+    out = capsys.readouterr().out
+    assert "typo.case.yaml:7: stages[0].usr: unknown key 'usr'" in out
+    assert out.endswith("1 file, 0 cases: 1 problem in 1 file\n")

@@ -5,21 +5,26 @@ Composing a file's YAML is most of what collecting a case file or reading a cass
 costs. A file that parsed within the limits leaves its plain data here (``marshal``: the
 fastest way back to dicts, lists and scalars), in an entry named after the file's path and
 holding the digest of the exact bytes it was parsed from: an entry is used only for the
-very same bytes (read by the same versions of the parser, PyYAML and Python), never by its
-age, and a changed file overwrites its entry. Case files and cassettes keep their entries
-in folders of their own (``PARSED_FOLDER``, ``CASSETTE_FOLDER``). Validation and
-everything after it runs as on a first run, so an entry changes how fast a file loads,
-never what it loads to.
+very same bytes (read by the same plugin code and the same versions of Python, PyYAML and
+pydantic), never by its age, and a changed file overwrites its entry. Case files and
+cassettes keep their entries in folders of their own (``PARSED_FOLDER``,
+``CASSETTE_FOLDER``).
+
+A case file's entry also holds, once its cases validated, their outlines
+(``outline.Outline``): what collection asks of each. A run that reads them back makes the
+items from the outlines, and each case is validated when it first runs, as it would have
+been at collection; an entry changes how fast a file loads, never what it loads to.
 
 An entry that cannot be read back exactly (truncated, corrupt, from another version) is
 a miss: the file is parsed again and the entry rewritten. Files with YAML errors leave
 no entry (their message needs the parse anyway). Without pytest's cache
-(``-p no:cacheprovider``) nothing is kept and every file is parsed.
+(``-p no:cacheprovider``) nothing is kept and every file is parsed and validated.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import marshal
 import os
 import sys
@@ -29,26 +34,39 @@ from typing import Any
 
 import yaml
 
-from . import loader
 from .loader import Document
+from .outline import SHARED_SERVERS, Outline
 
 PARSED_FOLDER = "toolbench-parsed"
 """The folder of pytest's cache directory (``.pytest_cache/d/...``) that holds the entries."""
 CASSETTE_FOLDER = "toolbench-cassettes"
 """The folder of the entries of parsed cassettes (``transport/cassette.py``)."""
-_MAGIC = b"toolbench-parsed-1\n"
+_MAGIC = b"toolbench-parsed-2\n"
 CASSETTE_MAGIC = b"toolbench-cassette-1\n"
 _DIGEST = 32
 
 
 def _salt() -> bytes:
-    """What else the parse depends on: the parser's own code (this module and the loader,
-    by their text), PyYAML's and Python's versions. An entry written by others is not used."""
-    code = b"".join(Path(module).read_bytes() for module in (__file__, loader.__file__))
-    return _digest(code + f"|{yaml.__version__}|{yaml.__with_libyaml__}|{sys.version}".encode())
+    """What else a parse and an outline depend on: the plugin's own code (every module of
+    the package, by its text: the parser, the schema, the matchers and the wire APIs'
+    checks), and the versions of PyYAML, pydantic and Python. An entry written by others
+    is not used."""
+    package = Path(__file__).resolve().parent.parent
+    code = b"".join(module.read_bytes() for module in sorted(package.rglob("*.py")))
+    versions = [yaml.__version__, str(yaml.__with_libyaml__), sys.version,
+                *(_version(name) for name in ("pydantic", "pydantic-core"))]
+    return _digest(code + "|".join(versions).encode())
 
-Entry = list[tuple[Any, int, int, bool]]
-"""Per document: its data, first line, index in the file and whether it may interpolate."""
+
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "-"
+
+Entry = list[tuple[bytes, int, int, bool, Any]]
+"""Per document: its data (``marshal`` bytes), first line, index in the file, whether it may
+interpolate, and its outline as plain data (None: not known)."""
 
 
 class KeptParses:
@@ -101,22 +119,40 @@ class KeptParses:
 
 
 class ParsedCache(KeptParses):
-    """Parsed case files: their documents, one entry per case file path."""
+    """Parsed case files: their documents, and the outlines of their cases once known; one
+    entry per case file path."""
 
     def get(self, file: Path, source: str) -> list[Document] | None:
         """The documents ``source`` (the text of ``file``) parsed to, when an entry holds
-        exactly them; else None."""
+        exactly them; else None. Their data stays packed until asked for."""
         entries = self.data(file, _encoded(source), _well_formed)
         if entries is None:
             return None
-        return [Document(data, start_line, source, index, may_interpolate)
-                for data, start_line, index, may_interpolate in entries]
+        return [Document(None, start_line, source, index, may_interpolate, packed,
+                         _outline(outline))
+                for packed, start_line, index, may_interpolate, outline in entries]
 
     def put(self, file: Path, source: str, documents: list[Document]) -> None:
-        """Keep ``documents`` for ``source``."""
-        self.keep(file, _encoded(source), [
-            (document.data, document.start_line, document.index, document.may_interpolate)
-            for document in documents])
+        """Keep ``documents`` for ``source``, with the outlines they hold."""
+        try:
+            entries = [(document.pack(), document.start_line, document.index,
+                        document.may_interpolate, _outline_data(document.outline))
+                       for document in documents]
+        except ValueError:  # a value marshal cannot hold (a date)
+            return
+        self.keep(file, _encoded(source), entries)
+
+
+def _outline(data: Any) -> Outline | str | None:
+    if data == SHARED_SERVERS:
+        return SHARED_SERVERS
+    return Outline.from_data(data) if data is not None else None
+
+
+def _outline_data(outline: Outline | str | None) -> Any:
+    if isinstance(outline, Outline):
+        return outline.to_data() if outline.kept else None
+    return outline
 
 
 def _encoded(source: str) -> bytes:
@@ -151,5 +187,6 @@ def _decode(blob: bytes, magic: bytes, content: bytes) -> list[Any] | None:
 
 def _well_formed(entries: list[Any]) -> bool:
     return all(
-        isinstance(entry, tuple) and len(entry) == 4 and isinstance(entry[1], int)
-        and isinstance(entry[2], int) and isinstance(entry[3], bool) for entry in entries)
+        isinstance(entry, tuple) and len(entry) == 5 and isinstance(entry[0], bytes)
+        and isinstance(entry[1], int) and isinstance(entry[2], int)
+        and isinstance(entry[3], bool) for entry in entries)

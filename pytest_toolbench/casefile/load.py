@@ -1,6 +1,10 @@
 """Case files -> validated cases, with every problem reported as ``file:line``.
 
 Used by collection and by ``toolbench validate``, so both print the same messages.
+
+pydantic and the case schema are imported with the first case validated: a collection
+whose files are all read back outlined (``outline.py``) validates nothing, and needs
+neither.
 """
 
 from __future__ import annotations
@@ -8,32 +12,95 @@ from __future__ import annotations
 import difflib
 import types
 import typing
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
-
-from pydantic import BaseModel, ValidationError
-from pydantic_core import ErrorDetails
+from typing import TYPE_CHECKING, Any
 
 from ..keypaths import KeyedError, KeyPath, format_key_path
 from .loader import CaseFileError, Document, ParsedDocuments, load_documents
+from .outline import SHARED_SERVERS, Outline
 from .placeholders import did_you_mean, undefined_names
-from .schema import Case, McpServer, SharedMcpServers
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+    from pydantic_core import ErrorDetails
+
+    from .schema import Case, McpServer
 
 
-@dataclass(frozen=True)
 class LoadedCase:
-    """A validated case and where it came from."""
+    """A case of a case file and where it came from: validated when loaded, or, read back
+    outlined from the parsed-file cache, validated with its file when first asked for."""
 
-    case: Case
-    file: Path
-    document: Document
-    mcp_servers: Mapping[str, McpServer] = field(default_factory=dict)
-    """Every MCP server the case may use: its file's shared ones, then its own."""
+    def __init__(self, file: Path, document: Document, outline: Outline, *,
+                 case: Case | None = None, mcp_servers: Mapping[str, McpServer] | None = None,
+                 later: _Validation | None = None) -> None:
+        self.file = file
+        self.document = document
+        self.outline = outline
+        self._case = case
+        self._mcp_servers = mcp_servers
+        self._later = later
+
+    @property
+    def case(self) -> Case:
+        """The validated case (raises CaseFileErrors if, read back outlined, it no longer
+        validates)."""
+        if self._case is None:
+            self._take_validated()
+        assert self._case is not None
+        return self._case
+
+    @property
+    def mcp_servers(self) -> Mapping[str, McpServer]:
+        """Every MCP server the case may use: its file's shared ones, then its own."""
+        if self._mcp_servers is None:
+            self._take_validated()
+        assert self._mcp_servers is not None
+        return self._mcp_servers
 
     def line_of(self, *path: str | int) -> int:
         return self.document.line_of(path)
+
+    def problems(self) -> CaseFileErrors | None:
+        """Why the case does not validate (validating it, when read back outlined); None
+        when it does."""
+        if self._case is not None:
+            return None
+        try:
+            self._take_validated()
+        except CaseFileErrors as errors:
+            return errors
+        return None
+
+    def _take_validated(self) -> None:
+        assert self._later is not None  # only outlined cases are validated later
+        validated = self._later.cases()[self.document.index]
+        self._case, self._mcp_servers = validated.case, validated.mcp_servers
+
+
+class LoadedFile(list[LoadedCase]):
+    """The cases of one case file, in file order, with the documents they came from."""
+
+    def __init__(self, file: Path, documents: Sequence[Document], cases: Sequence[LoadedCase]
+                 ) -> None:
+        super().__init__(cases)
+        self.file = file
+        self.documents = list(documents)
+
+    def keep(self, kept: ParsedDocuments | None) -> None:
+        """Leave the file's outlines in ``kept`` when they are all known and something of
+        them is new (a first collection, or an API checked for the first time)."""
+        outlines = [document.outline for document in self.documents]
+        if kept is None or not self.documents or not all(
+                outline == SHARED_SERVERS or (isinstance(outline, Outline) and outline.kept)
+                for outline in outlines):
+            return
+        if any(isinstance(outline, Outline) and outline.learned for outline in outlines):
+            kept.put(self.file, self.documents[0].source, self.documents)
+            for outline in outlines:
+                if isinstance(outline, Outline):
+                    outline.learned = False
 
 
 class CaseFileErrors(Exception):
@@ -44,47 +111,115 @@ class CaseFileErrors(Exception):
         self.errors = errors
 
 
-def load_case_file(file: Path, kept: ParsedDocuments | None = None) -> list[LoadedCase]:
+def load_case_file(file: Path, kept: ParsedDocuments | None = None) -> LoadedFile:
     """Load and validate every case in ``file``; raise CaseFileErrors listing all problems.
-    ``kept``: parsed files kept between runs (``cache.ParsedCache``)."""
+    ``kept``: parsed files kept between runs (``cache.ParsedCache``): a file read back with
+    the outlines of all its cases is not validated here, each case when first used."""
     try:
         documents = load_documents(file, kept=kept)
     except CaseFileError as error:
         raise CaseFileErrors([error]) from None
+    if kept is not None and documents and all(
+            document.outline is not None for document in documents):
+        later = _Validation(file, documents)
+        return LoadedFile(file, documents, [
+            LoadedCase(file, document, document.outline, later=later)
+            for document in documents if isinstance(document.outline, Outline)])
+    return LoadedFile(file, documents, _validated(file, documents, outline=kept is not None))
+
+
+class _Validation:
+    """The validation of an outlined file, run once, when one of its cases is first used."""
+
+    def __init__(self, file: Path, documents: Sequence[Document]) -> None:
+        self.file = file
+        self.documents = documents
+        self._cases: dict[int, LoadedCase] | None = None
+        self._errors: CaseFileErrors | None = None
+
+    def cases(self) -> dict[int, LoadedCase]:
+        """The file's validated cases, by document index; raises CaseFileErrors (the same
+        each time) when the file does not validate."""
+        if self._errors is not None:
+            raise self._errors
+        if self._cases is None:
+            try:
+                validated = _validated(self.file, self.documents, outline=False)
+            except CaseFileErrors as errors:
+                self._errors = errors
+                raise
+            self._cases = {case.document.index: case for case in validated}
+        return self._cases
+
+
+def _validated(file: Path, documents: Sequence[Document], outline: bool) -> list[LoadedCase]:
+    """Validate every document; with ``outline``, note each one's outline on it (for the
+    cache) and keep its data packed for it."""
+    from pydantic import ValidationError
+
+    from .schema import SharedMcpServers
+
     loaded: list[LoadedCase] = []
     errors: list[CaseFileError] = []
     shared: dict[str, McpServer] = {}
     for document in documents:
+        data = document.unpacked()
         try:
-            if _is_shared_servers(document.data):
-                shared.update(SharedMcpServers.model_validate(document.data).mcp_servers)
+            if _is_shared_servers(data):
+                shared.update(SharedMcpServers.model_validate(data).mcp_servers)
+                document.outline = SHARED_SERVERS if outline else None
             else:
-                loaded.append(LoadedCase(_validate(document), file, document))
+                case = _validate(document)
+                loaded.append(LoadedCase(file, document, _outline_of(case), case=case))
         except ValidationError as exc:
             errors.extend(_describe(exc, document, file))
-    loaded = [_with_servers(item, shared) for item in loaded]
+    for item in loaded:
+        _with_servers(item, shared)
     errors.extend(_duplicate_names(loaded))
     errors.extend(error for item in loaded for error in _undefined_servers(item))
     errors.extend(error for item in loaded for error in _undefined_variables(item))
     if errors:
         raise CaseFileErrors(sorted(errors, key=lambda error: error.line or 0))
+    for item in loaded:
+        if outline:
+            item.document.outline = item.outline
+            item.outline.learned = True
     # The validated case holds what the raw data said; only the lines are needed from here
-    # on. Dropping the rest halves what a case keeps alive for the session (and what every
-    # garbage collection scans).
+    # on (and, for the cache, the packed data). Dropping the rest halves what a case keeps
+    # alive for the session (and what every garbage collection scans).
     for document in documents:
+        if outline:
+            try:
+                document.pack()
+            except ValueError:  # a value marshal cannot hold: the file is not kept
+                document.outline = None
         document.data = None
     return loaded
 
 
+def _outline_of(case: Case) -> Outline:
+    from .schema import BfclTools, Toolbox
+
+    imports_code = any(isinstance(entry, (Toolbox, BfclTools)) for entry in case.tools) or any(
+        tool.python for tool in case.function_tools)
+    return Outline(case.name, tuple(case.models), case.endpoint.api, tuple(case.marks),
+                   kept=not imports_code)
+
+
 def _validate(document: Document) -> Case:
-    if not isinstance(document.data, dict):
-        kind = type(document.data).__name__ if document.data is not None else "empty"
+    from pydantic import ValidationError
+
+    from .schema import Case
+
+    data = document.unpacked()
+    if not isinstance(data, dict):
+        kind = type(data).__name__ if data is not None else "empty"
         raise ValidationError.from_exception_data(
             "Case",
-            [{"type": "model_type", "loc": (), "input": document.data,
+            [{"type": "model_type", "loc": (), "input": data,
               "ctx": {"class_name": f"a mapping (got {kind})"}}],
         )
-    return Case.model_validate(document.data)
+    return Case.model_validate(data)
 
 
 def _is_shared_servers(data: Any) -> bool:
@@ -92,11 +227,9 @@ def _is_shared_servers(data: Any) -> bool:
     return isinstance(data, dict) and set(data) == {"mcp_servers"}
 
 
-def _with_servers(item: LoadedCase, shared: Mapping[str, McpServer]) -> LoadedCase:
-    if not shared and not item.case.mcp_servers:
-        return item
-    return LoadedCase(item.case, item.file, item.document,
-                      {**shared, **item.case.mcp_servers})
+def _with_servers(item: LoadedCase, shared: Mapping[str, McpServer]) -> None:
+    own = item.case.mcp_servers
+    item._mcp_servers = {**shared, **own} if shared or own else own
 
 
 def _undefined_servers(item: LoadedCase) -> list[CaseFileError]:
@@ -186,6 +319,8 @@ def _suggestion(key: str, parent: KeyPath) -> str:
 def _allowed_keys(parent: KeyPath) -> list[str]:
     """Field names of the model found at ``parent`` inside a Case (of every model a union
     there allows: a ``tools`` entry is a tool or an MCP server's tools)."""
+    from .schema import Case
+
     models: list[Any] = [Case]
     for part in parent:
         if isinstance(part, str):
@@ -203,6 +338,8 @@ def _allowed_keys(parent: KeyPath) -> list[str]:
 
 
 def _is_model(candidate: Any) -> bool:
+    from pydantic import BaseModel
+
     return isinstance(candidate, type) and issubclass(candidate, BaseModel)
 
 

@@ -7,6 +7,7 @@ errors, matcher errors and failing expectations all look their key path up here.
 from __future__ import annotations
 
 import itertools
+import marshal
 import os
 import sys
 from collections.abc import Iterator, Sequence
@@ -112,7 +113,25 @@ class Document:
     may_interpolate: bool = True
     """False when no text value or key of it holds ``${``: nothing of it is ever filled in
     (most suites write no placeholder), and its checks need not look."""
+    packed: bytes | None = field(default=None, repr=False, compare=False)
+    """The data as ``marshal`` bytes (``data`` None) until it is first needed: a document
+    read back from the parsed-file cache whose case is not validated yet."""
+    outline: Any = None
+    """What validation noted of the document for later collections (``outline.Outline``,
+    or ``outline.SHARED_SERVERS``); None: not validated, or not to be kept."""
     _lines: dict[KeyPath, int] | None = field(default=None, repr=False, compare=False)
+
+    def unpacked(self) -> Any:
+        """The document's data, unpacked from ``packed`` when first asked for."""
+        if self.packed is not None and self.data is None:
+            self.data = marshal.loads(self.packed)
+        return self.data
+
+    def pack(self) -> bytes:
+        """The data as ``marshal`` bytes (ValueError: a value marshal cannot hold)."""
+        if self.packed is None:
+            self.packed = marshal.dumps(self.data)
+        return self.packed
 
     @property
     def lines(self) -> dict[KeyPath, int]:

@@ -10,10 +10,12 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..keypaths import KeyPath
-from .schema import Case, Stage
+
+if TYPE_CHECKING:
+    from .schema import Case, Stage
 
 PLACEHOLDER = re.compile(r"\$\$(?=\{)|\$\{([^}]+)\}")
 """``${name}`` (group 1 the name), or ``$$`` before a ``{``: the escape of a literal ``${``."""

@@ -50,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
     collected = collect_cases(args.paths, args.glob)
     for problem in collected.problems:
         print(problem.text)
-    cases = len({(item.path, item.loaded.case.name) for item in collected.items})
+    cases = len({(item.path, item.loaded.outline.name) for item in collected.items
+                 if item.invalid is None})
     counted = f"{plural(len(collected.files), 'file')}, {plural(cases, 'case')}"
     if collected.problems:
         count = sum(problem.count for problem in collected.problems)
@@ -113,8 +114,16 @@ class _Gather:
             self.collected.files.append(collector.path)
 
     def pytest_itemcollected(self, item: pytest.Item) -> None:
-        if isinstance(item, CaseItem):
-            self.collected.items.append(item)
+        """A case item; its case validated now if collection made it from the outline kept
+        in pytest's cache (it validated when that was written: this checks it again)."""
+        if not isinstance(item, CaseItem):
+            return
+        self.collected.items.append(item)
+        errors = item.loaded.problems()
+        where = item.nodeid.partition("::")[0]
+        if errors is not None and item.invalid is not None and not any(
+                problem.where == where for problem in self.collected.problems):
+            self.collected.problems.append(Problem(where, item.invalid, len(errors.errors)))
 
     def pytest_exception_interact(self, node: pytest.Collector | pytest.Item,
                                   call: pytest.CallInfo[Any],

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..apis import DEFAULT_API
+from ..apis import case_label
 from ..casefile.load import LoadedCase
 from ..casefile.schema import AgentExpect, BfclTools, McpTools, Stage, Toolbox
 from ..keypaths import KeyPath
@@ -60,7 +60,7 @@ class CaseRun:
         """``name``, ``name[model]``, ``name[model-api]`` or ``name[api]``: the item's name,
         and its cassette's. Chat, the default API, adds nothing, so ids and cassettes of
         chat cases stay as they were before a case could speak another API."""
-        return case_label(self.loaded.case.name, self.model, self.api)
+        return case_label(self.loaded.outline.name, self.model, self.api)
 
     @property
     def wire(self) -> WireApi:
@@ -69,11 +69,11 @@ class CaseRun:
     def result(self, runs: list[RunResult] | None = None, error: str | None = None
                ) -> CaseResult:
         """The case's result: no runs (skipped), its runs, or one run that could not start."""
-        case = self.loaded.case
+        repeat = None if self.loaded.problems() else self.loaded.case.repeat
         return CaseResult(
-            case=case.name, model=self.model, api=self.api, file=self.display_file,
-            line=self.loaded.document.start_line, runs=runs or [],
-            min_pass_rate=case.repeat.min_pass_rate if case.repeat else 1.0, error=error)
+            case=self.loaded.outline.name, model=self.model, api=self.api,
+            file=self.display_file, line=self.loaded.document.start_line, runs=runs or [],
+            min_pass_rate=repeat.min_pass_rate if repeat else 1.0, error=error)
 
     def not_run(self, reason: str) -> CaseResult:
         """The result of a run that could not start, or that the plugin broke off."""
@@ -140,12 +140,6 @@ class Conversation:
         appends a new one), so copying the lists is enough."""
         return Conversation(list(self.messages), list(self.pending), dict(self.variables),
                             dict(self.native), set(self.failed_results))
-
-
-def case_label(name: str, model: str | None, api: str) -> str:
-    """The name of a case's item for one model and API (see ``CaseRun.label``)."""
-    params = [part for part in (model, None if api == DEFAULT_API else api) if part is not None]
-    return f"{name}[{'-'.join(params)}]" if params else name
 
 
 async def run_case(case_run: CaseRun, ctx: RunContext) -> CaseResult:
