@@ -72,20 +72,27 @@ class CaseFile(pytest.File):
         kept = self.config.stash[PARSED_KEY]
         try:
             loaded = load_case_file(self.path, kept)
-            settings = self.config.stash[SETTINGS_KEY]
-            items: list[CaseItem] = []
+        except CaseFileErrors as errors:
+            raise self.CollectError(self._described(errors)) from None
+        settings = self.config.stash[SETTINGS_KEY]
+        items: list[CaseItem] = []
+        try:
             for case in loaded:
                 outline = case.outline
                 apis = settings.apis_for(outline.api)
                 self._check_apis(case, apis, settings.models)
                 for model in settings.models or outline.models:
                     items.extend(self._item(case, model, api) for api in apis)
-        except CaseFileErrors as errors:
-            shown = self.shown
-            errors = CaseFileErrors([replace(error, file=shown) for error in errors.errors])
-            raise self.CollectError(describe_errors(errors)) from None
-        loaded.keep(kept)
+        except CaseFileErrors as errors:  # an outlined case validated for other models
+            raise self.CollectError(self._described(errors)) from None
+        finally:
+            loaded.keep(kept)  # what the APIs said, refusals too
         return items
+
+    def _described(self, errors: CaseFileErrors) -> str:
+        shown = self.shown
+        return describe_errors(CaseFileErrors([replace(error, file=shown)
+                                               for error in errors.errors]))
 
     def _item(self, case: LoadedCase, model: str | None, api: str) -> CaseItem:
         name = case_label(case.outline.name, model, api)

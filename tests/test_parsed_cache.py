@@ -209,17 +209,28 @@ def test_a_case_that_imports_code_is_validated_at_every_collection(
 
 def test_an_api_first_asked_for_later_is_checked_and_then_kept(
         pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(VALIDATED)
     pytester.makefile(".case.yaml", seeded=textwrap.dedent("""\
         name: seeded
         params: {seed: 7}
         stages: [{name: ask, user: hi}]
+        ---
+        mcp_servers:
+          time: {command: [mcp-server-time]}
         """))
-    assert collect(pytester).ret == pytest.ExitCode.OK  # chat takes a seed
-    for _ in range(2):  # checked, then read back from the outline
-        refused = collect(pytester, "--toolbench-api", "messages")
-        refused.stdout.fnmatch_lines(["*seeded.case.yaml:2: case 'seeded': *no field 'seed'*"])
+
+    def collect_over(*args: str) -> pytest.RunResult:
+        return pytester.runpytest_subprocess("--collect-only", "-q", "-p", "no:randomly", *args)
+
+    assert collect_over().ret == pytest.ExitCode.OK  # chat takes a seed
+    for validated in ("True", "False"):  # checked, then read back from the outline
+        refused = collect_over("--toolbench-api", "messages")
+        refused.stdout.fnmatch_lines([
+            f"cases validated at collection: {validated}",
+            "*seeded.case.yaml:2: case 'seeded': *no field 'seed'*"])
         assert refused.ret == pytest.ExitCode.INTERRUPTED
-    assert collect(pytester).ret == pytest.ExitCode.OK
+    chat = collect_over()
+    chat.stdout.fnmatch_lines(["seeded.case.yaml::seeded", "cases validated at collection: False"])
 
 
 def test_an_outlined_case_that_no_longer_validates_fails_with_its_problems(

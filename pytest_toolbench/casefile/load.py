@@ -167,7 +167,8 @@ def _validated(file: Path, documents: Sequence[Document], outline: bool) -> list
         try:
             if _is_shared_servers(data):
                 shared.update(SharedMcpServers.model_validate(data).mcp_servers)
-                document.outline = SHARED_SERVERS if outline else None
+                if outline:
+                    document.outline = SHARED_SERVERS
             else:
                 case = _validate(document)
                 loaded.append(LoadedCase(file, document, _outline_of(case), case=case))
