@@ -124,9 +124,8 @@ class _Released(httpx.AsyncByteStream):
         self._stream = stream
         self._release: Callable[[], None] | None = release
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self._stream:
-            yield chunk
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._stream.__aiter__()  # the body's own chunks, no generator in between
 
     async def aclose(self) -> None:
         try:
