@@ -56,7 +56,8 @@ class ConnectionRamp:
         self.in_flight = 0
         """Requests sent and not yet read to the end (or failed): connections in use."""
         self.connections = 0
-        """The most requests in flight at once so far: connections the pool holds."""
+        """The most requests in flight at once so far, those waiting for their turn
+        included: the connections the pool holds, or will once they are through."""
         self.opened = 0
         """Requests that needed a new connection."""
         self._clock = clock
