@@ -9,7 +9,9 @@ Two layouts, each timed:
   connection, the standard library's listen backlog of 5), the cases in two files.
 
 A pre-flight check sends N requests at once to each server and shows they are answered
-together.
+together. Each server logs when each request arrived and over which connection: the table
+shows the time from the first request of a run to the last (ideal: the waves of N, less
+the last one's DELAY) and how many connections carried them.
 
 Baseline, measured in the same run: the first layout at ``--toolbench-concurrency 1``
 (sequential: CASES x DELAY, about 40 s by default). ``--quick`` runs the sequential
@@ -47,6 +49,7 @@ from _common import (
     write_case_suite,
     write_pytest_ini,
 )
+from support.chat_server import RecordedRequest, Reply
 
 TARGET_FACTOR = 1.3
 CASES_PER_FILE = 10
@@ -69,6 +72,28 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
+class Arrivals:
+    """When each request reached a server, and over which connection (client port)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._times: list[float] = []
+        self._connections: set[object] = set()
+
+    def record(self, connection: object = None) -> None:
+        with self._lock:
+            self._times.append(time.perf_counter())
+            self._connections.add(connection)
+
+    def take(self) -> tuple[float, int]:
+        """The first to the last arrival since the last call, in seconds, and the
+        connections they came over (1 when the server cannot tell them apart)."""
+        with self._lock:
+            times, connections = self._times, self._connections
+            self._times, self._connections = [], set()
+        return (max(times) - min(times) if times else 0.0), len(connections)
+
+
 @dataclass(frozen=True)
 class Layout:
     """A server and how the cases are spread over files."""
@@ -76,6 +101,7 @@ class Layout:
     name: str
     base_url: str
     files: int
+    arrivals: Arrivals
 
 
 class _DelayedToolCall(http.server.BaseHTTPRequestHandler):
@@ -84,8 +110,10 @@ class _DelayedToolCall(http.server.BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
     delay_s = 0.0
+    arrivals = Arrivals()
 
     def do_POST(self) -> None:
+        self.arrivals.record(self.client_address)
         body = json.loads(self.rfile.read(int(self.headers["content-length"])))
         time.sleep(self.delay_s)
         data = json.dumps(weather_reply(city_of(body))).encode()
@@ -100,9 +128,10 @@ class _DelayedToolCall(http.server.BaseHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def plain_server(delay_s: float) -> Iterator[str]:
+def plain_server(delay_s: float, arrivals: Arrivals) -> Iterator[str]:
     """A ``ThreadingHTTPServer`` on loopback in a thread of this process; its base URL."""
-    handler = type("Handler", (_DelayedToolCall,), {"delay_s": delay_s})
+    handler = type("Handler", (_DelayedToolCall,), {"delay_s": delay_s,
+                                                    "arrivals": arrivals})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -165,6 +194,8 @@ class Measured:
     layout: Layout
     runs: list[Timing]
     one_case_s: float
+    spans: list[tuple[float, int]]
+    """Per run: first to last request at the server, and the connections that carried them."""
 
 
 def report(args: argparse.Namespace, measured: list[Measured], sequential: Timing,
@@ -176,6 +207,7 @@ def report(args: argparse.Namespace, measured: list[Measured], sequential: Timin
     seq_label = ("measured" if sequential_cases == args.cases else
                  f"extrapolated from {sequential_cases} cases ({sequential.wall_s:.2f} s)")
     ideal = args.cases * args.delay / args.concurrency
+    waves = -(-args.cases // args.concurrency)
     print(f"\n{args.cases} live cases, server delay {args.delay:g} s per request")
     rows: list[list[object]] = []
     for item in measured:
@@ -185,11 +217,16 @@ def report(args: argparse.Namespace, measured: list[Measured], sequential: Timin
                      + " ".join(f"{t.wall_s:.2f}" for t in item.runs), args.cases / wall])
         rows.append([f"{item.layout.name}: one case", item.one_case_s, "measured, median",
                      "-"])
+        rows.append([f"{item.layout.name}: first to last request", median(
+            [span for span, _ in item.spans]), "at the server, each run: " + " ".join(
+            f"{span:.2f}" + (f" ({n} conn.)" if n > 1 else "") for span, n in item.spans), "-"])
     rows += [
         [f"{measured[0].layout.name}: --toolbench-concurrency 1", seq_wall, seq_label,
          args.cases / seq_wall],
         ["pytest start-up (empty run)", start_s, "measured, median", "-"],
         [f"ideal: {args.cases} x {args.delay:g} s / {args.concurrency}", ideal, "computed", "-"],
+        [f"ideal first to last request: {waves - 1} waves x {args.delay:g} s",
+         (waves - 1) * args.delay, "computed", "-"],
     ]
     print_table(["run", "wall s", "how", "cases/s"], rows)
     for item in measured:
@@ -207,21 +244,36 @@ def measure(layout: Layout, base: Path, args: argparse.Namespace) -> Measured:
     one = suite(base / f"{layout.name}-one", 1, 1)
     one_case = median([t.wall_s for t in repeat_runs(
         lambda: live_run(one, layout.base_url, args.concurrency), args.repeat)])
-    runs = repeat_runs(lambda: live_run(root, layout.base_url, args.concurrency), args.repeat)
-    return Measured(layout, runs, one_case)
+    spans: list[tuple[float, int]] = []
+
+    def run() -> Timing:
+        layout.arrivals.take()
+        timing = live_run(root, layout.base_url, args.concurrency)
+        spans.append(layout.arrivals.take())
+        return timing
+
+    runs = repeat_runs(run, args.repeat)
+    return Measured(layout, runs, one_case, spans)
 
 
 def main() -> None:
     args = parse_args()
+    chat_arrivals, plain_arrivals = Arrivals(), Arrivals()
     with tempfile.TemporaryDirectory(prefix="toolbench-live-") as base_dir, \
-            start_chat_server() as server, plain_server(args.delay) as plain_url:
+            start_chat_server() as server, plain_server(args.delay, plain_arrivals) as plain_url:
         base = Path(base_dir)
-        server.set_handler(tool_call_handler(delay_s=args.delay))
+        answer = tool_call_handler(delay_s=args.delay)
+
+        def logged(request: RecordedRequest) -> Reply:
+            chat_arrivals.record()
+            return answer(request)
+
+        server.set_handler(logged)
         layouts = [
             Layout("chat_server, files of 10", server.base_url,
-                   args.cases // CASES_PER_FILE),
+                   args.cases // CASES_PER_FILE, chat_arrivals),
             Layout(f"ThreadingHTTPServer, {PLAIN_SERVER_FILES} files", plain_url,
-                   PLAIN_SERVER_FILES),
+                   PLAIN_SERVER_FILES, plain_arrivals),
         ]
         for layout in layouts:
             preflight(layout.base_url, args.concurrency, args.delay)

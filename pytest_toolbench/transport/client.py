@@ -41,11 +41,13 @@ from .errors import (
     UnsendableRequest,
 )
 from .limits import ACCEPT_ENCODING, BoundedDecoder, DecodingFailed, ReplyLimits
+from .ramp import ramped_transport
 from .ratelimit import RequestPacer
 from .sse import DEFAULT_MAX_EVENT_CHARS, SSEDecoder, SSETooLarge
 
 BACKOFF_BASE_S = 0.5
 BACKOFF_CAP_S = 8.0
+POOL_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=32)
 
 InteractionSink = Callable[[Interaction], None]
 Sleep = Callable[[float], Awaitable[None]]
@@ -218,10 +220,12 @@ class ApiClient:
             # read as it came. A case's own headers may still ask for others.
             headers={"Accept-Encoding": ACCEPT_ENCODING, **dict(config.headers)},
             timeout=httpx.Timeout(config.timeout_s),
-            transport=transport,
+            # The network's new connections a few ms apart (a short listen backlog drops
+            # a burst); a replay's transport is its own.
+            transport=transport or ramped_transport(POOL_LIMITS),
             # A replay transport must never pick up proxies from the environment.
             trust_env=transport is None,
-            limits=httpx.Limits(max_connections=100, max_keepalive_connections=32),
+            limits=POOL_LIMITS,  # for the transports of proxies from the environment
         )
 
     async def aclose(self) -> None:
