@@ -64,7 +64,7 @@ class CaseFile(pytest.File):
         return _display(self.config, self.path)
 
     def collect(self) -> list[CaseItem]:
-        with _collector_paused():
+        with _collector_paused():  # what is made here lives on as the file's items
             return self._items()
 
     def _items(self) -> list[CaseItem]:
@@ -153,7 +153,8 @@ class CaseItem(pytest.Item):
         validated when its entry was written (the same text, plugin code and library
         versions), so this finds a problem only if what it depends on changed since, and
         the case then fails with the problems its collection would have shown."""
-        errors = self.loaded.problems()
+        with _collector_paused():  # the validated cases live on, as at collection
+            errors = self.loaded.problems()
         if errors is None:
             return None
         file = self.parent.shown if isinstance(self.parent, CaseFile) else self.path
