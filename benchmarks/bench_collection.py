@@ -7,7 +7,8 @@ times ``python -m pytest DIR --collect-only -q`` and reads the child's peak RSS
 (``os.wait4``), two ways:
 
 - cached: with pytest's cache, after a run that filled it, so the case files are read
-  back parsed (``.pytest_cache/d/toolbench-parsed``), as on a developer's second run;
+  back parsed, with their cases' outlines (``.pytest_cache/d/toolbench-parsed``), as on a
+  developer's second run: the items are made from the outlines, nothing is validated;
 - parsed: with ``-p no:cacheprovider``, every file parsed, as on a first run or in a CI
   job that keeps no cache.
 
