@@ -8,18 +8,19 @@ records every cassette once against the loopback chat server with ``--toolbench-
 Baseline, measured in the same run: as many plain pytest functions in as many files, each
 sending the same request body through one shared ``httpx.Client`` whose transport is
 ``httpx.MockTransport(router.handler)`` of a respx router answering with the same reply,
-and checking the same things (finish reason, tool name, argument regex). A second baseline,
-the plainest hand-written test of the same request: as many parametrized tests in as many
-files as there are cases (1,000 files of one ``@pytest.mark.parametrize`` test each), posting
-through the same shared client (``--no-parametrized`` leaves it out). ``--stream`` makes
-every side streamed.
+and checking the same things (finish reason, tool name, argument regex). A second
+baseline, the plainest hand-written test of the same request: as many parametrized tests,
+one ``@pytest.mark.parametrize`` test function a file, by default in as many files as
+there are cases (1,000 files of one test each), posting through the same shared client
+(``--parametrized-files 100`` puts them in as many files as the case files, ten a file;
+``--no-parametrized`` leaves them out). ``--stream`` makes every side streamed.
 
 Both run as ``python -m pytest DIR -q -p no:cacheprovider`` subprocesses, the sides taking
 turns run by run; the figures are medians of --repeat runs (the baseline after one untimed
 run that writes its bytecode; the recording run already read the case files). Target:
 replay <= 1.2 x the respx baseline (<= 1.3 x streamed) and <= 1.5 x the parametrized
-one. ``--cached``: both sides run with pytest's cache instead, as on
-a developer's machine, so the case side reads its case files back parsed
+one. ``--cached``: every side runs with pytest's cache instead, as on a developer's
+machine, so the case side reads its case files back parsed
 (``.pytest_cache/d/toolbench-parsed``, filled by the recording run) and, from the first
 timed run on, its cassettes too (``.pytest_cache/d/toolbench-cassettes``).
 """
@@ -146,7 +147,7 @@ def test_weather_{index:05d}(client):
 PARAMETRIZED_TEST = '''
 
 @pytest.mark.tools
-@pytest.mark.parametrize("city", [{city!r}])
+@pytest.mark.parametrize("city", {cities!r})
 def test_weather(client, city):
     _ask(client, city, {stream!r})
 '''
@@ -170,7 +171,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--cached", action="store_true",
                         help="run both sides with pytest's cache (parsed case files kept)")
     parser.add_argument("--no-parametrized", dest="parametrized", action="store_false",
-                        help="leave out the baseline of one parametrized test a file")
+                        help="leave out the baseline of parametrized tests")
+    parser.add_argument("--parametrized-files", type=int, default=0, metavar="N",
+                        help="the parametrized tests in N files (default: a file a case;"
+                             " --files puts them in as many files as the case files)")
     parser.add_argument("--keep", type=Path, default=None,
                         help="generate into this directory and keep it (for profiling)")
     return parser.parse_args()
@@ -204,12 +208,15 @@ def prepare_baseline(root: Path, args: argparse.Namespace) -> int:
 
 
 def prepare_parametrized(root: Path, args: argparse.Namespace) -> int:
-    """One parametrized test a file, a file a case, through the same shared client."""
+    """As many parametrized tests as cases, one test function a file over its share of the
+    cities, in ``--parametrized-files`` files, through the same shared client."""
     head = _prepare_shared_client(root, args)
     count = args.files * args.cases_per_file
-    for index in range(count):
-        test = PARAMETRIZED_TEST.format(city=f"City{index}", stream=args.stream)
-        (root / f"test_weather_{index:05d}.py").write_text(head + test)
+    files = min(args.parametrized_files or count, count)
+    for number in range(files):
+        cities = [f"City{index}" for index in range(number, count, files)]
+        test = PARAMETRIZED_TEST.format(cities=cities, stream=args.stream)
+        (root / f"test_weather_{number:05d}.py").write_text(head + test)
     return count
 
 
@@ -308,7 +315,8 @@ def run(base: Path, args: argparse.Namespace) -> None:
     if args.parametrized:
         prepare_parametrized(base / "parametrized", args)
         sides.append(base / "parametrized")
-        names.append("parametrized, a file a test")
+        files = min(args.parametrized_files or count, count)
+        names.append(f"parametrized, {files} files")
     argv = pytest_args(args)
     limits = targets(args)
     timings = time_sides(sides, args.repeat, argv)
