@@ -22,7 +22,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from ..keypaths import KeyPath
 from ..records import ToolCall, ToolRun
@@ -131,7 +131,8 @@ class Toolset:
     def __init__(self, sources: list[ToolSource], paths: list[KeyPath]) -> None:
         """``paths``: where each source is declared in the case, for messages."""
         self.sources = sources
-        self.staged = [source for source in sources if isinstance(source, StagedSource)]
+        self.staged = [source for source in sources
+                       if _restarts(source) and isinstance(source, StagedSource)]
         # A call of a name no source offers: a source that runs such calls itself, else
         # the case's own tools, which answer "unknown tool".
         self._unoffered = next((source for source in sources
@@ -145,7 +146,11 @@ class Toolset:
                         f"tool name {tool.name!r} clash: {source.owner} and {other.owner}"
                         " both offer it; leave one out (MCP servers: `include`)", path)
                 self._by_name[tool.name] = source
-        self.stateful = [source for source in sources if isinstance(source, Stateful)]
+        self.stateful = [source for source in sources
+                         if _restarts(source) and isinstance(source, Stateful)]
+        self._restarted = [cast("StagedSource | Stateful", source) for source in sources
+                           if any(source is each for each in (*self.staged, *self.stateful))]
+        """What starts afresh for every run: the staged and the stateful sources."""
 
     @property
     def tools(self) -> list[Tool]:
@@ -164,9 +169,8 @@ class Toolset:
                        duration, failed=answer.error is not None, server=source.server)
 
     def begin_run(self) -> None:
-        for source in self.sources:
-            if isinstance(source, (StagedSource, Stateful)):
-                source.begin_run()
+        for source in self._restarted:
+            source.begin_run()
 
     def begin_stage(self, stage: Stage) -> None:
         for source in self.staged:
@@ -196,3 +200,12 @@ class Toolset:
     async def aclose(self) -> None:
         for source in reversed(self.sources):
             await source.aclose()
+
+
+def _restarts(source: object) -> bool:
+    """Whether ``source`` may be a ``StagedSource`` or ``Stateful``: both protocols have
+    ``begin_run``, so a source without it (the case's own tools, in every case) is neither.
+    ``hasattr`` tells that at once, where typing's check of a runtime protocol walks the
+    protocol's classes at every call (25 us each in Python 3.11): the sources' kinds are
+    asked once a source, when the case's tools are put together."""
+    return hasattr(source, "begin_run")

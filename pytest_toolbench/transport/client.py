@@ -135,23 +135,29 @@ class PendingReply:
     async def _read_stream(self) -> Reply:
         decoder = SSEDecoder(max_event_chars=min(self.config.limits.max_bytes,
                                                  DEFAULT_MAX_EVENT_CHARS))
-        assembler, events = self.wire.stream_reader(), []
+        assembler = self.wire.stream_reader()
+        # Only a recording keeps the events as they came; a replay or live run counts them.
+        events: list[StreamEvent] | None = [] if self.sink is not None else None
+        count = 0
         try:
             async for chunk in self._decoded("stream"):
                 offset = _ms_since(self.started)
                 for event in decoder.feed(chunk):
                     assembler.add(event, offset)
-                    events.append(StreamEvent(event.data, round(offset, 1), event.event))
-                self._check_events(len(events))
+                    count += 1
+                    if events is not None:
+                        events.append(StreamEvent(event.data, round(offset, 1), event.event))
+                self._check_events(count)
             offset = _ms_since(self.started)
             for event in decoder.close():  # a last [DONE] without its blank line: recorded
                 assembler.add(event, offset)
-                events.append(StreamEvent(event.data, round(offset, 1), event.event))
+                if events is not None:
+                    events.append(StreamEvent(event.data, round(offset, 1), event.event))
         except SSETooLarge as exc:
             raise ReplyTooLarge(f"{exc} from {_where(self.response.request.url)}") from None
         reply = assembler.finish(truncated=decoder.truncated)
         reply.status = self.response.status_code
-        if self.sink is not None:  # only a recording keeps the exchange
+        if events is not None:  # only a recording keeps the exchange
             reply.interaction = Interaction(
                 request=self.body,
                 path=f"/{self.path}",

@@ -63,10 +63,10 @@ class Replayer:
         path (below the base URL) and query the recording does not end with; an API whose
         path holds the model or the streaming choice (Gemini's) is matched on them too."""
         path, _, query = recorded.path.partition("?")
-        sent = httpx.QueryParams(request.url.query)
         if request.method == recorded.method and request.url.path.endswith(path) \
-                and all(sent.get(key) == value for key, value in httpx.QueryParams(query).items()):
+                and (not query or _has_query(request, query)):
             return
+        sent = httpx.QueryParams(request.url.query)
         shown = request.url.copy_with(query=None).path + (
             f"?{query_without_credentials(sent)}" if sent else "")
         raise self._refuse(f"{self.cassette.shown} holds the {self.cassette.api} API's"
@@ -152,6 +152,13 @@ class _EventStream(httpx.AsyncByteStream):
         if self.speed > 0 and offset_ms > clock:
             await asyncio.sleep((offset_ms - clock) / 1000 / self.speed)
         return max(clock, offset_ms)
+
+
+def _has_query(request: httpx.Request, query: str) -> bool:
+    """Whether ``request`` sends every parameter of the recorded ``query`` as recorded (a
+    recording without a query, as most are, needs neither parsed)."""
+    sent = httpx.QueryParams(request.url.query)
+    return all(sent.get(key) == value for key, value in httpx.QueryParams(query).items())
 
 
 def _sse_bytes(event: StreamEvent) -> bytes:
