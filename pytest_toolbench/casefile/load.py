@@ -171,7 +171,9 @@ def _validated(file: Path, documents: Sequence[Document], outline: bool) -> list
                     document.outline = SHARED_SERVERS
             else:
                 case = _validate(document)
-                loaded.append(LoadedCase(file, document, _outline_of(case), case=case))
+                known = document.outline  # read back from the cache: the case's own
+                loaded.append(LoadedCase(file, document, known if isinstance(known, Outline)
+                                         else _outline_of(case), case=case))
         except ValidationError as exc:
             errors.extend(_describe(exc, document, file))
     for item in loaded:
