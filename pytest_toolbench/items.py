@@ -175,6 +175,10 @@ class CaseItem(pytest.Item):
         if not self.result.passed:
             raise CaseFailed(self.result)
 
+    def teardown(self) -> None:
+        """Its reports made, the case is let go (validated again if it runs again)."""
+        self.loaded.forget()
+
     def unrun_result(self) -> CaseResult:
         """The result of a case that did not run (skipped): no runs at all."""
         return self.case_run.result()

@@ -13,6 +13,7 @@ import pytest
 from support.chat_server import ChatServer, completion, json_reply
 
 from pytest_toolbench.casefile.cache import PARSED_FOLDER, ParsedCache
+from pytest_toolbench.casefile.load import load_case_file
 from pytest_toolbench.casefile.loader import load_documents
 from pytest_toolbench.casefile.outline import Outline
 from pytest_toolbench.commands.cli import main as cli_main
@@ -267,3 +268,20 @@ def test_validate_checks_an_outlined_file_again(
     out = capsys.readouterr().out
     assert "typo.case.yaml:7: stages[0].usr: unknown key 'usr'" in out
     assert out.endswith("1 file, 0 cases: 1 problem in 1 file\n")
+
+
+def test_a_case_let_go_after_its_run_is_validated_again_when_asked_for(tmp_path: Path) -> None:
+    """An item lets its outlined case go once it has run (the session keeps no case it ran);
+    asked for again (a rerun), it is validated again from the kept bytes."""
+    path = tmp_path / "good.case.yaml"
+    path.write_text(GOOD)
+    cache = ParsedCache(tmp_path / "kept")
+    load_case_file(path, cache).keep(cache)  # a first collection: validated, outlined
+    weather, plain = load_case_file(path, cache)
+    ran = weather.case
+    weather.forget()
+    again = weather.case
+    assert again is not ran
+    assert again.name == ran.name == "weather"
+    assert plain.case.name == "plain"
+    assert [stage.name for stage in again.stages] == ["ask"]

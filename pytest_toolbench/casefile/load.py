@@ -73,9 +73,16 @@ class LoadedCase:
             return errors
         return None
 
+    def forget(self) -> None:
+        """Let the validated case go, when it can be validated again when next asked for
+        (it was read back outlined, and its data stays packed): a session need not keep
+        every case it has run."""
+        if self._later is not None:
+            self._case = self._mcp_servers = None
+
     def _take_validated(self) -> None:
         assert self._later is not None  # only outlined cases are validated later
-        validated = self._later.cases()[self.document.index]
+        validated = self._later.take(self.document.index)
         self._case, self._mcp_servers = validated.case, validated.mcp_servers
 
 
@@ -129,7 +136,10 @@ def load_case_file(file: Path, kept: ParsedDocuments | None = None) -> LoadedFil
 
 
 class _Validation:
-    """The validation of an outlined file, run once, when one of its cases is first used."""
+    """The validation of an outlined file, run when one of its cases is first used. Each
+    validated case is handed out once: the file keeps none of them, so a case its item let
+    go (``LoadedCase.forget``) is not held here; asked for again, the file is validated
+    again."""
 
     def __init__(self, file: Path, documents: Sequence[Document]) -> None:
         self.file = file
@@ -137,19 +147,23 @@ class _Validation:
         self._cases: dict[int, LoadedCase] | None = None
         self._errors: CaseFileErrors | None = None
 
-    def cases(self) -> dict[int, LoadedCase]:
-        """The file's validated cases, by document index; raises CaseFileErrors (the same
-        each time) when the file does not validate."""
+    def take(self, index: int) -> LoadedCase:
+        """The validated case of document ``index``; raises CaseFileErrors (the same each
+        time) when the file does not validate."""
         if self._errors is not None:
             raise self._errors
-        if self._cases is None:
-            try:
-                validated = _validated(self.file, self.documents, outline=False)
-            except CaseFileErrors as errors:
-                self._errors = errors
-                raise
-            self._cases = {case.document.index: case for case in validated}
-        return self._cases
+        if self._cases is not None and index in self._cases:
+            return self._cases.pop(index)
+        try:
+            validated = {case.document.index: case
+                         for case in _validated(self.file, self.documents, outline=False)}
+        except CaseFileErrors as errors:
+            self._errors = errors
+            raise
+        if self._cases is None:  # the first: the others wait for their items
+            self._cases = validated
+            return self._cases.pop(index)
+        return validated[index]  # again, after it was let go: the rest were handed out
 
 
 def _validated(file: Path, documents: Sequence[Document], outline: bool) -> list[LoadedCase]:
