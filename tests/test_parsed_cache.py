@@ -234,17 +234,23 @@ def test_an_api_first_asked_for_later_is_checked_and_then_kept(
     chat.stdout.fnmatch_lines(["seeded.case.yaml::seeded", "cases validated at collection: False"])
 
 
-def test_an_outlined_case_that_no_longer_validates_fails_with_its_problems(
-        pytester: pytest.Pytester) -> None:
-    """An entry whose outline says a case is fine while its text is not (which only a
-    change the cache cannot see could cause): the case fails when it would run, with the
-    problems collection would have shown, and nothing is sent."""
-    path = pytester.makefile(".case.yaml", typo=BROKEN)
+def outlined_as_valid(pytester: pytest.Pytester, text: str) -> None:
+    """``typo.case.yaml`` holding ``text``, with a cache entry whose outlines say each of
+    its cases validated (with nothing refused over chat), whatever the text says."""
+    path = pytester.makefile(".case.yaml", typo=text)
     cache = ParsedCache(pytester.path / ".pytest_cache" / "d" / PARSED_FOLDER)
     documents = load_documents(path)
     for document in documents:
         document.outline = Outline(document.data["name"], (None,), None, (), {"chat": []})
     cache.put(path, path.read_text(), documents)
+
+
+def test_an_outlined_case_that_no_longer_validates_fails_with_its_problems(
+        pytester: pytest.Pytester) -> None:
+    """An entry whose outline says a case is fine while its text is not (which only a
+    change the cache cannot see could cause): the case fails when it would run, with the
+    problems collection would have shown, and nothing is sent."""
+    outlined_as_valid(pytester, BROKEN)
     result = pytester.runpytest("-p", "no:randomly", "--toolbench-base-url",
                                 "http://127.0.0.1:9/v1", "--toolbench-live")
     result.assert_outcomes(failed=2)
@@ -257,12 +263,7 @@ def test_validate_checks_an_outlined_file_again(
         pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
     """``toolbench validate`` validates every case, outlined in the cache or not."""
-    path = pytester.makefile(".case.yaml", typo=BROKEN)
-    cache = ParsedCache(pytester.path / ".pytest_cache" / "d" / PARSED_FOLDER)
-    documents = load_documents(path)
-    for document in documents:
-        document.outline = Outline(document.data["name"], (None,), None, (), {"chat": []})
-    cache.put(path, path.read_text(), documents)
+    outlined_as_valid(pytester, BROKEN)
     monkeypatch.chdir(pytester.path)
     assert cli_main(["validate", "typo.case.yaml"]) == 1
     out = capsys.readouterr().out
