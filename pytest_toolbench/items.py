@@ -73,7 +73,7 @@ class CaseFile(pytest.File):
         try:
             loaded = load_case_file(self.path, kept)
         except CaseFileErrors as errors:
-            raise self.CollectError(self._described(errors)) from None
+            raise self.CollectError(self.described(errors)) from None
         settings = self.config.stash[SETTINGS_KEY]
         items: list[CaseItem] = []
         try:
@@ -84,14 +84,14 @@ class CaseFile(pytest.File):
                 for model in settings.models or outline.models:
                     items.extend(self._item(case, model, api) for api in apis)
         except CaseFileErrors as errors:  # an outlined case validated for other models
-            raise self.CollectError(self._described(errors)) from None
+            raise self.CollectError(self.described(errors)) from None
         finally:
             loaded.keep(kept)  # what the APIs said, refusals too
         return items
 
-    def _described(self, errors: CaseFileErrors) -> str:
-        shown = self.shown
-        return describe_errors(CaseFileErrors([replace(error, file=shown)
+    def described(self, errors: CaseFileErrors) -> str:
+        """The file's problems as collection shows them: at the file as the user names it."""
+        return describe_errors(CaseFileErrors([replace(error, file=self.shown)
                                                for error in errors.errors]))
 
     def _item(self, case: LoadedCase, model: str | None, api: str) -> CaseItem:
@@ -157,9 +157,9 @@ class CaseItem(pytest.Item):
             errors = self.loaded.problems()
         if errors is None:
             return None
-        file = self.parent.shown if isinstance(self.parent, CaseFile) else self.path
-        return describe_errors(CaseFileErrors([replace(error, file=file)
-                                               for error in errors.errors]))
+        file = self.parent
+        assert isinstance(file, CaseFile)  # only case files make case items
+        return file.described(errors)
 
     def runtest(self) -> None:
         if self.invalid is not None:

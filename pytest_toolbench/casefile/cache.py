@@ -151,7 +151,7 @@ def _outline(data: Any) -> Outline | str | None:
 
 def _outline_data(outline: Outline | str | None) -> Any:
     if isinstance(outline, Outline):
-        return outline.to_data() if outline.kept else None
+        return outline.to_data() if outline.keepable else None
     return outline
 
 

@@ -100,7 +100,7 @@ class LoadedFile(list[LoadedCase]):
         them is new (a first collection, or an API checked for the first time)."""
         outlines = [document.outline for document in self.documents]
         if kept is None or not self.documents or not all(
-                outline == SHARED_SERVERS or (isinstance(outline, Outline) and outline.kept)
+                outline == SHARED_SERVERS or (isinstance(outline, Outline) and outline.keepable)
                 for outline in outlines):
             return
         if any(isinstance(outline, Outline) and outline.learned for outline in outlines):
@@ -220,7 +220,7 @@ def _outline_of(case: Case) -> Outline:
     imports_code = any(isinstance(entry, (Toolbox, BfclTools)) for entry in case.tools) or any(
         tool.python for tool in case.function_tools)
     return Outline(case.name, tuple(case.models), case.endpoint.api, tuple(case.marks),
-                   kept=not imports_code)
+                   keepable=not imports_code)
 
 
 def _validate(document: Document) -> Case:

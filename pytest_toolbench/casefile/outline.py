@@ -43,8 +43,9 @@ class Outline:
     unsupported: dict[str, Problems] = field(default_factory=dict)
     """Per wire API checked so far: what it cannot express of the case run with its own
     models (empty: nothing)."""
-    kept: bool = True
-    """False when validating the case depends on more than its text (it imports code)."""
+    keepable: bool = True
+    """Whether a later run may use the outline: False when validating the case depends on
+    more than its text (it imports code)."""
     learned: bool = False
     """Something here is not yet in the cache: the outline is new, or an API was checked."""
 

@@ -121,9 +121,10 @@ class _Gather:
         self.collected.items.append(item)
         errors = item.loaded.problems()
         where = item.nodeid.partition("::")[0]
-        if errors is not None and item.invalid is not None and not any(
-                problem.where == where for problem in self.collected.problems):
-            self.collected.problems.append(Problem(where, item.invalid, len(errors.errors)))
+        if errors is not None and not any(problem.where == where
+                                          for problem in self.collected.problems):
+            self.collected.problems.append(Problem(where, str(item.invalid),
+                                                   len(errors.errors)))
 
     def pytest_exception_interact(self, node: pytest.Collector | pytest.Item,
                                   call: pytest.CallInfo[Any],

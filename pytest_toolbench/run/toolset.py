@@ -131,8 +131,8 @@ class Toolset:
     def __init__(self, sources: list[ToolSource], paths: list[KeyPath]) -> None:
         """``paths``: where each source is declared in the case, for messages."""
         self.sources = sources
-        self.staged = [source for source in sources
-                       if _restarts(source) and isinstance(source, StagedSource)]
+        restarting = [source for source in sources if _restarts(source)]
+        self.staged = [source for source in restarting if isinstance(source, StagedSource)]
         # A call of a name no source offers: a source that runs such calls itself, else
         # the case's own tools, which answer "unknown tool".
         self._unoffered = next((source for source in sources
@@ -146,10 +146,9 @@ class Toolset:
                         f"tool name {tool.name!r} clash: {source.owner} and {other.owner}"
                         " both offer it; leave one out (MCP servers: `include`)", path)
                 self._by_name[tool.name] = source
-        self.stateful = [source for source in sources
-                         if _restarts(source) and isinstance(source, Stateful)]
-        self._restarted = [cast("StagedSource | Stateful", source) for source in sources
-                           if any(source is each for each in (*self.staged, *self.stateful))]
+        self.stateful = [source for source in restarting if isinstance(source, Stateful)]
+        self._restarted = [cast("StagedSource | Stateful", source) for source in restarting
+                           if source in self.staged or source in self.stateful]
         """What starts afresh for every run: the staged and the stateful sources."""
 
     @property
