@@ -55,6 +55,8 @@ REGISTRY: Final = {row.name: row for row in (
            conversation_keys=("instructions", "input")),
     ApiRow("messages", "messages (Anthropic Messages)", "messages:MESSAGES",
            ("ANTHROPIC_API_KEY",), "x-api-key",
+           base_url="https://api.anthropic.com/v1",
+           base_url_envs=("TOOLBENCH_BASE_URL",),
            conversation_keys=("system", "messages")),
     ApiRow("gemini", "gemini (Google Gemini generateContent)", "gemini:GEMINI",
            ("GEMINI_API_KEY", "GOOGLE_API_KEY"), "x-goog-api-key",

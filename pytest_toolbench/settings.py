@@ -119,9 +119,10 @@ DEFAULT_REPLAY_SPEED = 0.0
 OPTIONS: tuple[Option, ...] = (
     Option("mode", "MODE", "where answers come from: replay, record, missing, live",
            Mode.REPLAY),
-    Option("base_url", "URL", "base URL of the OpenAI-compatible API (.../v1)",
-           shown=f"TOOLBENCH_BASE_URL or OPENAI_BASE_URL from the environment, else"
-           f" {DEFAULT_BASE_URL}"),
+    Option("base_url", "URL", "base URL of the API (.../v1), whichever wire API it speaks",
+           shown=f"TOOLBENCH_BASE_URL from the environment, else (chat, responses)"
+           f" OPENAI_BASE_URL, else each API's service: {DEFAULT_BASE_URL},"
+           f" {REGISTRY['messages'].base_url}, {REGISTRY['gemini'].base_url}"),
     Option("api_key_env", "NAME", "the environment variable holding the API key",
            shown=key_envs_text()),
     Option("timeout", "S",

@@ -370,6 +370,31 @@ def test_endpoint_precedence(pytester: pytest.Pytester, monkeypatch: pytest.Monk
     assert received == {level: int(level == highest) for level in LEVELS}
 
 
+HEADER = "toolbench: mode=live, answers from {} (unless a case sets endpoint.base_url)"
+
+
+@pytest.mark.parametrize(("apis", "shown"), [
+    ("messages", "https://api.anthropic.com/v1"),
+    ("chat,messages,gemini", ("https://api.openai.com/v1 (chat),"
+                             " https://api.anthropic.com/v1 (messages),"
+                             " https://generativelanguage.googleapis.com/v1beta (gemini)")),
+    ("chat,responses", "https://api.openai.com/v1"),
+], ids=["messages", "three_services", "one_service"])
+def test_each_api_answers_from_its_own_service_unless_a_base_url_is_given(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, apis: str,
+        shown: str) -> None:
+    """OPENAI_BASE_URL is an OpenAI endpoint: Messages and Gemini go to their own services
+    without a base URL; TOOLBENCH_BASE_URL (or any other setting) is every API's."""
+    pytester.makefile(".case.yaml", c="name: c\nstages: [{name: ask, user: hi}]\n")
+    monkeypatch.setenv("OPENAI_BASE_URL", "https://api.openai.com/v1")
+    result = pytester.runpytest("--toolbench-live", f"--toolbench-api={apis}", "--collect-only")
+    result.stdout.fnmatch_lines([HEADER.format(shown)])
+
+    monkeypatch.setenv("TOOLBENCH_BASE_URL", "http://127.0.0.1:8080/v1")
+    result = pytester.runpytest("--toolbench-live", f"--toolbench-api={apis}", "--collect-only")
+    result.stdout.fnmatch_lines([HEADER.format("http://127.0.0.1:8080/v1")])
+
+
 @pytest.mark.parametrize(("environment", "case_endpoint", "expected"), [
     ({}, "", None),
     ({"OPENAI_API_KEY": "sk-fake-123"}, "", "Bearer sk-fake-123"),
