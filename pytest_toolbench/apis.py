@@ -112,6 +112,17 @@ def key_envs_text() -> str:
     return "; ".join([" or ".join(default), *others])
 
 
+def base_urls_text() -> str:
+    """Where each API's base URL is read from when no setting gives one, for help texts:
+    ``TOOLBENCH_BASE_URL, else OPENAI_BASE_URL, else https://api.openai.com/v1 (chat,
+    responses); ...``, one part per distinct pair of variables and default."""
+    groups: dict[tuple[tuple[str, ...], str], list[str]] = {}
+    for row in REGISTRY.values():
+        groups.setdefault((row.base_url_envs, row.base_url), []).append(row.name)
+    return "; ".join(f"{', else '.join((*envs, url))} ({', '.join(names)})"
+                     for (envs, url), names in groups.items())
+
+
 def case_label(name: str, model: str | None, api: str) -> str:
     """The name of a case's item for one model and API, and of its cassette: ``name``,
     ``name[model]``, ``name[model-api]`` or ``name[api]``. Chat, the default API, adds

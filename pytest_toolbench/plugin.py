@@ -8,7 +8,6 @@ collected, and ``collect`` then registers the hooks that concern case items.
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -69,15 +68,15 @@ def pytest_report_header(config: pytest.Config) -> str:
 
     settings = config.stash[SETTINGS_KEY]
     where = "cassettes" if not settings.mode.is_live else \
-        f"{_base_urls_text(settings, mask_urls)} (unless a case sets endpoint.base_url)"
+        f"{mask_urls(_base_urls_text(settings))} (unless a case sets endpoint.base_url)"
     return f"toolbench: mode={settings.mode.value}, answers from {where}"
 
 
-def _base_urls_text(settings: Settings, mask: Callable[[str], str]) -> str:
+def _base_urls_text(settings: Settings) -> str:
     """Where the session's APIs (the command line's, else the ini's, else chat) answer
     from: one URL, or each API's when they differ (Anthropic's and Gemini's defaults are
     their own)."""
-    urls = {api: mask(settings.base_url_for(None, api)) for api in settings.apis_for(None)}
+    urls = {api: settings.base_url_for(None, api) for api in settings.apis_for(None)}
     if len(set(urls.values())) == 1:
         return next(iter(urls.values()))
     return ", ".join(f"{url} ({api})" for api, url in urls.items())

@@ -16,13 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .apis import DEFAULT_API, REGISTRY, api_names, key_envs_text
+from .apis import DEFAULT_API, REGISTRY, api_names, base_urls_text, key_envs_text
 from .defaults import CASSETTE_FOLDER
 from .defaults import MATCH_TIMEOUT_S as DEFAULT_MATCH_TIMEOUT_S
 from .transport.breaker import DEFAULT_COOLDOWN_S, DEFAULT_THRESHOLD
 from .transport.limits import DEFAULT_MAX_REPLY_BYTES, DEFAULT_MAX_STREAM_EVENTS, ReplyLimits
 
-DEFAULT_BASE_URL = REGISTRY[DEFAULT_API].base_url
 DEFAULT_TIMEOUT_S = 60.0
 DEADLINE_PER_TIMEOUT = 10
 """Without ``--toolbench-deadline``, a reply may take 10 timeouts (600 s by default): far
@@ -120,9 +119,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("mode", "MODE", "where answers come from: replay, record, missing, live",
            Mode.REPLAY),
     Option("base_url", "URL", "base URL of the API (.../v1), whichever wire API it speaks",
-           shown=f"TOOLBENCH_BASE_URL from the environment, else (chat, responses)"
-           f" OPENAI_BASE_URL, else each API's service: {DEFAULT_BASE_URL},"
-           f" {REGISTRY['messages'].base_url}, {REGISTRY['gemini'].base_url}"),
+           shown=base_urls_text()),
     Option("api_key_env", "NAME", "the environment variable holding the API key",
            shown=key_envs_text()),
     Option("timeout", "S",
