@@ -48,11 +48,16 @@ def item_id(case: str, api: str) -> str:
 def run_live(pytester: pytest.Pytester, server: LocalServer, case_file: str
              ) -> tuple[pytest.RunResult, dict[str, dict[str, Any]]]:
     """Run ``case_file`` live over the three APIs; the result and each item's JSON record,
-    keyed ``case`` or ``case[api]``."""
+    keyed ``case`` or ``case[api]``.
+
+    One case at a time: requests the server takes at once are decoded in one batch, and a
+    batch of another size changes the floating-point sums enough that, even at temperature
+    0, the same prompt can come back with other words on one route (seen once: "call this
+    tool" against "call these tools"), and the conversations the tests compare differ."""
     pytester.makefile(".case.yaml", apis=case_file)
     report = pytester.path / "report.json"
     result = pytester.runpytest(
-        "-v", "-p", "no:cacheprovider", "--toolbench-mode=live",
+        "-v", "-p", "no:cacheprovider", "--toolbench-mode=live", "--toolbench-concurrency=1",
         f"--toolbench-base-url={server.base_url}", "--toolbench-api=" + ",".join(APIS),
         f"--toolbench-report={report}")
     records = json.loads(report.read_text(encoding="utf-8"))["cases"]
