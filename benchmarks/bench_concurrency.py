@@ -35,7 +35,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
+import httpx2
 from _common import (
     Timing,
     city_of,
@@ -147,8 +147,8 @@ def preflight(base_url: str, concurrency: int, delay: float) -> float:
     body = {"model": "m", "messages": [{"role": "user", "content": "in City0?"}]}
     url = f"{base_url}/chat/completions"
 
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    with httpx.Client(timeout=30, limits=limits) as client, \
+    limits = httpx2.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    with httpx2.Client(timeout=30, limits=limits) as client, \
             concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
         def one(_: int) -> int:
             return client.post(url, json=body).status_code

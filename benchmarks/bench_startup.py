@@ -18,7 +18,7 @@ from pathlib import Path
 from _common import clean_env, count_instructions, median, print_table, run_pytest
 
 TARGET_MS = 50.0
-HEAVY = ("pydantic", "rich", "httpx", "respx", "jsonschema", "transitions", "yaml")
+HEAVY = ("pydantic", "rich", "httpx2", "respx", "jsonschema", "transitions", "yaml")
 PLAIN_TESTS = "\n".join(f"def test_{n}():\n    assert {n} + 1 > {n}\n" for n in range(20))
 
 

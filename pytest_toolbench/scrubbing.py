@@ -29,9 +29,11 @@ MIN_SECRET_LENGTH = 8
 _CREDENTIAL_WORDS = ("auth", "key", "token", "secret", "cookie", "pass", "sig")
 _USERINFO = re.compile(r"(?<=://)[^/?#@\s]+@")
 _QUERY_PARAM = re.compile(r"(?<=[?&])([^=&#\s]+)=([^&#\s]*)")
-_HTTP_LOGGERS = ("httpx", "httpcore.connection", "httpcore.http11", "httpcore.http2",
-                 "httpcore.proxy", "httpcore.socks")
-"""httpx logs every request's URL (userinfo and query included); httpcore logs headers."""
+_HTTP_LOGGERS = tuple(
+    name for client, core in (("httpx2", "httpcore2"), ("httpx", "httpcore")) for name in (
+        client, *(f"{core}.{part}" for part in ("connection", "http11", "http2", "proxy", "socks"))))
+"""httpx2 logs every request's URL (userinfo and query included); httpcore2 logs headers. The
+legacy line's loggers (``httpx``, ``httpcore``) too: a user's own code may still use it."""
 
 
 def is_credential(name: str) -> bool:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 # transport, and keeps a table of httpcore's exception classes from then on: were httpcore
 # first imported inside a pytester run, the next import would make new classes the table
 # does not know, and a reset would reach a test as httpcore.ReadError, not httpx's.
-import httpcore  # noqa: F401
+import httpcore2  # noqa: F401
 import pytest
 from hypothesis_profiles import load_default_profile
 from support.chat_server import ChatServer, start_chat_server

@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from support.chat_server import (
     ChatServer,
@@ -26,15 +26,15 @@ from support.chat_server import (
 )
 
 # Every client gets a small timeout so a server bug fails the test instead of hanging it.
-TIMEOUT = httpx.Timeout(2.0)
+TIMEOUT = httpx2.Timeout(2.0)
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
 
-def client_for(server: ChatServer, **kwargs: Any) -> httpx.Client:
-    return httpx.Client(base_url=server.base_url, timeout=kwargs.pop("timeout", TIMEOUT), **kwargs)
+def client_for(server: ChatServer, **kwargs: Any) -> httpx2.Client:
+    return httpx2.Client(base_url=server.base_url, timeout=kwargs.pop("timeout", TIMEOUT), **kwargs)
 
 
-def post(server: ChatServer, **kwargs: Any) -> httpx.Response:
+def post(server: ChatServer, **kwargs: Any) -> httpx2.Response:
     with client_for(server, **kwargs) as client:
         return client.post("/chat/completions", json=BODY)
 
@@ -197,13 +197,13 @@ def test_completion_shape_with_tool_calls() -> None:
 
 def test_reset_before_headers(chat_server: ChatServer) -> None:
     chat_server.enqueue(reset_reply())
-    with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)):
+    with pytest.raises((httpx2.RemoteProtocolError, httpx2.ReadError)):
         post(chat_server)
 
 
 def test_reset_mid_body(chat_server: ChatServer) -> None:
     chat_server.enqueue(reset_reply(after_bytes=120))
-    with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)):
+    with pytest.raises((httpx2.RemoteProtocolError, httpx2.ReadError)):
         post(chat_server)
 
 
@@ -213,7 +213,7 @@ def test_reset_mid_stream_after_some_events(chat_server: ChatServer) -> None:
     chat_server.enqueue(reset_reply(after_bytes=head_and_first_event, of=stream))
     received: list[bytes] = []
     with (
-        pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)),
+        pytest.raises((httpx2.RemoteProtocolError, httpx2.ReadError)),
         client_for(chat_server) as client,
         client.stream("POST", "/chat/completions", json=BODY) as response,
     ):
@@ -224,8 +224,8 @@ def test_reset_mid_stream_after_some_events(chat_server: ChatServer) -> None:
 def test_stall_beyond_read_timeout_is_a_quick_read_timeout(chat_server: ChatServer) -> None:
     chat_server.enqueue(stall_reply(5.0))
     started = time.monotonic()
-    with pytest.raises(httpx.ReadTimeout):
-        post(chat_server, timeout=httpx.Timeout(2.0, read=0.2))
+    with pytest.raises(httpx2.ReadTimeout):
+        post(chat_server, timeout=httpx2.Timeout(2.0, read=0.2))
     assert time.monotonic() - started < 1.5
 
 
@@ -240,7 +240,7 @@ def test_huge_reply_is_valid_json_of_the_size(chat_server: ChatServer) -> None:
     size = 5 * 1024 * 1024
     chat_server.enqueue(huge_reply(size))
     with (
-        client_for(chat_server, timeout=httpx.Timeout(5.0)) as client,
+        client_for(chat_server, timeout=httpx2.Timeout(5.0)) as client,
         client.stream("POST", "/chat/completions", json=BODY) as response,
     ):
         pieces = list(response.iter_raw())
@@ -257,8 +257,8 @@ def test_close_with_a_stalled_connection_returns_quickly() -> None:
 
     def call() -> None:
         try:
-            post(server, timeout=httpx.Timeout(10.0))
-        except httpx.HTTPError as exc:
+            post(server, timeout=httpx2.Timeout(10.0))
+        except httpx2.HTTPError as exc:
             outcome.append(exc)
 
     caller = threading.Thread(target=call)
@@ -271,22 +271,22 @@ def test_close_with_a_stalled_connection_returns_quickly() -> None:
     assert time.monotonic() - started < 1.0
     caller.join(timeout=2.0)
     assert not caller.is_alive()
-    assert [type(e) for e in outcome] == [httpx.RemoteProtocolError]
+    assert [type(e) for e in outcome] == [httpx2.RemoteProtocolError]
 
 
 def test_close_is_idempotent_and_context_manager_closes() -> None:
     with ChatServer() as server:
         url = server.base_url
     server.close()
-    with pytest.raises(httpx.ConnectError):
-        httpx.post(f"{url}/chat/completions", json=BODY, timeout=TIMEOUT)
+    with pytest.raises(httpx2.ConnectError):
+        httpx2.post(f"{url}/chat/completions", json=BODY, timeout=TIMEOUT)
 
 
 def test_async_client_json_and_stream(chat_server: ChatServer) -> None:
     chat_server.enqueue(json_reply(completion("one")), sse_reply(["x", "y"], done=False))
 
     async def talk() -> tuple[Any, list[bytes]]:
-        async with httpx.AsyncClient(base_url=chat_server.base_url, timeout=TIMEOUT) as client:
+        async with httpx2.AsyncClient(base_url=chat_server.base_url, timeout=TIMEOUT) as client:
             first = await client.post("/chat/completions", json=BODY)
             async with client.stream("POST", "/chat/completions", json=BODY) as response:
                 pieces = [piece async for piece in response.aiter_raw()]
@@ -302,11 +302,11 @@ def test_async_client_read_timeout_on_stall(chat_server: ChatServer) -> None:
     chat_server.enqueue(stall_reply(5.0))
 
     async def talk() -> None:
-        timeout = httpx.Timeout(2.0, read=0.2)
-        async with httpx.AsyncClient(base_url=chat_server.base_url, timeout=timeout) as client:
+        timeout = httpx2.Timeout(2.0, read=0.2)
+        async with httpx2.AsyncClient(base_url=chat_server.base_url, timeout=timeout) as client:
             await client.post("/chat/completions", json=BODY)
 
-    with pytest.raises(httpx.ReadTimeout):
+    with pytest.raises(httpx2.ReadTimeout):
         asyncio.run(talk())
 
 
@@ -316,10 +316,10 @@ def test_serves_an_in_process_pytester_run(
     chat_server.set_default(json_reply(completion("from the outer server")))
     pytester.makepyfile(
         f"""
-        import httpx
+        import httpx2
 
         def test_inner():
-            r = httpx.post("{chat_server.base_url}/chat/completions", json={{}}, timeout=2)
+            r = httpx2.post("{chat_server.base_url}/chat/completions", json={{}}, timeout=2)
             assert r.json()["choices"][0]["message"]["content"] == "from the outer server"
         """
     )

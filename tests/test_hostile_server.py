@@ -17,7 +17,7 @@ import tracemalloc
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from support.chat_server import (
     ChatServer,
@@ -195,18 +195,18 @@ def test_the_deadline_is_kept_in_the_task_that_sends() -> None:
     started for each wait; the request goes below the base URL, its query after the path."""
     seen: list[asyncio.Task[Any] | None] = []
 
-    class Body(httpx.AsyncByteStream):
+    class Body(httpx2.AsyncByteStream):
         async def __aiter__(self) -> AsyncIterator[bytes]:
             seen.append(asyncio.current_task())
             yield json.dumps(completion("fine")).encode()
 
-    async def handle(request: httpx.Request) -> httpx.Response:
+    async def handle(request: httpx2.Request) -> httpx2.Response:
         seen.append(asyncio.current_task())
-        return httpx.Response(200, headers={"content-type": "application/json"}, stream=Body())
+        return httpx2.Response(200, headers={"content-type": "application/json"}, stream=Body())
 
-    async def ask() -> tuple[asyncio.Task[Any] | None, httpx.URL, str]:
+    async def ask() -> tuple[asyncio.Task[Any] | None, httpx2.URL, str]:
         client = ApiClient(ClientConfig("http://llm.invalid/v1?api-version=1", retries=0),
-                           transport=httpx.MockTransport(handle))
+                           transport=httpx2.MockTransport(handle))
         try:
             pending = await client.open({"messages": []}, wire=wire_api("chat"), stream=False)
             reply = await pending.read()

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 
 from pytest_toolbench.commands import local_server
@@ -309,7 +309,7 @@ def test_wait_ready_returns_once_models_answers(tmp_path: Path) -> None:
     with LocalServer.launch(command, "127.0.0.1", port) as server:
         server.wait_ready(timeout_s=30)
         assert server.base_url == f"http://127.0.0.1:{port}/v1"
-        with httpx.Client(trust_env=False) as client:
+        with httpx2.Client(trust_env=False) as client:
             assert client.get(f"{server.base_url}/models").json() == {"data": []}
 
     assert not server.running

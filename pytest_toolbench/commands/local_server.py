@@ -35,7 +35,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING
 
-import httpx
+import httpx2
 
 from .argtypes import positive_float, positive_int, tcp_port
 
@@ -267,7 +267,7 @@ class LocalServer:
         """Return once ``GET ready_url`` answers 200; raise LocalServerError otherwise."""
         deadline = time.monotonic() + timeout_s
         # Loopback only: proxies from the environment must not see these requests.
-        with httpx.Client(trust_env=False, timeout=2.0) as client:
+        with httpx2.Client(trust_env=False, timeout=2.0) as client:
             while time.monotonic() < deadline:
                 if not self.running:
                     raise self._failure(f"exited with code {self.process.returncode} "
@@ -277,10 +277,10 @@ class LocalServer:
                 time.sleep(POLL_INTERVAL_S)
         raise self._failure(f"did not answer GET {self.ready_url} within {timeout_s:g} s")
 
-    def _answers(self, client: httpx.Client) -> bool:
+    def _answers(self, client: httpx2.Client) -> bool:
         try:  # llama-server's /health says 503 while the model loads
             return client.get(self.ready_url).status_code == 200
-        except httpx.HTTPError:  # not listening yet, or busy loading the model
+        except httpx2.HTTPError:  # not listening yet, or busy loading the model
             return False
 
     def _failure(self, what: str) -> LocalServerError:

@@ -1,4 +1,4 @@
-"""The HTTP client of every wire API: one shared ``httpx.AsyncClient`` per endpoint.
+"""The HTTP client of every wire API: one shared ``httpx2.AsyncClient`` per endpoint.
 
 It sends the body a ``WireApi`` built to that API's path and has the same ``WireApi`` read
 the reply; it knows HTTP (retries, timeouts, limits, encodings), not what the bodies mean.
@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import httpx
+import httpx2
 
 from ..records import Interaction, Reply, StreamEvent
 from ..wire import WireApi
@@ -47,7 +47,7 @@ from .sse import DEFAULT_MAX_EVENT_CHARS, SSEDecoder, SSETooLarge
 
 BACKOFF_BASE_S = 0.5
 BACKOFF_CAP_S = 8.0
-POOL_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=32)
+POOL_LIMITS = httpx2.Limits(max_connections=100, max_keepalive_connections=32)
 
 InteractionSink = Callable[[Interaction], None]
 Sleep = Callable[[float], Awaitable[None]]
@@ -68,7 +68,7 @@ class ClientConfig:
 class PendingReply:
     """A response whose headers have arrived; ``read`` consumes the rest."""
 
-    response: httpx.Response
+    response: httpx2.Response
     body: dict[str, Any]
     wire: WireApi
     """The API whose reply this is: it reads the body or the stream."""
@@ -107,11 +107,11 @@ class PendingReply:
         streaming = self.stream and _is_event_stream(self.response)
         try:
             return await (self._read_stream() if streaming else self._read_body())
-        except httpx.TimeoutException:
+        except httpx2.TimeoutException:
             raise ReadTimedOut(
                 f"no more data within {self.config.timeout_s:g} s (timeout) while reading the"
                 f" body from {_where(self.response.request.url)}") from None
-        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.StreamError) as exc:
+        except (httpx2.RemoteProtocolError, httpx2.ReadError, httpx2.StreamError) as exc:
             raise ConnectionLost(f"while reading the body: {_detail(exc)}") from None
         except DecodingFailed as exc:
             raise ProtocolViolation(f"{exc}, from {_where(self.response.request.url)}") from None
@@ -206,7 +206,7 @@ class ApiClient:
         self,
         config: ClientConfig,
         *,
-        transport: httpx.AsyncBaseTransport | None = None,
+        transport: httpx2.AsyncBaseTransport | None = None,
         breaker: CircuitBreaker | None = None,
         sleep: Sleep = asyncio.sleep,
         jitter: bool = True,
@@ -219,13 +219,13 @@ class ApiClient:
         self.breaker = breaker or CircuitBreaker()
         self._sleep = sleep
         base_url, query = _split_base_url(config.base_url)
-        self._client = httpx.AsyncClient(
+        self._client = httpx2.AsyncClient(
             base_url=base_url,
             params=query,
             # Only the codings the client inflates in bounded pieces; a body in another is
             # read as it came. A case's own headers may still ask for others.
             headers={"Accept-Encoding": ACCEPT_ENCODING, **dict(config.headers)},
-            timeout=httpx.Timeout(config.timeout_s),
+            timeout=httpx2.Timeout(config.timeout_s),
             # The network's new connections a few ms apart (a short listen backlog drops
             # a burst); a replay's transport is its own.
             transport=transport or ramped_transport(POOL_LIMITS),
@@ -305,7 +305,7 @@ class ApiClient:
         return PendingReply(response, body, wire, path, stream, started, sink, self.config,
                             pacer=self.pacer)
 
-    async def _send_within_deadline(self, request: httpx.Request) -> httpx.Response:
+    async def _send_within_deadline(self, request: httpx2.Request) -> httpx2.Response:
         """Send; return once the headers are in. The timeout bounds each wait (connect,
         each read); the total deadline bounds them all, e.g. headers trickled a byte a time.
         """
@@ -314,18 +314,18 @@ class ApiClient:
             return await _within(self._client.send(request, stream=True), deadline_s)
         except asyncio.TimeoutError:
             raise _deadline_exceeded(deadline_s, request.url) from None
-        except httpx.ConnectTimeout:
+        except httpx2.ConnectTimeout:
             raise ConnectFailed(f"no connection within {timeout_s:g} s (timeout) to"
                                 f" {_where(request.url)}") from None
-        except httpx.ConnectError as exc:
+        except httpx2.ConnectError as exc:
             raise ConnectFailed(f"{_where(request.url)}: {_detail(exc)}") from None
-        except httpx.TimeoutException:
+        except httpx2.TimeoutException:
             raise ReadTimedOut(f"no response within {timeout_s:g} s (timeout) from"
                                f" {_where(request.url)}") from None
-        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+        except (httpx2.RemoteProtocolError, httpx2.ReadError, httpx2.WriteError) as exc:
             raise ConnectionLost(f"{_where(request.url)}: {_detail(exc)}") from None
 
-    async def _back_off(self, attempt: int, reason: str, response: httpx.Response | None,
+    async def _back_off(self, attempt: int, reason: str, response: httpx2.Response | None,
                         asked_s: float | None = None) -> str:
         """Sleep before the next attempt (as long as a ``Retry-After`` header, else the
         reply's body, asked); return the transcript line that says so."""
@@ -359,7 +359,7 @@ def request_content(body: dict[str, Any]) -> bytes:
 
 
 @functools.lru_cache(maxsize=64)
-def _split_base_url(base_url: str) -> tuple[httpx.URL, httpx.QueryParams]:
+def _split_base_url(base_url: str) -> tuple[httpx2.URL, httpx2.QueryParams]:
     """The base URL as a directory, and its query string apart.
 
     Azure-style URLs carry a query (``.../v1?api-version=X``); joined as they are, the
@@ -367,13 +367,13 @@ def _split_base_url(base_url: str) -> tuple[httpx.URL, httpx.QueryParams]:
     request instead: ``.../v1/chat/completions?api-version=X``. Parsed once per base URL
     (httpx's URLs and query parameters are immutable): every replayed case builds a client.
     """
-    url = httpx.URL(base_url)
+    url = httpx2.URL(base_url)
     directory = url.copy_with(path=url.path.rstrip("/") + "/", query=None, fragment=None)
     return directory, url.params
 
 
 @functools.lru_cache(maxsize=256)
-def _endpoint_url(base_url: str, path: str) -> httpx.URL:
+def _endpoint_url(base_url: str, path: str) -> httpx2.URL:
     """``path`` below the base URL's directory, joined as httpx joins a relative URL to a
     client's base URL (the client adds the base URL's query), once per base URL and path
     instead of once per request."""
@@ -400,7 +400,7 @@ else:  # pragma: no cover - asyncio.timeout is new in 3.11
         return await asyncio.wait_for(awaitable, max(seconds, 0.0))
 
 
-def _retry_after(response: httpx.Response) -> float | None:
+def _retry_after(response: httpx2.Response) -> float | None:
     """Seconds from a ``Retry-After`` header (delta seconds or an HTTP date)."""
     value = response.headers.get("retry-after")
     if not value:
@@ -415,7 +415,7 @@ def _retry_after(response: httpx.Response) -> float | None:
         return max(0.0, moment.timestamp() - time.time())
 
 
-def _is_event_stream(response: httpx.Response) -> bool:
+def _is_event_stream(response: httpx2.Response) -> bool:
     content_type = response.headers.get("content-type", "")
     return response.is_success and (
         content_type.startswith("text/event-stream") or not content_type
@@ -432,12 +432,12 @@ def _body_for_cassette(raw: bytes) -> Any:
         return text
 
 
-def _deadline_exceeded(deadline_s: float, url: httpx.URL) -> DeadlineExceeded:
+def _deadline_exceeded(deadline_s: float, url: httpx2.URL) -> DeadlineExceeded:
     return DeadlineExceeded(f"no complete reply within {deadline_s:g} s (total deadline,"
                             f" --toolbench-deadline) from {_where(url)}")
 
 
-def _where(url: httpx.URL) -> str:
+def _where(url: httpx2.URL) -> str:
     """The URL for messages: without its query, which some APIs use for a key."""
     return str(url.copy_with(query=None))
 

@@ -32,7 +32,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import cast
 
-import httpx
+import httpx2
 
 CONNECTION_RAMP_S = 0.002
 """The least time between two new connections to one endpoint. The listen queue of 5
@@ -95,22 +95,22 @@ class ConnectionRamp:
         self.connections = max(self.connections, self.in_flight)
 
 
-class RampedTransport(httpx.AsyncBaseTransport):
+class RampedTransport(httpx2.AsyncBaseTransport):
     """httpx's network transport with a ``ConnectionRamp`` in front: each request counted
     in when it goes out and out when its response is closed (the connection released)."""
 
-    def __init__(self, inner: httpx.AsyncBaseTransport, ramp: ConnectionRamp) -> None:
+    def __init__(self, inner: httpx2.AsyncBaseTransport, ramp: ConnectionRamp) -> None:
         self.inner = inner
         self.ramp = ramp
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         await self.ramp.enter()
         try:
             response = await self.inner.handle_async_request(request)
         except BaseException:
             self.ramp.leave()
             raise
-        response.stream = _Released(cast(httpx.AsyncByteStream, response.stream),
+        response.stream = _Released(cast(httpx2.AsyncByteStream, response.stream),
                                     self.ramp.leave)
         return response
 
@@ -118,10 +118,10 @@ class RampedTransport(httpx.AsyncBaseTransport):
         await self.inner.aclose()
 
 
-class _Released(httpx.AsyncByteStream):
+class _Released(httpx2.AsyncByteStream):
     """A response's body that calls ``release`` once, when it is closed."""
 
-    def __init__(self, stream: httpx.AsyncByteStream, release: Callable[[], None]) -> None:
+    def __init__(self, stream: httpx2.AsyncByteStream, release: Callable[[], None]) -> None:
         self._stream = stream
         self._release: Callable[[], None] | None = release
 
@@ -137,9 +137,9 @@ class _Released(httpx.AsyncByteStream):
                 release()
 
 
-def ramped_transport(limits: httpx.Limits, *, trust_env: bool = True) -> RampedTransport:
-    """The transport ``httpx.AsyncClient`` would build for ``limits``, ramped."""
+def ramped_transport(limits: httpx2.Limits, *, trust_env: bool = True) -> RampedTransport:
+    """The transport ``httpx2.AsyncClient`` would build for ``limits``, ramped."""
     expiry = limits.keepalive_expiry
-    return RampedTransport(httpx.AsyncHTTPTransport(limits=limits, trust_env=trust_env),
+    return RampedTransport(httpx2.AsyncHTTPTransport(limits=limits, trust_env=trust_env),
                            ConnectionRamp(keepalive_expiry_s=math.inf if expiry is None
                                           else expiry))

@@ -1,7 +1,7 @@
 """Replay: one case's requests answered from its cassette, never from the network.
 
 Each replayed case gets a ``Replayer`` over its own cassette and a client of its own whose
-transport is ``httpx.MockTransport(replayer.handle)``: below that, the client, the SSE
+transport is ``httpx2.MockTransport(replayer.handle)``: below that, the client, the SSE
 decoder and the executor run exactly as they do live. Nothing is shared between cases, so
 concurrent cases cannot answer each other's requests.
 """
@@ -14,7 +14,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
+import httpx2
 
 from ..records import Interaction, StreamEvent
 from ..scrubbing import Scrubber, mask_urls
@@ -38,10 +38,10 @@ class Replayer:
         self.refused = False
         """A request was refused (different, or one too many): the case already fails."""
 
-    def transport(self) -> httpx.MockTransport:
-        return httpx.MockTransport(self.handle)
+    def transport(self) -> httpx2.MockTransport:
+        return httpx2.MockTransport(self.handle)
 
-    async def handle(self, request: httpx.Request) -> httpx.Response:
+    async def handle(self, request: httpx2.Request) -> httpx2.Response:
         """The recorded answer to ``request``, re-sent as the server sent it."""
         recorded = self._next()
         self._check_route(recorded, request)
@@ -58,7 +58,7 @@ class Replayer:
                 f"{len(cassette.interactions)}; re-record with: {cassette.rerecord_hint}")
         return cassette.interactions[self.replayed]
 
-    def _check_route(self, recorded: Interaction, request: httpx.Request) -> None:
+    def _check_route(self, recorded: Interaction, request: httpx2.Request) -> None:
         """Refuse a request that goes elsewhere than the recorded one: another method, or a
         path (below the base URL) and query the recording does not end with; an API whose
         path holds the model or the streaming choice (Gemini's) is matched on them too."""
@@ -66,7 +66,7 @@ class Replayer:
         if request.method == recorded.method and request.url.path.endswith(path) \
                 and (not query or _has_query(request, query)):
             return
-        sent = httpx.QueryParams(request.url.query)
+        sent = httpx2.QueryParams(request.url.query)
         shown = request.url.copy_with(query=None).path + (
             f"?{query_without_credentials(sent)}" if sent else "")
         raise self._refuse(f"{self.cassette.shown} holds the {self.cassette.api} API's"
@@ -112,21 +112,21 @@ class Replayer:
         self.refused = True
         return ReplayError(message)
 
-    def _response(self, recorded: Interaction) -> httpx.Response:
+    def _response(self, recorded: Interaction) -> httpx2.Response:
         headers = {"content-type": recorded.content_type} if recorded.content_type else {}
         if recorded.events is not None:
-            return httpx.Response(recorded.status, headers=headers,
+            return httpx2.Response(recorded.status, headers=headers,
                                   stream=_EventStream(recorded.events, self.speed))
         if recorded.body_json is not None:
             content = recorded.body_json.encode()
         else:
             content = (recorded.body if isinstance(recorded.body, str)
                        else json.dumps(recorded.body)).encode()
-        return httpx.Response(recorded.status, headers=headers,
+        return httpx2.Response(recorded.status, headers=headers,
                               stream=_EventStream([], self.speed, content, recorded.elapsed_ms))
 
 
-class _EventStream(httpx.AsyncByteStream):
+class _EventStream(httpx2.AsyncByteStream):
     """Re-sends recorded SSE events one network chunk each with their timing, or, replayed
     instantly, all in one chunk: they are all there at once, as a fast server's are."""
 
@@ -154,11 +154,11 @@ class _EventStream(httpx.AsyncByteStream):
         return max(clock, offset_ms)
 
 
-def _has_query(request: httpx.Request, query: str) -> bool:
+def _has_query(request: httpx2.Request, query: str) -> bool:
     """Whether ``request`` sends every parameter of the recorded ``query`` as recorded (a
     recording without a query, as most are, needs neither parsed)."""
-    sent = httpx.QueryParams(request.url.query)
-    return all(sent.get(key) == value for key, value in httpx.QueryParams(query).items())
+    sent = httpx2.QueryParams(request.url.query)
+    return all(sent.get(key) == value for key, value in httpx2.QueryParams(query).items())
 
 
 def _sse_bytes(event: StreamEvent) -> bytes:
@@ -167,7 +167,7 @@ def _sse_bytes(event: StreamEvent) -> bytes:
     return ("\n".join(lines) + "\n\n").encode()
 
 
-def query_without_credentials(query: httpx.QueryParams) -> str:
+def query_without_credentials(query: httpx2.QueryParams) -> str:
     """A query string for messages, its credential values masked (``?key=`` is one way
     to send Gemini's key)."""
     return mask_urls(f"?{query}")[1:]

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO
 
-import httpx
+import httpx2
 import pytest
 
 from pytest_toolbench.commands.local_server import free_port
@@ -110,12 +110,12 @@ def test_serve_local_prints_the_url_serves_and_stops_on_sigterm(serve_local: Com
     url = serve_local.wait_for_url(READY_TIMEOUT_S)
 
     assert url == f"http://127.0.0.1:{serve_local.port}/v1"
-    with httpx.Client(trust_env=False, timeout=10) as client:
+    with httpx2.Client(trust_env=False, timeout=10) as client:
         assert client.get(f"{url}/models").status_code == 200
         serve_local.process.send_signal(signal.SIGTERM)
         assert serve_local.process.wait(timeout=30) == 0
         # The command stopped its server too: nothing answers on the port any more.
-        with pytest.raises(httpx.ConnectError):
+        with pytest.raises(httpx2.ConnectError):
             client.get(f"{url}/models")
     assert "stopping the local model server" in serve_local.output()
 
@@ -126,7 +126,7 @@ def test_serve_local_llama_server_answers_three_apis_and_stops_on_sigterm(
 
     assert url == f"http://127.0.0.1:{serve_llama_server.port}/v1"
     anthropic = {"x-api-key": "sk-test", "anthropic-version": "2023-06-01"}
-    with httpx.Client(trust_env=False, timeout=60) as client:
+    with httpx2.Client(trust_env=False, timeout=60) as client:
         assert client.get(f"{url.removesuffix('/v1')}/health").json() == {"status": "ok"}
         chat = client.post(f"{url}/chat/completions", json={
             "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 2})
@@ -141,7 +141,7 @@ def test_serve_local_llama_server_answers_three_apis_and_stops_on_sigterm(
         assert messages.json()["type"] == "message"
         serve_llama_server.process.send_signal(signal.SIGTERM)
         assert serve_llama_server.process.wait(timeout=30) == 0
-        with pytest.raises(httpx.ConnectError):
+        with pytest.raises(httpx2.ConnectError):
             client.get(f"{url}/models")
     output = serve_llama_server.output()
     assert "starting the local model server, llama-server" in output
