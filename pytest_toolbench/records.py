@@ -191,6 +191,21 @@ class Turn:
         return self.reply.latency_ms if self.reply is not None else self.elapsed_ms
 
 
+LOOP_STOPS = {"end_turn": "the stage ends", "tool_use": "the tools run, then it sends again",
+              "max_turns": "max_turns reached", "error": "no reply"}
+"""What the agent loop did after a turn (``Turn.stop_reason``), in words."""
+
+
+def stop_text(stop_reason: str | None, api_reason: str | None) -> str:
+    """A turn's end as transcripts show it: why the reply ended in its API's own words
+    (chat ``stop``, Messages ``end_turn``, Responses ``completed``, Gemini ``STOP``), then
+    what the loop did: ``tool_calls (the tools run, then it sends again)``."""
+    done = LOOP_STOPS.get(stop_reason or "", stop_reason or "")
+    if api_reason is None:
+        return done
+    return f"{api_reason} ({done})" if done else api_reason
+
+
 @dataclass
 class Failure:
     """An expectation that did not hold, or another reason a stage failed."""
@@ -233,10 +248,20 @@ class StageAttempt:
         return [turn.reply for turn in self.turns if turn.reply is not None]
 
 
+CASE_END = "end of case"
+"""The name the case-level ``expect`` is reported under, as if it were one more stage (no
+stage can have it: a stage name has no spaces)."""
+
+
 @dataclass
 class StageResult:
     name: str
     attempts: list[StageAttempt] = field(default_factory=list)
+
+    @property
+    def is_stage(self) -> bool:
+        """One of the case's stages, not the case-level checks' ``end of case``."""
+        return self.name != CASE_END
 
     @property
     def passed(self) -> bool:
@@ -260,6 +285,11 @@ class RunResult:
     def turns(self) -> list[Turn]:
         return [turn for stage in self.stages for attempt in stage.attempts
                 for turn in attempt.turns]
+
+    @property
+    def stages_run(self) -> int:
+        """How many of the case's stages ran (``end of case`` is not one)."""
+        return sum(stage.is_stage for stage in self.stages)
 
 
 @dataclass

@@ -143,10 +143,10 @@ stages:
         "*> request 1: 1 message, last user: Weather?",
         "*call get_weather({\"city\": \"Paris\"})",
         "*tool get_weather({\"city\": \"Paris\"}) -> {\"temp_c\": 21, \"sky\": \"sunny\"}*",
-        "*stop reason: tool_use",
+        "*stop reason: tool_calls (the tools run, then it sends again)",
         "*> request 2: 3 messages, last tool:*",
         "*text: Sunny.",
-        "*stop reason: end_turn",
+        "*stop reason: stop (the stage ends)",
         ("states: idle -> sending -> receiving -> running_tools -> sending -> receiving"
         " -> checking -> failed"),
     ])
@@ -234,7 +234,7 @@ stages:
     result.stdout.fnmatch_lines([
         ("*endless: stages[[]0[]].max_turns: max_turns (3) reached and the model still calls"
         " tools: get_weather"),
-        "*stop reason: max_turns",
+        "*stop reason: tool_calls (max_turns reached)",
     ])
 
 

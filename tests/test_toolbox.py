@@ -818,6 +818,9 @@ expect:
     assert end["name"] == "end of case" and not end["passed"]
     assert end["attempts"][0]["failures"][0]["key_path"] == ["expect", "trajectory",
                                                                "max_calls"]
+    # The case-level checks are reported as one more stage, but counted as none.
+    assert report["cases"][0]["stages"] == 1
+    result.stdout.re_match_lines([r"\s*reported\s+failed\s+1\s+2\s+2\s"])
     page = (pytester.path / "report.html").read_text()
     assert ('trajectory: #0 <b>deposit</b>({&quot;amount&quot;: 5}) → #1 <b>withdraw</b>'
             in page)

@@ -192,6 +192,22 @@ stages:
     run(pytester, "--toolbench-live").assert_outcomes(passed=1)
 
 
+def test_the_transcript_gives_the_stop_reason_in_the_apis_own_words(
+        pytester: pytest.Pytester, chat_server: ChatServer) -> None:
+    chat_server.enqueue(json_reply(anthropic_message("hello")))
+    write_case(pytester, """
+name: hello
+stages:
+  - name: ask
+    user: Say hi
+    expect: {text: bye}
+""", chat_server.base_url)
+    result = run(pytester, "--toolbench-live", "--toolbench-api=messages")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*< 200 finish_reason=stop (end_turn)*",
+                                 "*stop reason: end_turn (the stage ends)"])
+
+
 def test_strict_tools_and_allowed_tools_reach_the_request(pytester: pytest.Pytester,
                                                           chat_server: ChatServer) -> None:
     chat_server.enqueue(json_reply(completion(tool_calls=[("f", {})])))

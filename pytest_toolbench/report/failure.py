@@ -20,6 +20,7 @@ from ..records import (
     ToolCall,
     ToolRun,
     Turn,
+    stop_text,
 )
 
 MAX_TEXT = 300
@@ -242,8 +243,9 @@ def _turn_text(number: int, turn: Turn) -> list[str]:
     elif turn.reply is not None:
         lines.extend(_reply_text(turn.reply))
     lines.extend(_tool_run_text(run) for run in turn.tool_runs)
-    if turn.stop_reason:
-        lines.append(f"    stop reason: {turn.stop_reason}")
+    if turn.reply is not None and turn.stop_reason:
+        own = turn.reply.api_finish_reason or turn.reply.finish_reason
+        lines.append(f"    stop reason: {stop_text(turn.stop_reason, own)}")
     return lines
 
 

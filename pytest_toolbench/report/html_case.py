@@ -18,6 +18,7 @@ from typing import Any
 
 from ..apis import conversation_keys
 from ..keypaths import format_key_path
+from ..records import stop_text
 from .html_page import Data, count, json_lines, ms, plural, pretty
 from .html_page import escape as e
 from .html_plots import stream_timeline
@@ -134,12 +135,18 @@ def _turn(turn: TurnRecord, number: int) -> str:
     kind = "streamed request" if turn.streamed else "request"
     retries = "".join(f"<li>{e(line)}</li>" for line in turn.retries)
     head = (f'<div class="muted">{kind} {number}: {ms(turn.elapsed_ms)}, '
-            f'stop: {e(turn.stop_reason)}</div>'
+            f'stop: {e(_stop(turn))}</div>'
             + (f'<ul class="muted">{retries}</ul>' if retries else ""))
     sent = _sent(turn.request) if turn.request is not None else ""
     body = _reply(turn.reply) if turn.reply is not None else _error_box("no reply", turn.error)
     runs = "".join(_tool_run(run, "tool") for run in turn.tool_runs)
     return head + sent + body + runs
+
+
+def _stop(turn: TurnRecord) -> str:
+    reply = turn.reply
+    return stop_text(turn.stop_reason, None if reply is None
+                     else reply.api_finish_reason or reply.finish_reason)
 
 
 def _sent(request: Data) -> str:

@@ -239,7 +239,7 @@ class CaseRecord:
             line=result.line, outcome=outcome, passes=result.passes,
             runs_total=len(result.runs), min_pass_rate=result.min_pass_rate,
             error=result.error,
-            stages=max((len(run.stages) for run in result.runs), default=0),
+            stages=max((run.stages_run for run in result.runs), default=0),
             turns=result.turns, tool_calls=result.tool_calls,
             total_tokens=result.total_tokens, latency_ms=round_ms(result.latency_ms),
             ttft_ms=round_ms(result.ttft_ms), runs=[RunRecord.of(run) for run in result.runs],

@@ -19,6 +19,7 @@ from ..casefile.schema import AgentExpect, BfclTools, McpTools, Stage, Toolbox
 from ..keypaths import KeyPath
 from ..matchers.limits import DEFAULT_LIMIT_S as DEFAULT_MATCH_TIMEOUT_S
 from ..records import (
+    CASE_END,
     CaseResult,
     Failure,
     Interaction,
@@ -217,11 +218,6 @@ async def run_once(case_run: CaseRun, ctx: RunContext, number: int,
     if case.expect is not None and run.passed:
         run.stages.append(await check_case_end(case_run, ctx, run, toolset, case.expect))
     return run
-
-
-CASE_END = "end of case"
-"""The name the case-level ``expect`` is reported under, as if it were one more stage (no
-stage can have it: a stage name has no spaces)."""
 
 
 async def check_case_end(case_run: CaseRun, ctx: RunContext, run: RunResult,
