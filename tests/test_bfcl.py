@@ -528,9 +528,43 @@ def test_main_reports_bad_input_without_a_traceback(tmp_path: Path,
 def test_main_help_names_the_arguments(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--help"]) == 0
     text = capsys.readouterr().out
-    assert text.startswith("usage: toolbench import-bfcl [-h] [--chunk-size N] QUESTIONS "
-                           "ANSWERS OUT_DIR")
+    assert " ".join(text.split()).startswith(
+        "usage: toolbench import-bfcl [-h] [--chunk-size N] [--limit N] QUESTIONS ANSWERS "
+        "OUT_DIR")
     assert "'-' (or an empty file) for a category without one" in " ".join(text.split())
+
+
+def test_main_help_says_where_the_files_are_and_how_to_import_offline(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr("sys.path", [p for p in __import__("sys").path
+                                     if not (Path(p) / "bfcl_eval").is_dir()])
+    assert main(["--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "ship inside the bfcl-eval wheel, in its folder bfcl_eval/data/" in text
+    assert "bfcl-eval is not installed in this environment" in text
+    assert "pip download --no-deps bfcl-eval mpmath -d wheels/" in text
+    assert "pip install --no-deps wheels/*.whl" in text
+    package = tmp_path / "site" / "bfcl_eval"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("raise ImportError('the help must not import it')\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    assert main(["--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"installed here: {package / 'data'}." in text
+
+
+def test_limit_imports_the_first_records(tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    code = main([str(question_file("parallel")), str(answer_file("parallel")), str(tmp_path),
+                 "--limit", "3"])
+    assert code == 0
+    assert capsys.readouterr().out == f"wrote 3 cases in 1 file to {tmp_path} (parallel: 3)\n"
+    cases = load_case_file(tmp_path / "parallel_000-002.case.yaml")
+    first = read_jsonl(question_file("parallel"))[:3]
+    assert [case.case.name for case in cases] == [record["id"] for record in first]
+    assert main([str(question_file("parallel")), "-", str(tmp_path), "--limit", "0"]) == 2
+    assert "--limit" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------- end to end

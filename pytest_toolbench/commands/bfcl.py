@@ -37,6 +37,7 @@ several stages, run on BFCL's own classes: ``bfcl_multi.py``.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import re
 import sys
@@ -142,15 +143,16 @@ class ImportSummary:
 
 
 def import_bfcl(questions: Path, answers: Path | None, out_dir: Path,
-                chunk_size: int = CHUNK_SIZE) -> ImportSummary:
-    """Write the records of ``questions`` as case files under ``out_dir``.
+                chunk_size: int = CHUNK_SIZE, limit: int | None = None) -> ImportSummary:
+    """Write the records of ``questions`` (its first ``limit``, when given) as case files
+    under ``out_dir``.
 
     ``answers`` is the matching ``possible_answer`` file, or ``None`` (or an empty file) for
     a category whose right answer is no call at all (``irrelevance``). Files are named after
     the questions file's category and the positions of their cases:
     ``simple_python_000-099.case.yaml``.
     """
-    records = _read_json_lines(questions)
+    records = _read_json_lines(questions)[:limit]
     truths = _ground_truths(answers) if answers is not None else None
     summary = ImportSummary(out_dir)
     if answers is not None and truths is None:
@@ -589,7 +591,7 @@ def build_parser() -> argparse.ArgumentParser:
         "_miss_func, _miss_param, _long_context) gives cases of one stage a turn, run on\n"
         "BFCL's own backend classes and checked turn by turn as BFCL checks them; they\n"
         "need bfcl-eval installed: pip install --no-deps bfcl-eval mpmath.",
-        epilog="example:\n"
+        epilog=_where_the_files_are() + "\n\nexample:\n"
         "  toolbench import-bfcl BFCL_v4_simple_python.json \\\n"
         "      possible_answer/BFCL_v4_simple_python.json cases/bfcl\n"
         "  toolbench import-bfcl BFCL_v4_irrelevance.json - cases/bfcl\n"
@@ -617,7 +619,30 @@ def build_parser() -> argparse.ArgumentParser:
                         "files of the same name are replaced")
     parser.add_argument("--chunk-size", type=positive_int, default=CHUNK_SIZE, metavar="N",
                         help=f"cases per file (default {CHUNK_SIZE})")
+    parser.add_argument("--limit", type=positive_int, default=None, metavar="N",
+                        help="import only the first N records of QUESTIONS (a small suite to "
+                        "try first)")
     return parser
+
+
+def _where_the_files_are() -> str:
+    """Where BFCL's question and answer files are: inside the bfcl-eval wheel, found
+    without importing it (its package imports its inference stack)."""
+    spec = importlib.util.find_spec("bfcl_eval")
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    here = (f"installed here: {Path(folders[0]) / 'data'}" if folders
+            else "bfcl-eval is not installed in this environment")
+    return (
+        "where the files are:\n"
+        "  BFCL's question files (BFCL_v4_<category>.json) and their answers\n"
+        "  (possible_answer/BFCL_v4_<category>.json) ship inside the bfcl-eval wheel, in\n"
+        f"  its folder bfcl_eval/data/; {here}.\n"
+        "  Print the folder: python -c \"import importlib.util, pathlib;\n"
+        "    print(pathlib.Path(importlib.util.find_spec('bfcl_eval').origin).parent / 'data')\"\n"
+        "  Without internet: on a machine with it, pip download --no-deps bfcl-eval mpmath -d\n"
+        "  wheels/; copy wheels/ over, then pip install --no-deps wheels/*.whl (or unzip the\n"
+        "  bfcl_eval wheel: it is a zip, and its bfcl_eval/data/ holds the files). The import\n"
+        "  itself reads local files only.")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -628,7 +653,8 @@ def main(argv: list[str] | None = None) -> int:
         return exit_.code if isinstance(exit_.code, int) else 2
     answers = None if args.answers == "-" else Path(args.answers)
     try:
-        summary = import_bfcl(args.questions, answers, args.out_dir, args.chunk_size)
+        summary = import_bfcl(args.questions, answers, args.out_dir, args.chunk_size,
+                              args.limit)
     except BfclError as error:
         print(f"toolbench import-bfcl: error: {error}", file=sys.stderr)
         return error.exit_code
