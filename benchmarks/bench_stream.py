@@ -27,7 +27,7 @@ Compared, on the same bytes, each checked to rebuild exactly the calls that were
 - toolbench: ``SSEDecoder.feed`` + ``StreamAssembler.add`` / ``finish`` (the client's path);
 - openai, the official package: its SSE decoder (``openai._streaming.SSEDecoder``, the
   one ``openai.Stream`` reads with) + ``json.loads`` + the same join, the least overhead
-  its decoder can be used with; ``openai.Stream`` itself over an ``httpx`` response made
+  its decoder can be used with; ``openai.Stream`` itself over a response of the SDK's own HTTP library (httpx2 in openai 3.x) made
   from the chunks (each chunk becomes a ``ChatCompletionChunk``), arguments joined per index
   as user code does; and, with --openai-state, its own reassembler
   ``ChatCompletionStreamState`` (slower still: it updates a snapshot every chunk);

@@ -3,7 +3,7 @@
 The plugin imports this module when it meets the first case file. Collecting a file read
 back outlined from the cache (``casefile/outline.py``) needs little more than PyYAML's
 version; pydantic and the case schema come with the first case validated, and the runner
-with httpx and transitions with the first case run (``_runtime``). jsonschema comes with
+with httpx2 and transitions with the first case run (``_runtime``). jsonschema comes with
 the first ``$schema``, the regex package with the first ``$regex`` that ``re`` cannot be
 trusted with, rich with the first summary, the case records with the first one a summary
 or report reads.
@@ -380,3 +380,28 @@ def _display(config: pytest.Config, path: Path) -> Path:
         return path.relative_to(config.invocation_params.dir)
     except ValueError:
         return path
+
+
+def dry_run(session: pytest.Session) -> int:
+    """``--toolbench-dry-run``: each case item's first request and what it lacks, on the
+    terminal, in the order pytest would run them; nothing runs, nothing is sent. The number
+    of items that lack something."""
+    from .dryrun import plan_items, render, tally
+
+    config = session.config
+    cases = [item for item in session.items if isinstance(item, CaseItem)]
+    plans = plan_items(_runtime(config), [(item.case_run, item.invalid) for item in cases],
+                       indent=config.get_verbosity() > 0)
+    for item, plan in zip(cases, plans):
+        skip = item.get_closest_marker("skip")
+        if skip is not None:
+            plan.notes.append(f"skipped by its mark: {skip.kwargs.get('reason', '')}"
+                              if skip.kwargs.get("reason") else "skipped by its mark")
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    write = reporter.write_line if reporter is not None else print
+    if reporter is not None:
+        reporter.write_sep("=", "toolbench dry run: nothing is sent")
+    for plan in plans:
+        render(plan, write, quiet=config.get_verbosity() < 0)
+    write(tally(plans, len(session.items) - len(cases)))
+    return sum(not plan.ready for plan in plans)

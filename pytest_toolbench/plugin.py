@@ -35,6 +35,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="shorthand for --toolbench-mode=record: run live, rewrite cassettes")
     group.addoption("--toolbench-live", dest="toolbench_live", action="store_true",
                     help="shorthand for --toolbench-mode=live: run live, write nothing")
+    group.addoption("--toolbench-dry-run", dest="toolbench_dry_run", action="store_true",
+                    help="run nothing, send nothing: show each case item's first request"
+                         " (credentials masked) and what it lacks to run; exit 1 if any"
+                         " item lacks something")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -61,6 +65,20 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Remember the final order so live cases can start ahead: after every plugin chose
     (-k, -m, --lf, and pytest-split's shard, which also deselects as late as it can)."""
     session.config.stash[LOOKAHEAD_KEY] = Lookahead(session.config, session.items)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> bool | None:
+    """``--toolbench-dry-run``: in place of running the items, each case item's first
+    request and what it lacks; the items that lack something count as failed (exit 1)."""
+    config = session.config
+    if (not config.stash[SETTINGS_KEY].dry_run or config.option.collectonly
+            or (session.testsfailed and not config.option.continue_on_collection_errors)):
+        return None  # pytest's own loop: --collect-only, or the collection errors
+    from .items import dry_run
+
+    session.testsfailed += dry_run(session)
+    return True
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -54,7 +54,7 @@ def endpoint_secrets(api_key: str | None, headers: Iterable[tuple[str, str]],
 
 
 def _url_credentials(url: str) -> list[str]:
-    """Userinfo (and the Basic credentials httpx makes of it) and credential query values,
+    """Userinfo (and the Basic credentials httpx2 makes of it) and credential query values,
     as written in the URL and decoded."""
     parts = urlsplit(url)
     values: list[str] = []

@@ -18,7 +18,7 @@ import math
 import shlex
 import threading
 from collections.abc import Callable, Coroutine
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,8 +36,25 @@ from .transport.ratelimit import LimiterStats, RateLimiter
 from .transport.replay import Replayer
 
 if TYPE_CHECKING:
+    import httpx2
+
     from .mcp.provider import SessionServers
     from .run.runner import McpProvider
+
+
+@dataclass(frozen=True)
+class CaseSetup:
+    """What one run of a case starts from (``SessionRuntime.prepare``)."""
+
+    endpoint: ResolvedEndpoint
+    replaying: bool
+    """Its answers come from ``cassette``; nothing is sent, and no key."""
+    cassette: Cassette
+    """Loaded when replaying; else the empty one a recording fills."""
+    api_key: str | None
+    """The key the endpoint's variable holds now (a live run sends it)."""
+    scrubber: Scrubber
+    """Masks the endpoint's credentials (and the case's MCP servers') wherever they appear."""
 
 
 class SessionRuntime:
@@ -73,7 +90,7 @@ class SessionRuntime:
         self._mcp_servers: SessionServers | None = None
         """The ``scope: session`` MCP servers, on the live loop; made when first needed."""
         self._log_scrubber = LogScrubber()
-        self._log_scrubber.install()  # until the session ends: httpx logs each URL
+        self._log_scrubber.install()  # until the session ends: httpx2 logs each URL
 
     # -- running -------------------------------------------------------------------------
 
@@ -83,7 +100,7 @@ class SessionRuntime:
         Whether it was started now."""
         if case_run.nodeid in self._started or self.budget.exhausted:
             return False
-        self._start(case_run, self._replays(case_run))
+        self._start(case_run, self.replays(case_run))
         return True
 
     def running(self) -> int:
@@ -100,7 +117,7 @@ class SessionRuntime:
         server was slow to accept, a slow tool) then holds up one place of the
         concurrency, not every case behind it."""
         if case_run.nodeid not in self._started:
-            replaying = self._replays(case_run)
+            replaying = self.replays(case_run)
             if replaying:
                 return self._run_here(self._execute(case_run, replaying))
             self.budget.check()
@@ -118,7 +135,7 @@ class SessionRuntime:
     def _start(self, case_run: CaseRun, replaying: bool) -> None:
         self._started[case_run.nodeid] = self._submit(self._execute(case_run, replaying))
 
-    def _replays(self, case_run: CaseRun) -> bool:
+    def replays(self, case_run: CaseRun) -> bool:
         """Whether ``case_run``'s answers come from its cassette (or it fails for want of
         one): never a live request."""
         mode = self.settings.mode
@@ -187,23 +204,33 @@ class SessionRuntime:
 
     # -- one case ------------------------------------------------------------------------
 
-    async def _execute(self, case_run: CaseRun, replaying: bool) -> CaseResult:
-        """Run ``case_run`` from its cassette (``replaying``: ``_replays`` decided) or live."""
+    def prepare(self, case_run: CaseRun, replaying: bool) -> CaseSetup:
+        """What a run of ``case_run`` starts from (``replaying``: ``replays`` decided):
+        its endpoint, its cassette (loaded when it replays), its key and scrubber. Raises
+        ReplayError when the cassette cannot be replayed. The run and the dry run
+        (``dryrun.py``) both start here."""
         endpoint = self._endpoint(case_run)
         path, shown = self._cassettes.locate(case_run.loaded.file, case_run.label)
         # From where pytest was started, not the rootdir (which the node id is relative to).
         hint = _printable(self._record_command(case_run))
-        try:
-            cassette = (Cassette.load(path, hint, shown, case_run.api, self.kept_cassettes)
-                        if replaying
-                        else Cassette(path, rerecord_hint=hint, shown=shown, api=case_run.api))
-        except ReplayError as error:
-            return case_run.not_run(str(error))
+        cassette = (Cassette.load(path, hint, shown, case_run.api, self.kept_cassettes)
+                    if replaying
+                    else Cassette(path, rerecord_hint=hint, shown=shown, api=case_run.api))
         api_key = endpoint.api_key()
         scrubber = self._scrubber(endpoint, api_key)
-        uses_mcp = bool(case_run.loaded.case.mcp_tools)
-        if uses_mcp:
+        if case_run.loaded.case.mcp_tools:
             scrubber = self._with_mcp_secrets(case_run, scrubber)
+        return CaseSetup(endpoint, replaying, cassette, api_key, scrubber)
+
+    async def _execute(self, case_run: CaseRun, replaying: bool) -> CaseResult:
+        """Run ``case_run`` from its cassette (``replaying``: ``replays`` decided) or live."""
+        try:
+            setup = self.prepare(case_run, replaying)
+        except ReplayError as error:
+            return case_run.not_run(str(error))
+        endpoint, cassette, api_key, scrubber = (setup.endpoint, setup.cassette,
+                                                 setup.api_key, setup.scrubber)
+        uses_mcp = bool(case_run.loaded.case.mcp_tools)
         if replaying:
             return await self._replay(case_run, endpoint, Replayer(
                 cassette, scrubber, self.settings.replay_speed), scrubber, cassette)
@@ -329,13 +356,18 @@ class SessionRuntime:
         return total
 
     def _replay_client(self, endpoint: ResolvedEndpoint, replayer: Replayer) -> ApiClient:
-        """A client for one replayed case: cheap (no connection pool, no TLS context, no
-        proxies from the environment), and its breaker its own, since replay never reaches
-        the endpoint whose circuit live cases share. Instant replay has no deadline to
-        watch: every answer is there at once."""
+        return self.local_client(endpoint, replayer.transport())
+
+    def local_client(self, endpoint: ResolvedEndpoint, transport: httpx2.AsyncBaseTransport
+                     ) -> ApiClient:
+        """A client for one case whose requests ``transport`` answers without the network
+        (a replay, a dry run): cheap (no connection pool, no TLS context, no proxies from
+        the environment), and its breaker its own, since it never reaches the endpoint
+        whose circuit live cases share. Instant replay has no deadline to watch: every
+        answer is there at once."""
         return ApiClient(
             _replay_config(endpoint, instant=not self.settings.replay_speed),
-            transport=replayer.transport(),
+            transport=transport,
             breaker=self._new_breaker(),
             sleep=asyncio.sleep if self.settings.replay_speed else _no_sleep, jitter=False)
 

@@ -210,6 +210,8 @@ class Settings:
     """Live requests a minute, per endpoint; None: no limit of ours."""
     tpm: float | None = None
     """Live tokens a minute, per endpoint; None: no limit of ours."""
+    dry_run: bool = False
+    """``--toolbench-dry-run``: each case item's first request shown, nothing sent."""
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
@@ -267,6 +269,7 @@ class Settings:
             max_tokens_source=given("max_tokens")[1],
             rpm=_number(given("rpm"), float, 0, above=True),
             tpm=_number(given("tpm"), float, 0, above=True),
+            dry_run=_dry_run(config),
         )
 
     def apis_for(self, case_api: str | None) -> tuple[str, ...]:
@@ -314,6 +317,16 @@ def records_read(config: pytest.Config) -> bool:
     request)."""
     settings = config.stash[SETTINGS_KEY]
     return summary_shown(config) or settings.report is not None or settings.html is not None
+
+
+def _dry_run(config: pytest.Config) -> bool:
+    """``--toolbench-dry-run``, which runs in one process: pytest-xdist's controller
+    collects nothing, and its workers would each show their share."""
+    if not config.getoption("toolbench_dry_run"):
+        return False
+    if getattr(config.option, "numprocesses", None) or hasattr(config, "workerinput"):
+        raise pytest.UsageError("--toolbench-dry-run runs in one process: leave out -n")
+    return True
 
 
 def _apis(given: Given) -> tuple[str, ...]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 # Two imports here once, before any pytester run, because pytester drops the modules an
-# in-process run imported when it ends. httpx imports httpcore lazily, with its first
-# transport, and keeps a table of httpcore's exception classes from then on: were httpcore
+# in-process run imported when it ends. httpx2 imports httpcore2 lazily, with its first
+# transport, and keeps a table of httpcore2's exception classes from then on: were httpcore2
 # first imported inside a pytester run, the next import would make new classes the table
-# does not know, and a reset would reach a test as httpcore.ReadError, not httpx's.
+# does not know, and a reset would reach a test as httpcore2.ReadError, not httpx2's.
 import httpcore2  # noqa: F401
 import pytest
 from hypothesis_profiles import load_default_profile

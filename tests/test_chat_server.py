@@ -1,4 +1,4 @@
-"""The loopback chat server itself, driven by plain httpx (sync and async)."""
+"""The loopback chat server itself, driven by plain httpx2 (sync and async)."""
 
 from __future__ import annotations
 

@@ -170,7 +170,7 @@ class PendingReply:
     async def _decoded(self, what: str) -> AsyncIterator[bytes]:
         """The body as sent, ``Content-Encoding`` undone, counted against the size limit.
 
-        httpx would inflate each network read at once (64 KiB of gzip can be 64 MiB);
+        httpx2 would inflate each network read at once (64 KiB of gzip can be 64 MiB);
         reading raw and inflating in bounded pieces stops a compression bomb at the limit.
         """
         encoding = self.response.headers.get("content-encoding", "")
@@ -365,7 +365,7 @@ def _split_base_url(base_url: str) -> tuple[httpx2.URL, httpx2.QueryParams]:
     Azure-style URLs carry a query (``.../v1?api-version=X``); joined as they are, the
     request would go to ``.../v1?api-version=X/chat/completions``. The query goes on every
     request instead: ``.../v1/chat/completions?api-version=X``. Parsed once per base URL
-    (httpx's URLs and query parameters are immutable): every replayed case builds a client.
+    (httpx2's URLs and query parameters are immutable): every replayed case builds a client.
     """
     url = httpx2.URL(base_url)
     directory = url.copy_with(path=url.path.rstrip("/") + "/", query=None, fragment=None)
@@ -374,7 +374,7 @@ def _split_base_url(base_url: str) -> tuple[httpx2.URL, httpx2.QueryParams]:
 
 @functools.lru_cache(maxsize=256)
 def _endpoint_url(base_url: str, path: str) -> httpx2.URL:
-    """``path`` below the base URL's directory, joined as httpx joins a relative URL to a
+    """``path`` below the base URL's directory, joined as httpx2 joins a relative URL to a
     client's base URL (the client adds the base URL's query), once per base URL and path
     instead of once per request."""
     directory, _query = _split_base_url(base_url)
@@ -443,7 +443,7 @@ def _where(url: httpx2.URL) -> str:
 
 
 def _detail(exc: Exception) -> str:
-    """An httpx error's message; many are empty (a reset), so then its class name."""
+    """An httpx2 error's message; many are empty (a reset), so then its class name."""
     return str(exc) or type(exc).__name__
 
 

@@ -30,7 +30,7 @@ PIECE_BYTES = 64 * 1024
 """The most one decompression step may produce (a 64 KiB gzip chunk can inflate to 64 MiB)."""
 ACCEPT_ENCODING = "gzip, deflate"
 """Only what :class:`BoundedDecoder` undoes; other codings a server sends are passed on as
-they are, as httpx does with codings it does not know."""
+they are, as httpx2 does with codings it does not know."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ class _Inflater:
 
     def _first(self, data: bytes) -> bytes:
         # "deflate" is meant to be zlib-wrapped, but some servers send raw deflate: try
-        # the wrapper first and fall back, as browsers and httpx do.
+        # the wrapper first and fall back, as browsers and httpx2 do.
         self._started = True
         try:
             return self._zlib.decompress(data, PIECE_BYTES)

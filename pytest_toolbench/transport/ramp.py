@@ -13,15 +13,15 @@ is one with more requests in flight to the endpoint than have ever been in fligh
 (the pool has no idle connection for it), waits until ``CONNECTION_RAMP_S`` has passed
 since the previous new connection was started. A request that can reuse a kept-alive
 connection never waits, so the ramp costs a run (N - 1) x ``CONNECTION_RAMP_S`` once, at
-its start: 30 ms at 16 cases. ``ramped_transport`` puts it in front of httpx's transport
-through httpx's public transport API; only the live network has one, never a replay.
+its start: 30 ms at 16 cases. ``ramped_transport`` puts it in front of httpx2's transport
+through httpx2's public transport API; only the live network has one, never a replay.
 
-It counts requests, not connections: httpx does not say whether a request found an idle
+It counts requests, not connections: httpx2 does not say whether a request found an idle
 connection, and a wrapper around the transport cannot see the pool. The count is exact
 while the server keeps connections alive. Connections it closes (``Connection: close``,
 its own idle timeout) are opened anew unpaced, one at a time as requests come, which is
 not the burst the ramp is for; once the pool has stood idle for its keep-alive expiry,
-when httpx has closed every connection, the count starts again from none.
+when httpx2 has closed every connection, the count starts again from none.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class ConnectionRamp:
                  *, clock: Clock = time.monotonic, sleep: Sleep = asyncio.sleep) -> None:
         self.interval_s = interval_s
         self.keepalive_expiry_s = keepalive_expiry_s
-        """How long the pool keeps an idle connection (httpx's ``keepalive_expiry``)."""
+        """How long the pool keeps an idle connection (httpx2's ``keepalive_expiry``)."""
         self.in_flight = 0
         """Requests sent and not yet read to the end (or failed): connections in use."""
         self.connections = 0
@@ -73,7 +73,7 @@ class ConnectionRamp:
         if self.in_flight <= self.connections:
             if self.in_flight > 1 or self._clock() - self._idle_since < self.keepalive_expiry_s:
                 return
-            self.connections = 0  # idle past the expiry: httpx has closed every connection
+            self.connections = 0  # idle past the expiry: httpx2 has closed every connection
         try:
             await self._wait_turn()
         except BaseException:  # cancelled while waiting: it never went out
@@ -96,7 +96,7 @@ class ConnectionRamp:
 
 
 class RampedTransport(httpx2.AsyncBaseTransport):
-    """httpx's network transport with a ``ConnectionRamp`` in front: each request counted
+    """httpx2's network transport with a ``ConnectionRamp`` in front: each request counted
     in when it goes out and out when its response is closed (the connection released)."""
 
     def __init__(self, inner: httpx2.AsyncBaseTransport, ramp: ConnectionRamp) -> None:

@@ -7,7 +7,7 @@ control that ``http.server`` hides. It is for tests only and uses the standard l
 
     with start_chat_server() as server:
         server.enqueue(json_reply(completion("hi")), sse_reply(chunks_for("hello")))
-        httpx.post(f"{server.base_url}/chat/completions", json={...})
+        httpx2.post(f"{server.base_url}/chat/completions", json={...})
 
 Each ``POST`` to a wire API's route (``/v1/chat/completions``, ``/v1/responses``,
 ``/v1/messages``) takes its reply from the handler if one is set, else the next queued
