@@ -27,8 +27,8 @@ Compared, on the same bytes, each checked to rebuild exactly the calls that were
 - toolbench: ``SSEDecoder.feed`` + ``StreamAssembler.add`` / ``finish`` (the client's path);
 - openai, the official package: its SSE decoder (``openai._streaming.SSEDecoder``, the
   one ``openai.Stream`` reads with) + ``json.loads`` + the same join, the least overhead
-  its decoder can be used with; ``openai.Stream`` itself over a response of the SDK's own HTTP library (httpx2 in openai 3.x) made
-  from the chunks (each chunk becomes a ``ChatCompletionChunk``), arguments joined per index
+  its decoder can be used with; ``openai.Stream`` itself over a response of the SDK's own
+  HTTP library (httpx2 in openai 3.x) made from the chunks (each chunk becomes a ``ChatCompletionChunk``), arguments joined per index
   as user code does; and, with --openai-state, its own reassembler
   ``ChatCompletionStreamState`` (slower still: it updates a snapshot every chunk);
 - naive floor: split on blank lines, ``json.loads`` each payload, join arguments per index.
