@@ -65,7 +65,7 @@ class BfclSource:
     def tools(self) -> list[Tool]:
         return self._tools
 
-    def begin_run(self) -> None:
+    async def begin_run(self) -> None:
         """Fresh chains and the first turn's tools: a run starts the record over."""
         spec = self._spec
         self.model = Chain(spec.involved_classes, spec.initial_config, spec.long_context)

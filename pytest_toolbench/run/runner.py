@@ -40,7 +40,8 @@ from .interpolate import InterpolationError, capture, interpolate, resolve_expec
 from .machine import StageMachine, StageState
 from .toolbox import ToolboxSource
 from .tools import CaseTools, tool_message
-from .toolset import Toolset, ToolSource, ToolSourceFault, WorldState
+from .toolset import Restore, Toolset, ToolSource, ToolSourceFault, WorldState
+from .usercode import UserLoop
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,9 @@ class RunContext:
     """Masks the endpoint's credentials in every turn, tool run and exchange as it is made."""
     mcp: McpProvider | None = None
     """Opens the case's MCP servers' tools; ``None``: a case with MCP tools cannot run."""
+    user_loop: UserLoop = field(default_factory=UserLoop)
+    """Where the case's async user code runs (toolbox methods, ``python`` tools), every
+    stage of the case on the same loop; closed when the case ends (``run_case``)."""
 
 
 @dataclass
@@ -147,14 +151,17 @@ async def run_case(case_run: CaseRun, ctx: RunContext) -> CaseResult:
     """Run every run of the case with its tools, opened once for all of them and closed when
     the case ends (fresh MCP servers per case, unless a server is session-scoped)."""
     try:
-        toolset = await open_toolset(case_run, ctx)
-    except ToolSourceFault as fault:
-        return case_run.result([_setup_failed(case_run, fault)])
-    try:
-        runs = [await run_once(case_run, ctx, number, toolset)
-                for number in range(1, ctx.runs + 1)]
+        try:
+            toolset = await open_toolset(case_run, ctx)
+        except ToolSourceFault as fault:
+            return case_run.result([_setup_failed(case_run, fault)])
+        try:
+            runs = [await run_once(case_run, ctx, number, toolset)
+                    for number in range(1, ctx.runs + 1)]
+        finally:
+            await toolset.aclose()
     finally:
-        await toolset.aclose()
+        ctx.user_loop.close()
     return case_run.result(runs, error=ctx.verdict() if ctx.verdict is not None else None)
 
 
@@ -162,7 +169,7 @@ async def open_toolset(case_run: CaseRun, ctx: RunContext) -> Toolset:
     """The case's own tools, then each ``{mcp: NAME}``, ``{toolbox: ...}`` and ``{bfcl: ...}``
     entry's, in the order of ``tools``."""
     case = case_run.loaded.case
-    sources: list[ToolSource] = [CaseTools(case)]
+    sources: list[ToolSource] = [CaseTools(case, ctx.user_loop)]
     paths: list[KeyPath] = [("tools",)]
     try:
         for index, entry in enumerate(case.tools):
@@ -171,7 +178,7 @@ async def open_toolset(case_run: CaseRun, ctx: RunContext) -> Toolset:
                     raise ToolSourceFault("MCP servers cannot be used here", ("tools", index))
                 sources.append(await ctx.mcp.source(case_run, index, entry))
             elif isinstance(entry, Toolbox):
-                sources.append(ToolboxSource(entry, ("tools", index)))
+                sources.append(ToolboxSource(entry, ("tools", index), ctx.user_loop))
             elif isinstance(entry, BfclTools):
                 from .bfcl import BfclSource  # bfcl-eval: only for cases that use it
 
@@ -198,7 +205,7 @@ async def run_once(case_run: CaseRun, ctx: RunContext, number: int,
                    toolset: Toolset) -> RunResult:
     case = case_run.loaded.case
     try:
-        toolset.begin_run()  # fresh toolbox instances, BFCL's chains, for every run
+        await toolset.begin_run()  # fresh toolbox instances, BFCL's chains, for every run
     except ToolSourceFault as fault:
         return _setup_failed(case_run, fault, number)
     except Exception as error:  # noqa: BLE001 - a tool source's own code failed to start
@@ -247,18 +254,20 @@ async def run_stage(case_run: CaseRun, ctx: RunContext, conversation: Conversati
     attempts = stage.retry.attempts if stage.retry else 1
     before = conversation.snapshot()
     try:
-        world_before = _checkpoint(toolset, attempts > 1)
+        world_before = await _checkpoint(toolset, attempts > 1)
     except ToolSourceFault as fault:
-        failure = Failure(fault.message, fault.path,
-                          case_run.loaded.document.line_of(fault.path))
-        return StageResult(stage.name, [StageAttempt(stage.name, 1, failures=[failure])])
+        return StageResult(stage.name, [_broken_attempt(case_run, stage, 1, fault)])
     machine.begin_stage()
     toolset.begin_stage(stage)
     for number in range(1, attempts + 1):
         if number > 1:
             machine.fire("retry")
             _restore(conversation, before)
-            world_before()  # a retry starts from the toolboxes' state before the stage
+            try:
+                await world_before()  # a retry starts from the toolboxes' state before it
+            except ToolSourceFault as fault:  # the attempts so far are kept, as they ran
+                result.attempts.append(_broken_attempt(case_run, stage, number, fault))
+                break
         attempt = await StageRunner(case_run, ctx, conversation, index, stage, machine,
                                     toolset).run(number)
         result.attempts.append(attempt)
@@ -267,12 +276,20 @@ async def run_stage(case_run: CaseRun, ctx: RunContext, conversation: Conversati
     return result
 
 
-def _checkpoint(toolset: Toolset, needed: bool) -> Callable[[], None]:
+def _broken_attempt(case_run: CaseRun, stage: Stage, number: int,
+                    fault: ToolSourceFault) -> StageAttempt:
+    """An attempt that could not start: a tool source broke (a state that cannot be put
+    back), at the line of what declared it."""
+    failure = Failure(fault.message, fault.path, case_run.loaded.document.line_of(fault.path))
+    return StageAttempt(stage.name, number, failures=[failure])
+
+
+async def _checkpoint(toolset: Toolset, needed: bool) -> Restore:
     """What puts the toolboxes back as they are now; nothing to copy unless ``needed``."""
-    return toolset.checkpoint() if needed and toolset.stateful else _nothing
+    return await toolset.checkpoint() if needed and toolset.stateful else _nothing
 
 
-def _nothing() -> None:
+async def _nothing() -> None:
     """No state to put back."""
 
 
@@ -317,16 +334,16 @@ class StageRunner:
         start = self.conversation.snapshot()
         carried = self.conversation  # the first (streamed) variant carries the conversation on
         variants = [True, False] if self.stage.stream == "both" else [bool(self.stage.stream)]
-        world_start = _checkpoint(self.toolset, len(variants) > 1)
-        world_carried = _nothing
+        world_start = await _checkpoint(self.toolset, len(variants) > 1)
+        world_carried: Restore = _nothing
         outcomes: list[Outcome] = []
         try:
             for position, streamed in enumerate(variants):
                 if position:
                     self.machine.fire("other_variant")
                     self.conversation = start.snapshot()
-                    world_carried = self.toolset.checkpoint()
-                    world_start()  # the other variant's calls run on the state before
+                    world_carried = await self.toolset.checkpoint()
+                    await world_start()  # the other variant's calls run on the state before
                 outcome = await self._run_variant(attempt, streamed)
                 if outcome is None:
                     return
@@ -336,7 +353,7 @@ class StageRunner:
                 outcomes.append(outcome)
         finally:
             self.conversation = carried
-            world_carried()  # and the toolboxes, as the first variant left them
+            await world_carried()  # and the toolboxes, as the first variant left them
         self._compare(attempt, outcomes)
         self._check_sources(attempt)
         self._capture(attempt, outcomes[0])

@@ -2,9 +2,10 @@
 
 Every run of the case (each repeat) builds a fresh instance from ``init``. Calls run on it
 one at a time, in the order the model made them (a reply's calls would otherwise race on
-the instance's state), sync methods in a daemon thread and async ones on the loop, within
-the toolbox's ``timeout_s``, with the rules of ``python`` tools: whatever a method raises is
-an answer the model reads. Its state, for ``expect.state`` and the reports, is what its
+the instance's state), sync methods in a daemon thread and async ones on the case run's
+user loop, within the toolbox's ``timeout_s``, with the rules of ``python`` tools: whatever
+a method raises is an answer the model reads. Its constructor, ``state()`` and deep copies
+are the team's code too: every call into the instance goes through ``run/usercode.py``. Its state, for ``expect.state`` and the reports, is what its
 ``state()`` returns, or else its public attributes, as JSON.
 
 A toolbox is local Python: a replayed case runs it for real, as it runs ``python`` tools.
@@ -17,8 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -28,8 +30,9 @@ from ..casefile.schema import Tool, Toolbox
 from ..casefile.toolbox import STATE_METHOD, MethodTool
 from ..keypaths import KeyPath
 from ..records import ToolCall
-from .tools import call_user_code, describe
+from .tools import tool_failure
 from .toolset import ToolAnswer, ToolFailed, ToolSourceFault
+from .usercode import UserCodeFailed, UserLoop, call_user
 
 
 class ToolboxSource:
@@ -37,8 +40,10 @@ class ToolboxSource:
 
     server = None
 
-    def __init__(self, entry: Toolbox, path: KeyPath) -> None:
-        """``path``: the entry's key path in the case, for messages."""
+    def __init__(self, entry: Toolbox, path: KeyPath, loop: UserLoop | None = None) -> None:
+        """``path``: the entry's key path in the case, for messages; ``loop``: where its
+        async methods run (the case run's)."""
+        self._loop = loop
         self.entry = entry
         self.label = entry.label
         self.owner = f"toolbox {entry.label!r}"
@@ -48,53 +53,66 @@ class ToolboxSource:
         self._instance: Any = None
         self._lock = asyncio.Lock()
 
-    def begin_run(self) -> None:
+    async def begin_run(self) -> None:
         """A fresh instance for a new run of the case."""
         cls = self.entry.toolbox.cls
         try:
-            self._instance = cls(**self.entry.toolbox.init)
-        except Exception as exc:  # noqa: BLE001 - user code: its failure fails the case, named
-            raise ToolSourceFault(f"{self.owner}: {cls.__qualname__}(**init) raised"
-                                  f" {describe(exc)}", (*self._path, "toolbox")) from None
+            self._instance = await self._user(functools.partial(cls, **self.entry.toolbox.init),
+                                              f"{cls.__qualname__}.__init__")
+        except UserCodeFailed as failure:  # its failure fails the case, named
+            said = "" if failure.overran else "raised "
+            raise ToolSourceFault(f"{self.owner}: {cls.__qualname__}(**init) {said}"
+                                  f"{failure.message}", (*self._path, "toolbox")) from None
 
     async def call(self, call: ToolCall) -> ToolAnswer:
         try:
             method = self._methods[call.name]
             arguments = _arguments(method, call)
             async with self._lock:
-                result = await call_user_code(getattr(self._instance, call.name), arguments,
-                                              call.name, self.entry.timeout_s)
+                result = await self._user(
+                    functools.partial(getattr(self._instance, call.name), **arguments),
+                    call.name)
             return ToolAnswer(as_json_text(result))
         except ToolFailed as failure:
             return ToolAnswer.failed(str(failure))
+        except UserCodeFailed as failure:
+            return ToolAnswer.failed(tool_failure(failure, call.name, self.entry.timeout_s))
 
     async def snapshot(self) -> Any:
         """The instance's state as JSON data; ``ToolFailed`` says why there is none."""
-        if callable(getattr(self._instance, STATE_METHOD, None)):
-            found = await call_user_code(getattr(self._instance, STATE_METHOD), {},
-                                         f"{self.label}.{STATE_METHOD}", self.entry.timeout_s)
-            what = f"{STATE_METHOD}() of {self.owner}"
-        else:
-            found = {name: value for name, value in _attributes(self._instance).items()
-                     if not name.startswith("_")}
-            what = f"the attributes of {self.owner}"
         try:
-            return to_jsonable_python(found)
-        except (PydanticSerializationError, ValueError, TypeError, RecursionError) as exc:
-            raise ToolFailed(f"{what} are not JSON: {exc}") from None
+            if callable(getattr(self._instance, STATE_METHOD, None)):
+                found = await self._user(getattr(self._instance, STATE_METHOD), STATE_METHOD)
+                what = f"{STATE_METHOD}() of {self.owner}"
+            else:
+                found = await self._user(functools.partial(_attributes, self._instance),
+                                         "attributes")
+                what = f"the attributes of {self.owner}"
+            return await self._user(functools.partial(_jsonable, found, what), "state")
+        except UserCodeFailed as failure:
+            raise ToolFailed(failure.message) from None
 
-    def checkpoint(self) -> Callable[[], None]:
-        """Puts the instance back as it is now (a stage's retry, its other variant)."""
+    async def checkpoint(self) -> Callable[[], Awaitable[None]]:
+        """Puts the instance back as it is now (a stage's retry, its other variant);
+        ``ToolSourceFault`` when it cannot be copied, now or when put back."""
+        saved = await self._copy(self._instance)
+
+        async def restore() -> None:
+            self._instance = await self._copy(saved)
+        return restore
+
+    async def _copy(self, instance: Any) -> Any:
         try:
-            saved = copy.deepcopy(self._instance)
-        except Exception as exc:  # noqa: BLE001 - user code
+            return await self._user(functools.partial(copy.deepcopy, instance), "__deepcopy__")
+        except UserCodeFailed as failure:
             raise ToolSourceFault(
                 f"{self.owner} cannot be copied, and a retried stage (or stream: both) starts"
-                f" again from the state before it: {describe(exc)}", self._path) from None
+                f" again from the state before it: {failure.message}", self._path) from None
 
-        def restore() -> None:
-            self._instance = copy.deepcopy(saved)
-        return restore
+    async def _user(self, fn: Callable[[], Any], name: str) -> Any:
+        """``fn()``, the toolbox's own code, abandoned after the toolbox's ``timeout_s``."""
+        return await call_user(fn, timeout_s=self.entry.timeout_s, loop=self._loop,
+                               what=f"toolbox {self.label}.{name}")
 
     async def aclose(self) -> None:
         self._instance = None
@@ -120,11 +138,25 @@ def _arguments(method: MethodTool, call: ToolCall) -> dict[str, Any]:
 
 
 def _attributes(instance: Any) -> dict[str, Any]:
+    """The instance's public attributes."""
+    return {name: value for name, value in _all_attributes(instance).items()
+            if not name.startswith("_")}
+
+
+def _all_attributes(instance: Any) -> dict[str, Any]:
     try:
         return dict(vars(instance))
     except TypeError:  # __slots__
         slots = getattr(type(instance), "__slots__", ())
         return {name: getattr(instance, name) for name in slots if hasattr(instance, name)}
+
+
+def _jsonable(found: Any, what: str) -> Any:
+    """A state as JSON data (the user's serializers run here); ``ToolFailed`` if it is not."""
+    try:
+        return to_jsonable_python(found)
+    except (PydanticSerializationError, ValueError, TypeError, RecursionError) as exc:
+        raise ToolFailed(f"{what} are not JSON: {exc}") from None
 
 
 def as_json_text(result: Any) -> str:

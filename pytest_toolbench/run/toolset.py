@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
@@ -29,6 +29,10 @@ from ..records import ToolCall, ToolRun
 
 if TYPE_CHECKING:
     from ..casefile.schema import Stage, Tool
+
+
+Restore = Callable[[], Awaitable[None]]
+"""Puts a state back as it was when the function was made."""
 
 
 @dataclass(frozen=True)
@@ -78,7 +82,7 @@ class StagedSource(Protocol):
     """A source that follows the case's stages (BFCL's record: tools added at a turn, the
     turn checked against the ground truth)."""
 
-    def begin_run(self) -> None:
+    async def begin_run(self) -> None:
         """A run (of ``repeat``) starts: start from the source's initial state."""
 
     def begin_stage(self, stage: Stage) -> None:
@@ -96,14 +100,15 @@ class Stateful(Protocol):
     label: str
     """Its name in ``expect.state`` and the reports."""
 
-    def begin_run(self) -> None:
+    async def begin_run(self) -> None:
         """Start afresh for a run of the case; ``ToolSourceFault`` when it cannot."""
 
     async def snapshot(self) -> Any:
         """The state now, as JSON data; raise ``ToolFailed`` saying why there is none."""
 
-    def checkpoint(self) -> Callable[[], None]:
-        """A function that puts the state back as it is now."""
+    async def checkpoint(self) -> Restore:
+        """A function that puts the state back as it is now. Either may raise
+        ``ToolSourceFault`` (a state that cannot be copied)."""
 
 
 @dataclass
@@ -167,9 +172,9 @@ class Toolset:
         return ToolRun(call.id, call.name, call.arguments_raw, answer.content, answer.error,
                        duration, failed=answer.error is not None, server=source.server)
 
-    def begin_run(self) -> None:
+    async def begin_run(self) -> None:
         for source in self._restarted:
-            source.begin_run()
+            await source.begin_run()
 
     def begin_stage(self, stage: Stage) -> None:
         for source in self.staged:
@@ -187,13 +192,13 @@ class Toolset:
                 world.errors[source.label] = str(failure)
         return world
 
-    def checkpoint(self) -> Callable[[], None]:
+    async def checkpoint(self) -> Restore:
         """A function that puts every stateful source back as it is now."""
-        restores = [source.checkpoint() for source in self.stateful]
+        restores = [await source.checkpoint() for source in self.stateful]
 
-        def restore() -> None:
+        async def restore() -> None:
             for each in restores:
-                each()
+                await each()
         return restore
 
     async def aclose(self) -> None:
