@@ -68,6 +68,10 @@ REGISTRY: Final = {row.name: row for row in (
 
 API_NAMES: Final = tuple(REGISTRY)
 DEFAULT_API: Final = API_NAMES[0]
+AGENT: Final = "agent"
+"""What an agent case (``agent:``) speaks: whichever APIs its own code calls, each exchange
+read by the API its path names. Its items and cassettes are named as a chat case's (no
+API in the name); a cassette of one says ``api: agent``."""
 
 
 def api_row(name: str) -> ApiRow:
@@ -128,5 +132,6 @@ def case_label(name: str, model: str | None, api: str) -> str:
     ``name[model]``, ``name[model-api]`` or ``name[api]``. Chat, the default API, adds
     nothing, so ids and cassettes of chat cases stay as they were before a case could
     speak another API."""
-    params = [part for part in (model, None if api == DEFAULT_API else api) if part is not None]
+    shown = None if api in (DEFAULT_API, AGENT) else api
+    params = [part for part in (model, shown) if part is not None]
     return f"{name}[{'-'.join(params)}]" if params else name

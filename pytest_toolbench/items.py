@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .apis import case_label
+from .apis import AGENT, case_label
 from .budget import BudgetSpent, TokenBudget
 from .casefile.cache import CASSETTE_FOLDER, CASSETTE_MAGIC, PARSED_FOLDER, KeptParses, ParsedCache
 from .casefile.load import CaseFileErrors, LoadedCase, describe_errors, load_case_file
@@ -79,8 +79,11 @@ class CaseFile(pytest.File):
         try:
             for case in loaded:
                 outline = case.outline
-                apis = settings.apis_for(outline.api)
-                self._check_apis(case, apis, settings.models)
+                if outline.api == AGENT:  # its agent's requests say which APIs
+                    apis: tuple[str, ...] = (AGENT,)
+                else:
+                    apis = settings.apis_for(outline.api)
+                    self._check_apis(case, apis, settings.models)
                 for model in settings.models or outline.models:
                     items.extend(self._item(case, model, api) for api in apis)
         except CaseFileErrors as errors:  # an outlined case validated for other models

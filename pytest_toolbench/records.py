@@ -80,6 +80,10 @@ class Interaction:
     body_json: str | None = field(default=None, repr=False, compare=False)
     """A JSON ``body`` as its cassette spells it, when it was read from one: replay sends
     these characters instead of encoding ``body`` again."""
+    api: str | None = None
+    """The wire API of this exchange, in a cassette that mixes them (an agent case's):
+    ``chat``, ``messages``...; None: the cassette's own API, or (an agent's request to a
+    path that is no model API) none."""
 
 
 @dataclass

@@ -22,6 +22,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .agent_cases import AgentCases
+from .apis import AGENT
 from .budget import TokenBudget
 from .casefile.cache import KeptParses
 from .records import CaseResult
@@ -91,6 +93,8 @@ class SessionRuntime:
         """The ``scope: session`` MCP servers, on the live loop; made when first needed."""
         self._log_scrubber = LogScrubber()
         self._log_scrubber.install()  # until the session ends: httpx2 logs each URL
+        self._agents: AgentCases | None = None
+        """The agent cases' proxy, made with the first agent case."""
 
     # -- running -------------------------------------------------------------------------
 
@@ -98,8 +102,8 @@ class SessionRuntime:
         """Start ``case_run`` now unless it already runs or ran (used to run live cases
         ahead), or the token budget is spent: it is then skipped when its turn comes.
         Whether it was started now."""
-        if case_run.nodeid in self._started or self.budget.exhausted:
-            return False
+        if case_run.nodeid in self._started or self.budget.exhausted or _is_agent(case_run):
+            return False  # an agent case runs when its turn comes, alone (agent_cases.py)
         self._start(case_run, self.replays(case_run))
         return True
 
@@ -116,6 +120,8 @@ class SessionRuntime:
         to start the next ones in its place. A case that takes long (a connection the
         server was slow to accept, a slow tool) then holds up one place of the
         concurrency, not every case behind it."""
+        if _is_agent(case_run):
+            return self._run_agent_case(case_run)
         if case_run.nodeid not in self._started:
             replaying = self.replays(case_run)
             if replaying:
@@ -131,6 +137,17 @@ class SessionRuntime:
         result = future.result()  # on Ctrl-C, close() cancels it
         del self._started[case_run.nodeid]
         return result
+
+    def _run_agent_case(self, case_run: CaseRun) -> CaseResult:
+        """Run an agent case on pytest's own thread, once every case started ahead has
+        ended: while it runs, the environment points every SDK at the proxy."""
+        concurrent.futures.wait(list(self._started.values()))
+        if self._agents is None:
+            self._agents = AgentCases(self.settings, self.kept_cassettes)
+        path, shown = self._cassettes.locate(case_run.loaded.file, case_run.label)
+        return self._run_here(self._agents.execute(
+            case_run, path, shown, _printable(self._record_command(case_run)),
+            self.replays(case_run)))
 
     def _start(self, case_run: CaseRun, replaying: bool) -> None:
         self._started[case_run.nodeid] = self._submit(self._execute(case_run, replaying))
@@ -172,6 +189,8 @@ class SessionRuntime:
         """
         self._started.clear()
         self._log_scrubber.remove()
+        if self._agents is not None:
+            self._agents.close()
         if self._here is not None:
             self._here.run_until_complete(_cancel_other_tasks())  # what a Ctrl-C left
             self._here.run_until_complete(self._here.shutdown_asyncgens())
@@ -383,6 +402,10 @@ class SessionRuntime:
     def cassette_path(self, case_run: CaseRun) -> Path:
         """Where ``case_run``'s cassette is (``CassettePaths``)."""
         return self._cassettes.locate(case_run.loaded.file, case_run.label)[0]
+
+
+def _is_agent(case_run: CaseRun) -> bool:
+    return case_run.api == AGENT
 
 
 def _client_config(endpoint: ResolvedEndpoint) -> ClientConfig:

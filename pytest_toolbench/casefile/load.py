@@ -218,8 +218,9 @@ def _outline_of(case: Case) -> Outline:
     from .schema import BfclTools, Toolbox
 
     imports_code = any(isinstance(entry, (Toolbox, BfclTools)) for entry in case.tools) or any(
-        tool.python for tool in case.function_tools)
-    return Outline(case.name, tuple(case.models), case.endpoint.api, tuple(case.marks),
+        tool.python for tool in case.function_tools) or case.agent is not None or any(
+        stage.expect.python for stage in case.stages)
+    return Outline(case.name, tuple(case.models), case.api, tuple(case.marks),
                    keepable=not imports_code)
 
 

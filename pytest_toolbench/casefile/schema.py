@@ -33,7 +33,7 @@ from pydantic import (
 from pydantic.json_schema import GenerateJsonSchema
 from pydantic_core import core_schema
 
-from ..apis import API_NAMES
+from ..apis import AGENT, API_NAMES
 from ..keypaths import KeyedError, KeyPath
 from ..matchers import Matcher, compile_matcher, compile_tool_calls, compile_trajectory
 from .strict import strict_schema_gaps
@@ -445,6 +445,53 @@ def resolve_callable(path: str) -> Any:
     return target
 
 
+class Agent(StrictModel):
+    """``agent:``: the team's own agent code, driven stage by stage in place of the plugin's
+    loop; its requests go through the plugin's proxy (docs/agents.md)."""
+
+    python: str
+    """``module:callable``: the factory, called once per run of the case with ``init`` as
+    keyword arguments (and ``model=``, ``toolbench=`` when it takes them); it returns the
+    agent, a callable from the stage's user text to the reply text, plain or async."""
+    init: dict[str, JsonValue] = Field(default_factory=dict)
+    """Keyword arguments of the factory."""
+
+    @field_validator("python")
+    @classmethod
+    def _importable(cls, value: str) -> str:
+        try:
+            resolve_callable(value)
+        except ValueError as exc:
+            raise ValueError(str(exc).replace("'module:function'", "'module:callable'")
+                             ) from None
+        return value
+
+    @model_validator(mode="after")
+    def _callable_with_init(self) -> Agent:
+        factory = resolve_callable(self.python)
+        try:
+            parameters = inspect.signature(factory).parameters
+        except (TypeError, ValueError):
+            return self  # no signature to read: calling it tells
+        given = {name: None for name in self.init}
+        given.update({name: None for name in AGENT_PARAMETERS if name in parameters})
+        try:
+            inspect.signature(factory).bind(**given)
+        except TypeError as exc:
+            raise KeyedError(f"init does not fit {self.python}: {exc}", ("init",)) from None
+        return self
+
+
+AGENT_PARAMETERS = ("model", "toolbench")
+"""What the plugin passes an agent factory that takes a parameter of that name."""
+
+LOOP_ONLY_KEYS = ("tools", "system", "params", "mcp_servers")
+"""A case's keys that only the plugin's own loop uses: an agent builds its own requests."""
+LOOP_ONLY_STAGE_KEYS = ("messages", "params", "tool_choice", "run_tools", "stream",
+                        "max_turns")
+"""The same, of a stage."""
+
+
 class ToolChoiceFunction(StrictModel):
     """``tool_choice: {name: X}``: the model must call tool X."""
 
@@ -557,9 +604,22 @@ class Expect(AgentExpect):
     tool_calls: ToolCallsField = None
     usage: MatcherField = None
     latency_ms: MatcherField = None
+    requests: MatcherField = None
+    """Matcher on the number of model requests the stage sent (an agent case: every request
+    its agent sent to a model API), e.g. ``2`` or ``{$lte: 3}``."""
+    python: str | None = None
+    """``module:function`` called with the stage's outcome (``text``, ``tool_calls``...)
+    and the agent (None without one); an AssertionError fails the stage with its message."""
     stream: StreamExpect | None = None
     bfcl: BfclExpect | None = None
     """BFCL's multi-turn check of the stage as one turn: state, results, calls made."""
+
+    @field_validator("python")
+    @classmethod
+    def _importable(cls, value: str | None) -> str | None:
+        if value is not None:
+            resolve_callable(value)
+        return value
 
 
 class Stage(StrictModel):
@@ -602,6 +662,38 @@ class Case(StrictModel):
     expect: AgentExpect | None = None
     """Checked when the last stage has passed: the state, probes, and every call of the
     case (all its stages) as the trajectory."""
+    agent: Agent | None = None
+    """The team's own agent under test, in place of the plugin's loop (docs/agents.md)."""
+
+    @model_validator(mode="after")
+    def _agent_case(self) -> Case:
+        """An agent builds its own requests: the loop's keys have no say in them."""
+        if self.agent is None:
+            return self
+        said = "is for the plugin's own loop, and an agent case's agent builds its own requests"
+        for key in LOOP_ONLY_KEYS:
+            if key in self.model_fields_set:
+                raise KeyedError(f"{key} {said}", (key,))
+        if self.endpoint.api is not None:
+            raise KeyedError("api: an agent's requests name their own wire API (their"
+                             " paths say which)", ("endpoint", "api"))
+        for index, stage in enumerate(self.stages):
+            for key in LOOP_ONLY_STAGE_KEYS:
+                if key in stage.model_fields_set:
+                    raise KeyedError(f"{key} {said}", ("stages", index, key))
+            if stage.user is None:
+                raise KeyedError("an agent case's stage needs `user`: the text its agent is"
+                                 " called with", ("stages", index))
+        for path, expect in self._agent_expects():
+            if expect.probe:
+                raise KeyedError("probe calls the case's tools, and an agent case has"
+                                 " none of its own", (*path, "probe"))
+        return self
+
+    @property
+    def api(self) -> str | None:
+        """What the case speaks: ``agent`` for an agent case, else its ``endpoint.api``."""
+        return AGENT if self.agent is not None else self.endpoint.api
 
     @field_validator("marks")
     @classmethod
@@ -694,7 +786,7 @@ class Case(StrictModel):
         names = {tool.name for tool in self.offered_tools}
         boxes = [box.label for box in self.toolboxes]
         for path, expect in self._agent_expects():
-            if "state" in expect.model_fields_set and not boxes:
+            if "state" in expect.model_fields_set and not boxes and self.agent is None:
                 raise KeyedError("expect.state reads the state of the case's toolboxes, and"
                                  " it has none (tools: [{toolbox: {python: module:Class}}])",
                                  (*path, "state"))

@@ -35,14 +35,61 @@ class Outcome:
     """The toolboxes' state once the agent loop was done."""
     probes: list[ToolRun] = field(default_factory=list)
     """The runs of ``expect.probe``'s calls, in order."""
+    answer: str | None = None
+    """An agent case's stage: the text its agent returned. Then ``text`` is this answer,
+    ``usage`` the sum of every reply's, and ``expect.stream`` reads the last streamed
+    reply; None: the plugin's own loop, whose last reply says all of them."""
 
     @property
     def reply(self) -> Reply:
-        return self.replies[-1]
+        """The last reply (an agent that sent no request: an empty one)."""
+        return self.replies[-1] if self.replies else _NO_REPLY
+
+    @property
+    def text(self) -> str:
+        return self.reply.text if self.answer is None else self.answer
+
+    @property
+    def usage(self) -> dict[str, Any] | None:
+        if self.answer is None:
+            return self.reply.usage
+        usages = [reply.usage for reply in self.replies if reply.usage is not None]
+        return summed(usages) if usages else None
+
+    @property
+    def streamed(self) -> Reply | None:
+        """The reply ``expect.stream`` reads: the last one, or an agent's last streamed."""
+        if self.answer is None:
+            return self.reply if self.reply.stream is not None else None
+        return next((reply for reply in reversed(self.replies) if reply.stream is not None),
+                    None)
 
     @property
     def latency_ms(self) -> float:
         return sum(reply.latency_ms for reply in self.replies)
+
+
+_NO_REPLY = Reply()
+
+
+def summed(usages: list[dict[str, Any]]) -> dict[str, Any]:
+    """Usage objects added up key by key (nested ones too); a count in one of them only
+    is kept as it is."""
+    total: dict[str, Any] = {}
+    for usage in usages:
+        for key, value in usage.items():
+            before = total.get(key)
+            if isinstance(value, dict) and isinstance(before, dict):
+                total[key] = summed([before, value])
+            elif _count(value) and _count(before):
+                total[key] = before + value
+            elif key not in total:
+                total[key] = value
+    return total
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 @dataclass
@@ -154,11 +201,12 @@ def _check(expect: Expect, outcome: Outcome, base: KeyPath, line_of: LineOf,
                              line_of, progress)
     stream = expect.stream or _STREAM_DEFAULTS  # ``done`` is true unless a case says not
     progress.path = (*base, "stream")
-    if outcome.reply.stream is not None:
-        failures.extend(_check_stream(stream, outcome.reply, (*base, "stream"), line_of))
+    streamed = outcome.streamed
+    if streamed is not None:
+        failures.extend(_check_stream(stream, streamed, (*base, "stream"), line_of))
     for reply in outcome.replies:
         failures.extend(_protocol_failures(reply, base, line_of))
-        if (reply is not outcome.reply and stream.done and reply.stream is not None
+        if (reply is not streamed and stream.done and reply.stream is not None
                 and not reply.stream.done):
             failures.append(_plain(f"an earlier stream of the stage ended without"
                                    f" {reply.stream.end}", (*base, "stream", "done"), line_of))
@@ -177,11 +225,12 @@ def _actuals(expect: Expect, outcome: Outcome) -> list[tuple[str, Any]]:
         "error": reply.error if reply.error is not None else MISSING,
         "finish_reason": reply.finish_reason,
         "api_finish_reason": reply.api_finish_reason,
-        "text": reply.text,
+        "text": outcome.text,
         "reasoning": reply.reasoning if reply.reasoning is not None else MISSING,
         "tool_calls": outcome.tool_calls,
-        "usage": reply.usage if reply.usage is not None else MISSING,
+        "usage": outcome.usage if outcome.usage is not None else MISSING,
         "latency_ms": outcome.latency_ms,
+        "requests": len(outcome.replies),
     }
     return [(key, values[key]) for key in values if key in given]
 

@@ -143,11 +143,13 @@ def _plain(interaction: Interaction) -> dict[str, Any]:
         response["text"] = interaction.body
     else:
         response["json"] = _json_text(interaction.body)
-    return {
-        "request": {"method": interaction.method, "path": interaction.path,
-                    "json": _json_text(interaction.request)},
-        "response": response,
-    }
+    plain: dict[str, Any] = {}
+    if interaction.api is not None:  # only then: other cassettes stay as they always were
+        plain["api"] = interaction.api
+    plain["request"] = {"method": interaction.method, "path": interaction.path,
+                        "json": _json_text(interaction.request)}
+    plain["response"] = response
+    return plain
 
 
 def _plain_mcp(exchange: McpExchange) -> dict[str, Any]:

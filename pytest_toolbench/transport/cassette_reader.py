@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from ..apis import API_NAMES
+from ..apis import AGENT, API_NAMES
 from ..casefile.loader import load_yaml, syntax_error
 from ..records import Interaction, McpExchange, StreamEvent
 from ..wire import WireApi, wire_api
@@ -51,11 +51,11 @@ def read_cassette_data(data: Any, version: int
     if found != version:
         raise CassetteUnreadable(f"format {found}, this version reads {version}")
     api = document.get("api", str, "chat")
-    if api not in API_NAMES:
-        raise CassetteUnreadable(f"api: {api!r} is not one of {', '.join(API_NAMES)}")
+    if api not in (*API_NAMES, AGENT):
+        raise CassetteUnreadable(f"api: {api!r} is not one of {', '.join(API_NAMES)}, {AGENT}")
     items = document.get("interactions", list)
     exchanges = document.get("mcp", list, [])
-    wire = wire_api(api)
+    wire = wire_api(api if api != AGENT else "chat")
     return api, [_interaction(item, f"interactions[{index}]", wire)
                  for index, item in enumerate(items)], [
         _mcp_exchange(item, f"mcp[{index}]") for index, item in enumerate(exchanges)]
@@ -85,6 +85,10 @@ def _interaction(item: Any, where: str, wire: WireApi) -> Interaction:
     body = response.json("json") if body_json is not None else response.get("text", str, None)
     events = response.get("events", list, None)
     body_sent = request.json("json", dict)
+    api = fields.get("api", str, None)
+    if api is not None and api not in API_NAMES:
+        raise CassetteUnreadable(f"{fields.at('api')}: {api!r} is not one of"
+                                 f" {', '.join(API_NAMES)}")
     return Interaction(
         request=body_sent,
         status=status,
@@ -97,6 +101,7 @@ def _interaction(item: Any, where: str, wire: WireApi) -> Interaction:
         path=request.get("path", str, None) or _default_path(wire, body_sent, events),
         method=request.get("method", str, "POST"),
         body_json=body_json,
+        api=api,
     )
 
 

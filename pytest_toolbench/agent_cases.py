@@ -1,0 +1,129 @@
+"""The session's agent cases: the proxy, the environment, one case at a time.
+
+An agent case's own code finds the model APIs through the environment, which is the
+whole process's: so agent cases run one at a time, on pytest's own thread, never started
+ahead, and the environment points at the proxy only while one runs. The proxy itself
+(``transport/proxy.py``) is started with the first agent case and kept to the session's
+end, so its URLs stay valid for clients an agent module built at import time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from .apis import AGENT, API_NAMES, REGISTRY
+from .casefile.cache import KeptParses
+from .records import CaseResult
+from .run.agent import AgentContext, run_agent_case
+from .run.runner import CaseRun
+from .scrubbing import Scrubber, endpoint_secrets
+from .settings import Mode, Settings
+from .transport.agent_tap import PLACEHOLDER_KEY, LiveTap, ReplayTap, Tap, Upstream
+from .transport.cassette import Cassette
+from .transport.errors import ReplayError
+from .transport.proxy import ProxyServer
+
+TRACING_OFF = {"OPENAI_AGENTS_DISABLE_TRACING": "1"}
+"""openai-agents posts traces to a fixed host of OpenAI's, which no base URL moves."""
+
+
+class AgentCases:
+    """Runs the session's agent cases through its one proxy."""
+
+    def __init__(self, settings: Settings, kept: KeptParses | None = None) -> None:
+        self.settings = settings
+        self.kept = kept
+        self._proxy: ProxyServer | None = None
+
+    @property
+    def proxy(self) -> ProxyServer:
+        """The session's proxy, started when first asked for."""
+        if self._proxy is None:
+            self._proxy = ProxyServer()
+            self._proxy.start()
+        return self._proxy
+
+    def close(self) -> None:
+        if self._proxy is not None:
+            self._proxy.close()
+            self._proxy = None
+
+    async def execute(self, case_run: CaseRun, path: Path, shown: str, hint: str,
+                      replaying: bool) -> CaseResult:
+        """Run ``case_run``: from its cassette at ``path`` (``replaying``), else live,
+        recorded unless the mode is live."""
+        case = case_run.loaded.case
+        # Resolved before the environment points at the proxy: OPENAI_BASE_URL is one of
+        # the places an endpoint's base URL comes from.
+        upstreams = {api: self._upstream(case_run, api) for api in API_NAMES}
+        endpoint = self.settings.endpoint_for(case.endpoint)
+        scrubber = Scrubber(secret for upstream in upstreams.values() for secret in
+                            endpoint_secrets(upstream.api_key, upstream.headers,
+                                             upstream.base_url))
+        try:
+            cassette = (Cassette.load(path, hint, shown, AGENT, self.kept) if replaying
+                        else Cassette(path, rerecord_hint=hint, shown=shown, api=AGENT))
+        except ReplayError as error:
+            return case_run.not_run(str(error))
+        recording = not replaying and self.settings.mode in (Mode.RECORD, Mode.MISSING)
+        tap: Tap = (ReplayTap(cassette, scrubber, self.settings.replay_speed) if replaying
+                    else LiveTap(cassette, scrubber, upstreams, recording))
+        proxy = self.proxy
+        proxy.attach(tap)
+        try:
+            with _environment({**proxy.environment(), **TRACING_OFF}, _placeholder_keys()):
+                result = await run_agent_case(case_run, AgentContext(
+                    tap, proxy.base_url, lambda: self._abandon(tap),
+                    lambda: proxy.drop(tap.connections),
+                    stage_timeout_s=endpoint.limits.deadline_s,
+                    runs=self.settings.repeat or (case.repeat.runs if case.repeat else 1),
+                    match_timeout_s=self.settings.match_timeout_s, scrubber=scrubber,
+                    verdict=tap.unused if isinstance(tap, ReplayTap) else None))
+        finally:
+            proxy.attach(None)
+            tap.close()
+            if isinstance(tap, LiveTap):
+                await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(tap.aclose(),
+                                                                           proxy.loop))
+        if recording and not any(exchange.error for exchange in tap.exchanges):
+            cassette.save()  # an endpoint that failed keeps the old cassette
+        return result
+
+    def _upstream(self, case_run: CaseRun, api: str) -> Upstream:
+        case = case_run.loaded.case
+        endpoint = self.settings.endpoint_for(case.endpoint, api)
+        row = REGISTRY[api]
+        return Upstream(endpoint.base_url, endpoint.api_key(), row.key_header, row.key_scheme,
+                        endpoint.headers, endpoint.timeout_s)
+
+    def _abandon(self, tap: Tap) -> None:
+        """An agent left running: its case's tap refuses it, its connections are cut."""
+        tap.close()
+        if self._proxy is not None:
+            self._proxy.drop(tap.connections)
+
+
+def _placeholder_keys() -> dict[str, str]:
+    """A key for each API whose variables hold none, so SDK clients can be built."""
+    return {row.key_envs[0]: PLACEHOLDER_KEY for row in REGISTRY.values()
+            if not any(os.environ.get(name) for name in row.key_envs)}
+
+
+@contextmanager
+def _environment(*settings: dict[str, str]) -> Iterator[None]:
+    """The variables set while the block runs, each restored after (unset if it was)."""
+    wanted = {name: value for group in settings for name, value in group.items()}
+    before = {name: os.environ.get(name) for name in wanted}
+    os.environ.update(wanted)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

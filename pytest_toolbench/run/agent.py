@@ -1,0 +1,346 @@
+"""Runs an agent case: the team's own agent, stage by stage, judged by what it sent.
+
+Each run of the case (each repeat) calls the factory once (``agent.python`` with ``init``,
+and ``model=``/``toolbench=`` when it takes them) for a fresh agent; each stage calls the
+agent once with its ``user`` text. Every call into the team's code goes through
+``run/usercode.py``: a plain agent on a thread of its own with no event loop running, an
+async one (and every stage of its case) on one ``UserLoop``, each within the stage's time
+limit. Meanwhile its requests go through the proxy to the case's ``Tap``, which forwards
+and records them or replays them; the stage's exchanges, read by their APIs' wire readers,
+are its turns, and the stage's expectations are checked on them as on the plugin's own
+loop's (``check.Outcome`` with the agent's answer).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pydantic_core import PydanticSerializationError, to_jsonable_python
+
+from ..casefile.schema import AGENT_PARAMETERS, AgentExpect, Stage
+from ..casefile.toolbox import STATE_METHOD
+from ..keypaths import KeyPath
+from ..records import CaseResult, Failure, RunResult, StageAttempt, StageResult, Turn
+from ..scrubbing import Scrubber
+from ..transport.agent_tap import Exchange
+from .check import Outcome, check, check_agent
+from .interpolate import InterpolationError, capture, interpolate, resolve_expect
+from .outcome_check import python_check, stage_outcome
+from .runner import CASE_END, CaseRun
+from .toolset import ToolFailed, WorldState
+from .usercode import UserCodeFailed, UserLoop, call_user
+
+
+class AgentTraffic(Protocol):
+    """The case's side of the proxy, as a run sees it (``transport.agent_tap.Tap``)."""
+
+    def mark(self) -> int:
+        """Where the exchanges of what comes next begin."""
+
+    def since(self, start: int) -> list[Exchange]:
+        """The exchanges since ``start``, once those under way have ended."""
+
+
+@dataclass
+class AgentContext:
+    """What the session plugs an agent case's run into."""
+
+    traffic: AgentTraffic
+    base_url: Callable[[str], str]
+    """The proxy's base URL for a wire API (``toolbench.base_url``)."""
+    abandon: Callable[[], None]
+    """Called when an agent is left running past its stage's time limit: the proxy
+    refuses whatever it sends from then on."""
+    hang_up: Callable[[], None]
+    """Called when a run is over: the proxy closes the connections its agent opened, so
+    its clients see them end (and no socket is left for the garbage collector)."""
+    stage_timeout_s: float
+    runs: int = 1
+    match_timeout_s: float = 10.0
+    scrubber: Scrubber | None = None
+    verdict: Callable[[], str | None] | None = None
+    """Asked once the runs are over: recorded exchanges left unplayed, or None."""
+
+
+class Toolbench:
+    """What an agent factory's ``toolbench`` parameter is given: where its clients must
+    send their requests when it does not take its base URLs from the environment."""
+
+    def __init__(self, base_url: Callable[[str], str], model: str | None) -> None:
+        self._base_url = base_url
+        self.model = model
+        """The case's model for this run (None: the case names none)."""
+
+    def base_url(self, api: str = "chat") -> str:
+        """The proxy's base URL for wire API ``api`` (``chat``, ``responses``,
+        ``messages``, ``gemini``), as the API's SDK takes it."""
+        return self._base_url(api)
+
+
+async def run_agent_case(case_run: CaseRun, ctx: AgentContext) -> CaseResult:
+    """Every run of the case; an agent abandoned at its time limit ends the case there."""
+    runs: list[RunResult] = []
+    for number in range(1, ctx.runs + 1):
+        run, abandoned = await AgentRun(case_run, ctx, number).run()
+        runs.append(run)
+        if abandoned:
+            break
+    return case_run.result(runs, error=ctx.verdict() if ctx.verdict is not None else None)
+
+
+class AgentRun:
+    """One run of an agent case: a fresh agent, then each stage in order."""
+
+    def __init__(self, case_run: CaseRun, ctx: AgentContext, number: int) -> None:
+        self.case_run, self.ctx, self.number = case_run, ctx, number
+        self.case = case_run.loaded.case
+        assert self.case.agent is not None
+        self.spec = self.case.agent
+        self.loop: UserLoop | None = None
+        self.agent: Any = None
+        self.abandoned = False
+        self.variables: dict[str, Any] = {}
+
+    async def run(self) -> tuple[RunResult, bool]:
+        run = RunResult(self.number)
+        self.loop = UserLoop()
+        try:
+            built = await self._build()
+            for index, stage in enumerate(self.case.stages):
+                if built is not None:  # the factory failed: the first stage says so
+                    attempt = StageAttempt(stage.name, 1, failures=[built])
+                    run.stages.append(StageResult(stage.name, [attempt]))
+                    break
+                result = await self._stage(index, stage)
+                run.stages.append(result)
+                if not result.passed:
+                    break
+            if self.case.expect is not None and run.passed:
+                run.stages.append(await self._case_end(run, self.case.expect))
+        finally:
+            await self._hang_up()
+        return run, self.abandoned
+
+    async def _hang_up(self) -> None:
+        """The agent's own ``aclose()`` or ``close()``, if it has one (its clients'
+        connections closed before its loop stops); then the proxy closes whatever
+        connections are left, and the loop stops."""
+        assert self.loop is not None
+        close = getattr(self.agent, "aclose", None) or getattr(self.agent, "close", None)
+        if callable(close) and not self.abandoned:
+            try:
+                await call_user(close, timeout_s=self.ctx.stage_timeout_s,
+                                what=f"the agent's {close.__name__}()", loop=self.loop)
+            except UserCodeFailed:
+                pass  # the run's verdict is in; a close that fails changes none of it
+        self.ctx.hang_up()
+        self.loop.close()
+
+    async def _build(self) -> Failure | None:
+        """Call the factory; the failure that stops the run when it cannot."""
+        factory = _resolve(self.spec.python)
+        kwargs: dict[str, Any] = dict(self.spec.init)
+        accepted = _parameters(factory)
+        if "model" in accepted:
+            kwargs["model"] = self.case_run.model
+        if "toolbench" in accepted:
+            kwargs["toolbench"] = Toolbench(self.ctx.base_url, self.case_run.model)
+        started = self.ctx.traffic.mark()
+        try:
+            self.agent = await call_user(_entry(factory), timeout_s=self.ctx.stage_timeout_s,
+                                         what=f"agent factory {self.spec.python}",
+                                         loop=self.loop, **kwargs)
+        except UserCodeFailed as failed:
+            self._abandon_if_overrun(failed)
+            return self._failure(f"the agent factory {self.spec.python} {_said(failed)}",
+                                 ("agent", "python"))
+        self.ctx.traffic.since(started)  # a factory's own requests are no stage's
+        if not callable(self.agent):
+            return self._failure(f"the agent factory {self.spec.python} returned"
+                                 f" {type(self.agent).__name__}, which is not callable: it"
+                                 " must return the agent (user text -> reply text)",
+                                 ("agent", "python"))
+        return None
+
+    async def _stage(self, index: int, stage: Stage) -> StageResult:
+        result = StageResult(stage.name)
+        attempts = stage.retry.attempts if stage.retry else 1
+        for number in range(1, attempts + 1):
+            attempt = await self._attempt(index, stage, number)
+            result.attempts.append(attempt)
+            if attempt.passed or self.abandoned:
+                break
+        return result
+
+    async def _attempt(self, index: int, stage: Stage, number: int) -> StageAttempt:
+        attempt = StageAttempt(stage.name, number)
+        base: KeyPath = ("stages", index, "expect")
+        try:
+            text = interpolate(stage.user, self.variables, ("user",))
+        except InterpolationError as error:
+            attempt.failures.append(self._failure(error.message, ("stages", index, *error.path)))
+            return attempt
+        started = self.ctx.traffic.mark()
+        answer = await self._ask(attempt, index, text)
+        exchanges = self.ctx.traffic.since(started)
+        attempt.turns = [_turn(exchange) for exchange in exchanges if exchange.api is not None]
+        attempt.failures += [self._failure(exchange.error, ("stages", index))
+                             for exchange in exchanges if exchange.error is not None]
+        replies = attempt.replies
+        calls = [call for reply in replies for call in reply.tool_calls]
+        attempt.trajectory = calls
+        if attempt.failures or not isinstance(answer, str):
+            return attempt
+        outcome = Outcome(replies, calls, await self._world(stage.expect, base, attempt),
+                          answer=answer)
+        try:
+            expect = (resolve_expect(stage.expect, self.variables)
+                      if self.case_run.loaded.document.may_interpolate else stage.expect)
+        except InterpolationError as error:
+            attempt.failures.append(self._failure(error.message, ("stages", index,
+                                                                  *error.path)))
+            return attempt
+        attempt.failures += check(expect, outcome, base, self._line_of,
+                                  self.ctx.match_timeout_s)
+        if expect.python is not None:
+            record = stage_outcome(stage.name, outcome, [turn.request for turn in attempt.turns])
+            attempt.failures += await python_check(
+                expect.python, record, self.agent, (*base, "python"), self._line_of,
+                self.ctx.stage_timeout_s, self.loop)
+        if not attempt.failures and stage.capture:
+            try:
+                self.variables.update(capture(stage.capture, outcome.reply, calls))
+            except InterpolationError as error:
+                attempt.failures.append(self._failure(error.message,
+                                                      ("stages", index, *error.path)))
+        return attempt
+
+    async def _ask(self, attempt: StageAttempt, index: int, text: str) -> Any:
+        """Call the agent with the stage's text; what it returned, or None when it failed
+        (the failure noted in ``attempt``)."""
+        try:
+            answer = await call_user(_entry(self.agent), text,
+                                     timeout_s=self.ctx.stage_timeout_s,
+                                     what=f"agent {self.spec.python}", loop=self.loop)
+        except UserCodeFailed as failed:
+            self._abandon_if_overrun(failed)
+            attempt.failures.append(self._failure(f"the agent {_said(failed)}",
+                                                  ("stages", index, "user")))
+            return None
+        if not isinstance(answer, str):
+            attempt.failures.append(self._failure(
+                f"the agent returned {type(answer).__name__}, not str: an agent returns"
+                " its reply's text", ("stages", index, "user")))
+        return answer
+
+    def _abandon_if_overrun(self, failed: UserCodeFailed) -> None:
+        """An agent past its time limit is left running: the proxy refuses it from now on,
+        and the case ends with this run."""
+        if "did not finish within" in failed.message:
+            self.abandoned = True
+            self.ctx.abandon()
+
+    async def _world(self, expect: AgentExpect, base: KeyPath, attempt: StageAttempt
+                     ) -> WorldState:
+        """The agent's state, when ``expect.state`` asks for it."""
+        if "state" not in expect.model_fields_set:
+            return WorldState()
+        try:
+            state = await read_state(self.agent, self.ctx.stage_timeout_s, self.loop)
+        except ToolFailed as failed:
+            return WorldState(errors={"agent": str(failed)})
+        attempt.state = {"agent": state}
+        return WorldState(states=state)
+
+    async def _case_end(self, run: RunResult, expect: AgentExpect) -> StageResult:
+        attempt = StageAttempt(CASE_END, 1)
+        attempt.trajectory = [call for stage in run.stages
+                              for call in stage.attempts[-1].trajectory]
+        world = await self._world(expect, ("expect",), attempt)
+        attempt.failures = check_agent(expect, attempt.trajectory, world, [], ("expect",),
+                                       self._line_of, self.ctx.match_timeout_s)
+        return StageResult(CASE_END, [attempt])
+
+    def _failure(self, message: str, path: KeyPath) -> Failure:
+        return Failure(message, path, self._line_of(path))
+
+    def _line_of(self, path: KeyPath) -> int:
+        return self.case_run.loaded.document.line_of(path)
+
+
+def _is_json(value: Any) -> bool:
+    try:
+        to_jsonable_python(value)
+    except (PydanticSerializationError, ValueError, TypeError, RecursionError):
+        return False
+    return True
+
+
+def _turn(exchange: Exchange) -> Turn:
+    return Turn(request=exchange.request, streamed=exchange.streamed, reply=exchange.reply,
+                error=exchange.error, elapsed_ms=exchange.elapsed_ms,
+                stop_reason="error" if exchange.error is not None else None)
+
+
+def _said(failed: UserCodeFailed) -> str:
+    """``raised ValueError: boom`` and the user's frames, or ``did not finish ...``."""
+    if "did not finish within" in failed.message:
+        return f"{failed.message} (the stage's time limit)"
+    frames = f"\n{failed.frames.rstrip()}" if failed.frames.strip() else ""
+    return f"raised {failed.message}{frames}"
+
+
+def _resolve(python: str) -> Callable[..., Any]:
+    from ..casefile.schema import resolve_callable
+
+    return resolve_callable(python)  # type: ignore[no-any-return]
+
+
+def _parameters(factory: Callable[..., Any]) -> set[str]:
+    """Which of the parameters the plugin may pass (``model``, ``toolbench``) the factory
+    takes by name."""
+    try:
+        parameters = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return set()
+    return {name for name in AGENT_PARAMETERS if name in parameters}
+
+
+def _entry(target: Callable[..., Any]) -> Callable[..., Any]:
+    """What ``call_user`` is given for ``target``: an object whose ``__call__`` is async
+    is given that method, so it runs on the case's loop."""
+    if inspect.iscoroutinefunction(target) or inspect.isfunction(target) \
+            or inspect.ismethod(target):
+        return target
+    method = getattr(target, "__call__", None)  # noqa: B004 - which kind of callable
+    return method if inspect.iscoroutinefunction(method) else target
+
+
+async def read_state(agent: Any, timeout_s: float, loop: UserLoop | None) -> Any:
+    """The agent's state as JSON data, read as a toolbox's is: what its ``state()``
+    returns, else its public attributes; ``ToolFailed`` says why there is none."""
+    method = getattr(agent, STATE_METHOD, None)
+    if callable(method):
+        try:
+            found = await call_user(_entry(method), timeout_s=timeout_s,
+                                    what=f"the agent's {STATE_METHOD}()", loop=loop)
+        except UserCodeFailed as failed:
+            raise ToolFailed(f"the agent's {STATE_METHOD}() {_said(failed)}") from None
+        what = f"{STATE_METHOD}() of the agent"
+    else:
+        try:
+            attributes = dict(vars(agent))
+        except TypeError:  # __slots__, or no __dict__
+            attributes = {name: getattr(agent, name) for name in dir(agent)
+                          if not name.startswith("_") and not callable(getattr(agent, name))}
+        # An agent holds clients and the like beside its state: only what is JSON counts.
+        found = {name: value for name, value in attributes.items()
+                 if not name.startswith("_") and _is_json(value)}
+        what = "the agent's attributes"
+    try:
+        return to_jsonable_python(found)
+    except (PydanticSerializationError, ValueError, TypeError, RecursionError) as exc:
+        raise ToolFailed(f"{what} are not JSON: {exc}") from None

@@ -1,0 +1,357 @@
+"""The loopback proxy an agent case's own code talks to, in place of the model APIs.
+
+One per pytest process, started with the first agent case and stopped with the session:
+HTTP/1.1 (``h11``, sans-IO) on ``127.0.0.1`` and a free port, served on an asyncio loop in
+a daemon thread of its own. Every URL it serves starts with an unguessable token, then the
+SDK family's prefix: ``http://127.0.0.1:PORT/TOKEN/openai/v1`` is what ``OPENAI_BASE_URL``
+says while an agent case runs (``environment()``), ``.../TOKEN/anthropic`` and
+``.../TOKEN/gemini`` the same for Anthropic's and Google's SDKs. The URLs stay the same for
+the whole session, so a client an agent module built at import time keeps working.
+
+The server only routes: a request without the token is refused (403), and so is one while
+no agent case runs. Everything else goes to the ``ProxyHandler`` of the case under way
+(``transport/agent_tap.py``): forwarded upstream and recorded, or answered from a cassette.
+Which wire API a request speaks is read from its path (``FAMILIES``); a path that is no
+model API is still handled, its reply not read as one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import secrets
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Final, Protocol
+
+import h11
+
+MAX_REQUEST_BYTES = 64 * 1024 * 1024
+"""The largest request body the proxy takes (an agent's request; an image or two)."""
+IDLE_TIMEOUT_S = 300.0
+"""A keep-alive connection with no request for this long is closed."""
+_LOOPBACK: Final = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class Family:
+    """An SDK family: the prefix its base URL ends with, and its wire APIs by path."""
+
+    name: str
+    """The first path segment after the token: ``openai``, ``anthropic``, ``gemini``."""
+    base_suffix: str
+    """What its SDK's base URL variable holds after the family: ``/v1`` for OpenAI's
+    (whose SDKs add no version), nothing for the others (whose SDKs add their own)."""
+    env: tuple[str, ...]
+    """The variables its SDKs read their base URL from."""
+    routes: tuple[tuple[re.Pattern[str], str], ...]
+    """(path pattern, wire API): the first that matches the path below the family names
+    the request's API; none: a path that is no model API."""
+    default_api: str
+    """The wire API whose base URL its requests go to upstream (every API of a family
+    resolves its base URL alike)."""
+    error_shape: str
+    """How its APIs say an error: ``openai``, ``anthropic`` or ``google`` (``error_body``)."""
+
+
+FAMILIES: Final = {family.name: family for family in (
+    Family("openai", "/v1", ("OPENAI_BASE_URL",),
+           ((re.compile(r"/chat/completions$"), "chat"),
+            (re.compile(r"/responses$"), "responses")), "chat", "openai"),
+    Family("anthropic", "", ("ANTHROPIC_BASE_URL",),
+           ((re.compile(r"/messages$"), "messages"),), "messages", "anthropic"),
+    Family("gemini", "", ("GOOGLE_GEMINI_BASE_URL",),
+           ((re.compile(r":(stream)?[gG]enerateContent$"), "gemini"),), "gemini", "google"),
+)}
+"""Every SDK family the proxy stands in for."""
+
+_API_FAMILY: Final = {api: family for family in FAMILIES.values()
+                      for _pattern, api in family.routes}
+
+
+def family_of(api: str) -> Family:
+    """The family whose SDKs speak wire API ``api``."""
+    return _API_FAMILY[api]
+
+
+def error_body(shape: str, message: str, status: int = 400) -> dict[str, object]:
+    """An error as the family's APIs send one, so its SDK shows ``message``."""
+    if shape == "anthropic":
+        return {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+    if shape == "google":
+        return {"error": {"code": status, "message": message, "status": "INVALID_ARGUMENT"}}
+    return {"error": {"message": message, "type": "invalid_request_error",
+                      "code": "toolbench_proxy"}}
+
+
+@dataclass
+class ProxyRequest:
+    """One request an agent sent, as the handler sees it."""
+
+    method: str
+    family: Family
+    path: str
+    """Below the token, query included: ``/openai/v1/chat/completions``; what a cassette
+    keeps and replay matches."""
+    below: str
+    """Below the family's base URL: ``/chat/completions``, ``/v1/messages``."""
+    query: str
+    headers: list[tuple[str, str]]
+    body: bytes
+    api: str | None
+    """The wire API the path names; None: a path that is no model API."""
+    connection: int
+    """Which of the proxy's connections carried it."""
+
+
+@dataclass
+class ProxyResponse:
+    """What the handler answers: sent as the chunks come, each written as it arrives."""
+
+    status: int
+    headers: list[tuple[str, str]]
+    chunks: AsyncIterator[bytes]
+
+
+class ProxyHandler(Protocol):
+    """The case under way: answers its agent's requests."""
+
+    async def handle(self, request: ProxyRequest) -> ProxyResponse:
+        """The response to ``request`` (forwarded upstream, or from a cassette)."""
+
+    def owns(self, connection: int) -> bool:
+        """Whether requests on ``connection`` may reach this handler (a connection first
+        used by an earlier case's agent may not)."""
+
+
+class ProxyServer:
+    """The proxy of one pytest process."""
+
+    def __init__(self) -> None:
+        self.token = secrets.token_urlsafe(24)
+        self.port = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._server: asyncio.Server | None = None
+        self._handler: ProxyHandler | None = None
+        self._connections = 0
+        self._writers: dict[int, asyncio.StreamWriter] = {}
+        """The open connections, by number."""
+
+    # -- lifetime -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Listen on loopback and a free port; return once it accepts connections."""
+        if self._loop is not None:
+            return
+        ready = threading.Event()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, args=(ready,),
+                                        name="toolbench-proxy", daemon=True)
+        self._thread.start()
+        if not ready.wait(30) or self._server is None:
+            raise RuntimeError("the agent proxy did not start")
+
+    def _run(self, ready: threading.Event) -> None:
+        assert self._loop is not None
+        asyncio.set_event_loop(self._loop)
+
+        async def listen() -> None:
+            self._server = await asyncio.start_server(self._serve, _LOOPBACK, 0)
+            self.port = self._server.sockets[0].getsockname()[1]
+
+        try:
+            self._loop.run_until_complete(listen())
+        finally:
+            ready.set()
+        self._loop.run_forever()
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        assert self._loop is not None, "start() the proxy first"
+        return self._loop
+
+    def close(self) -> None:
+        """Stop listening, drop every connection, stop the loop."""
+        loop = self._loop
+        if loop is None:
+            return
+        self._loop = None
+
+        async def stop() -> None:
+            if self._server is not None:
+                self._server.close()
+            for writer in list(self._writers.values()):
+                writer.transport.abort()
+            others = asyncio.all_tasks() - {asyncio.current_task()}
+            for task in others:
+                task.cancel()
+            if others:
+                await asyncio.wait(others, timeout=5)
+
+        try:
+            asyncio.run_coroutine_threadsafe(stop(), loop).result(timeout=10)
+        except Exception:  # noqa: BLE001, S110 - the loop stops all the same
+            pass
+        loop.call_soon_threadsafe(loop.stop)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        if not loop.is_running():
+            loop.close()
+
+    # -- what agents are told -------------------------------------------------------------
+
+    def base_url(self, api: str) -> str:
+        """The URL an SDK of wire API ``api`` is given as its base URL."""
+        family = family_of(api)
+        return f"http://{_LOOPBACK}:{self.port}/{self.token}/{family.name}{family.base_suffix}"
+
+    def environment(self) -> dict[str, str]:
+        """The base URL variables of every SDK family, pointing at the proxy."""
+        return {name: f"http://{_LOOPBACK}:{self.port}/{self.token}/{family.name}"
+                      f"{family.base_suffix}"
+                for family in FAMILIES.values() for name in family.env}
+
+    def attach(self, handler: ProxyHandler | None) -> None:
+        """From now on ``handler`` answers (None: requests are refused)."""
+        self._handler = handler
+
+    def drop(self, connections: set[int]) -> None:
+        """Cut ``connections`` (an abandoned agent's): whatever it sends on them is lost."""
+        loop = self._loop
+        if loop is None:
+            return
+
+        def cut() -> None:
+            for number in connections:
+                writer = self._writers.get(number)
+                if writer is not None:
+                    writer.transport.abort()
+        loop.call_soon_threadsafe(cut)
+
+    # -- serving --------------------------------------------------------------------------
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._connections += 1
+        connection = _Connection(self._connections, reader, writer)
+        self._writers[connection.number] = writer
+        try:
+            while await self._one_request(connection):
+                connection.state.start_next_cycle()
+        except (ConnectionError, h11.ProtocolError, asyncio.TimeoutError,
+                asyncio.IncompleteReadError):
+            pass  # the agent went away, or spoke no HTTP: nothing to answer
+        finally:
+            self._writers.pop(connection.number, None)
+            writer.transport.abort()
+
+    async def _one_request(self, connection: _Connection) -> bool:
+        """Serve the next request on ``connection``; whether the connection stays open."""
+        head = await connection.next_request()
+        if head is None:
+            return False
+        body = await connection.read_body()
+        request = self._request(head, body, connection.number)
+        handler = self._handler
+        if isinstance(request, str):
+            response = refused(403, request)
+        elif handler is None or not handler.owns(connection.number):
+            response = refused(403, "pytest-toolbench: no agent case is running, so this"
+                                     " request has nowhere to go", request.family.error_shape)
+        else:
+            response = await handler.handle(request)
+        await connection.respond(response)
+        return connection.state.our_state is h11.DONE and connection.state.their_state is h11.DONE
+
+    def _request(self, head: h11.Request, body: bytes, number: int) -> ProxyRequest | str:
+        """The request as the handler sees it, or why it is refused."""
+        target = head.target.decode("ascii", "replace")
+        path, _, query = target.partition("?")
+        parts = path.split("/", 3)  # "", token, family, rest
+        if len(parts) < 3 or not secrets.compare_digest(parts[1], self.token):
+            return "pytest-toolbench: this proxy answers only the URLs it gives agent cases"
+        family = FAMILIES.get(parts[2])
+        if family is None:
+            return f"pytest-toolbench: no SDK family {parts[2]!r} (one of {', '.join(FAMILIES)})"
+        rest = "/" + (parts[3] if len(parts) > 3 else "")
+        below = rest.removeprefix(family.base_suffix)
+        api = next((api for pattern, api in family.routes if pattern.search(below)), None)
+        shown = f"/{family.name}{rest}" + (f"?{query}" if query else "")
+        headers = [(name.decode("latin-1"), value.decode("latin-1"))
+                   for name, value in head.headers]
+        return ProxyRequest(head.method.decode("ascii", "replace"), family, shown, below,
+                            query, headers, body, api, number)
+
+
+@dataclass
+class _Connection:
+    """One agent connection: h11's state, and the stream it reads and writes."""
+
+    number: int
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    state: h11.Connection = field(default_factory=lambda: h11.Connection(h11.SERVER))
+
+    async def _event(self) -> object:
+        while True:
+            event = self.state.next_event()
+            if event is not h11.NEED_DATA:
+                return event
+            data = await asyncio.wait_for(self.reader.read(65536), IDLE_TIMEOUT_S)
+            self.state.receive_data(data)
+
+    async def next_request(self) -> h11.Request | None:
+        event = await self._event()
+        if isinstance(event, h11.Request):
+            return event
+        return None  # ConnectionClosed: the agent is done with it
+
+    async def read_body(self) -> bytes:
+        pieces: list[bytes] = []
+        size = 0
+        while True:
+            event = await self._event()
+            if isinstance(event, h11.Data):
+                size += len(event.data)
+                if size > MAX_REQUEST_BYTES:
+                    raise h11.LocalProtocolError("request body too large")
+                pieces.append(bytes(event.data))
+            elif isinstance(event, h11.EndOfMessage):
+                return b"".join(pieces)
+            else:
+                raise h11.LocalProtocolError(f"unexpected {type(event).__name__}")
+
+    async def respond(self, response: ProxyResponse) -> None:
+        headers = [(name, value) for name, value in response.headers
+                   if name.lower() not in _HOP_BY_HOP]
+        self._send(h11.Response(status_code=response.status, headers=headers))
+        await self.writer.drain()
+        async for chunk in response.chunks:
+            if chunk:
+                self._send(h11.Data(data=chunk))
+                await self.writer.drain()  # each chunk on its way as it came
+        self._send(h11.EndOfMessage())
+        await self.writer.drain()
+
+    def _send(self, event: h11.Event) -> None:
+        data = self.state.send(event)
+        if data:
+            self.writer.write(data)
+
+
+_HOP_BY_HOP: Final = frozenset({
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
+    "trailer", "transfer-encoding", "upgrade", "content-length"})
+"""Headers of one hop, never passed on (the proxy frames each body itself)."""
+
+
+def refused(status: int, message: str, shape: str = "openai") -> ProxyResponse:
+    """A response saying ``message`` in the family's error shape."""
+    body = json.dumps(error_body(shape, message, status)).encode()
+    return ProxyResponse(status, [("content-type", "application/json")], _once(body))
+
+
+async def _once(body: bytes) -> AsyncIterator[bytes]:
+    yield body

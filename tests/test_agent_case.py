@@ -1,0 +1,271 @@
+"""Agent cases: a team's own agent code, recorded and replayed through the plugin's proxy.
+
+Every test runs the plugin through pytester. The agents are real code in modules the test
+writes: one on plain httpx2, one on the openai SDK (sync and async). Live and recording
+runs reach the loopback chat server through the proxy; replays run with it stopped.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from support.chat_server import (
+    ChatServer,
+    RecordedRequest,
+    chunks_for,
+    completion,
+    json_reply,
+    sse_reply,
+    start_chat_server,
+)
+
+HTTP_AGENT = '''
+import json
+import os
+
+import httpx2
+
+TOOLS = [
+    {"type": "function", "function": {"name": "lookup_order", "parameters": {
+        "type": "object", "properties": {"order_id": {"type": "string"}}}}},
+    {"type": "function", "function": {"name": "issue_refund", "parameters": {
+        "type": "object", "properties": {"order_id": {"type": "string"}}}}},
+]
+
+
+class Bot:
+    """A support agent on plain HTTP: chat completions with tools, its own loop."""
+
+    def __init__(self, tone, model):
+        self.model = model or "test-model"
+        self.history = [{"role": "system", "content": "Be " + tone + "."}]
+        self.refunds = 0
+
+    def __call__(self, user):
+        self.history.append({"role": "user", "content": user})
+        for _ in range(5):
+            with httpx2.Client(timeout=30) as client:
+                reply = client.post(os.environ["OPENAI_BASE_URL"] + "/chat/completions",
+                                    headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]},
+                                    json={"model": self.model, "messages": self.history,
+                                          "tools": TOOLS})
+            reply.raise_for_status()
+            message = reply.json()["choices"][0]["message"]
+            self.history.append(message)
+            if not message.get("tool_calls"):
+                return message["content"]
+            for call in message["tool_calls"]:
+                if call["function"]["name"] == "issue_refund":
+                    self.refunds += 1
+                self.history.append({"role": "tool", "tool_call_id": call["id"],
+                                     "content": json.dumps({"ok": True})})
+        return "gave up"
+
+
+def make_agent(tone="plain", model=None):
+    return Bot(tone, model)
+'''
+
+REFUND_CASE = """name: refund_order
+agent:
+  python: support_bot:make_agent
+  init: {tone: terse}
+endpoint: {base_url: "BASE_URL"}
+stages:
+  - name: ask
+    user: Refund order 913
+    expect:
+      tool_calls: [{name: lookup_order, arguments: {order_id: "913"}}, {name: issue_refund}]
+      text: {$contains: refund}
+      requests: 3
+      state: {refunds: 1}
+  - name: when
+    user: When will the money arrive?
+    expect:
+      trajectory: {$not: {name: issue_refund}}
+      text: {$contains: days}
+"""
+
+
+def play(server: ChatServer, *answers: list[Any]) -> None:
+    """Each stage's requests get the next steps of its list: tool calls, then the text.
+    The stage is told by the number of user messages so far."""
+    def answer(request: RecordedRequest) -> Any:
+        messages = request.json()["messages"]
+        stage = sum(1 for m in messages if m["role"] == "user") - 1
+        last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
+        turn = sum(1 for m in messages[last_user:] if m["role"] == "assistant")
+        step = answers[stage][turn]
+        body = completion(text=step) if isinstance(step, str) else completion(tool_calls=[step])
+        if request.json().get("stream"):
+            return sse_reply(chunks_for(text=step) if isinstance(step, str)
+                             else chunks_for(tool_calls=[step]))
+        return json_reply(body)
+    server.set_handler(answer)
+
+
+REFUND_SCRIPT = (
+    [("lookup_order", {"order_id": "913"}), ("issue_refund", {"order_id": "913"}),
+     "Your refund is on its way."],
+    ["It arrives within 5 days."],
+)
+
+
+@pytest.fixture
+def support_bot(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(support_bot=HTTP_AGENT)
+    pytester.syspathinsert()
+
+
+def write_case(pytester: pytest.Pytester, base_url: str, text: str = REFUND_CASE) -> Path:
+    return pytester.makefile(".case.yaml", refund=text.replace("BASE_URL", base_url))
+
+
+def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest("-p", "no:cacheprovider", *args)
+
+
+def cassette(pytester: pytest.Pytester, name: str = "refund_order") -> dict[str, Any]:
+    path = pytester.path / "__cassettes__" / "refund" / f"{name}.yaml"
+    return yaml.safe_load(path.read_text())  # type: ignore[no-any-return]
+
+
+def test_an_agent_case_is_recorded_then_replayed_with_the_server_stopped(
+        pytester: pytest.Pytester, support_bot: None,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-key-of-the-team-123")
+    with start_chat_server() as server:
+        play(server, *REFUND_SCRIPT)
+        write_case(pytester, server.base_url)
+        recorded = run(pytester, "--toolbench-record")
+        recorded.assert_outcomes(passed=1)
+        assert len(server.requests) == 4
+        assert server.requests[0].headers["authorization"] == (
+            "Bearer sk-secret-key-of-the-team-123")
+    text = (pytester.path / "__cassettes__" / "refund" / "refund_order.yaml").read_text()
+    assert "sk-secret-key-of-the-team-123" not in text
+    kept = cassette(pytester)
+    assert kept["api"] == "agent"
+    assert [item["api"] for item in kept["interactions"]] == ["chat"] * 4
+    assert [item["request"]["path"] for item in kept["interactions"]] == [
+        "/openai/v1/chat/completions"] * 4
+    replayed = run(pytester)  # the server is gone: every answer is the cassette's
+    replayed.assert_outcomes(passed=1)
+
+
+def test_a_wrong_expectation_fails_the_same_live_and_replayed(
+        pytester: pytest.Pytester, support_bot: None) -> None:
+    wrong = REFUND_CASE.replace("requests: 3", "requests: 2")
+    with start_chat_server() as server:
+        play(server, *REFUND_SCRIPT)
+        write_case(pytester, server.base_url, wrong)
+        recorded = run(pytester, "--toolbench-record")
+    replayed = run(pytester)
+    for result in (recorded, replayed):
+        result.assert_outcomes(failed=1)
+        result.stdout.fnmatch_lines(["*refund.case.yaml:12*requests*expected 2*got 3*"])
+
+
+def test_a_changed_agent_fails_its_replay_naming_the_difference(
+        pytester: pytest.Pytester, support_bot: None) -> None:
+    with start_chat_server() as server:
+        play(server, *REFUND_SCRIPT)
+        write_case(pytester, server.base_url)
+        run(pytester, "--toolbench-record").assert_outcomes(passed=1)
+    pytester.makepyfile(support_bot=HTTP_AGENT.replace('"Be " + tone', '"Be very " + tone'))
+    replayed = run(pytester)
+    replayed.assert_outcomes(failed=1)
+    replayed.stdout.fnmatch_lines([
+        "*differs from the one recorded in __cassettes__/refund/refund_order.yaml*",
+        "*-*Be terse.*", "*+*Be very terse.*"])
+
+
+OPENAI_AGENT = '''
+import openai
+
+TOOLS = [{"type": "function", "function": {"name": "lookup_order", "parameters": {
+    "type": "object", "properties": {"order_id": {"type": "string"}}}}},
+    {"type": "function", "function": {"name": "issue_refund", "parameters": {
+    "type": "object", "properties": {"order_id": {"type": "string"}}}}}]
+
+
+class Agent:
+    def __init__(self, client, stream, model):
+        self.client, self.stream, self.model = client, stream, model or "test-model"
+        self.history = []
+
+    def answered(self, message):
+        self.history.append(message.model_dump(exclude_none=True))
+        for call in message.tool_calls or []:
+            self.history.append({"role": "tool", "tool_call_id": call.id, "content": "{}"})
+        return not message.tool_calls
+
+
+class SyncAgent(Agent):
+    def __call__(self, user):
+        self.history.append({"role": "user", "content": user})
+        while True:
+            asked = dict(model=self.model, messages=self.history, tools=TOOLS)
+            if self.stream:
+                with self.client.chat.completions.stream(**asked) as events:
+                    message = events.get_final_completion().choices[0].message
+            else:
+                message = self.client.chat.completions.create(**asked).choices[0].message
+            if self.answered(message):
+                return message.content
+
+    def close(self):
+        self.client.close()
+
+
+class AsyncAgent(Agent):
+    async def __call__(self, user):
+        self.history.append({"role": "user", "content": user})
+        while True:
+            asked = dict(model=self.model, messages=self.history, tools=TOOLS)
+            if self.stream:
+                async with self.client.chat.completions.stream(**asked) as events:
+                    message = (await events.get_final_completion()).choices[0].message
+            else:
+                message = (await self.client.chat.completions.create(**asked)
+                           ).choices[0].message
+            if self.answered(message):
+                return message.content
+
+    async def aclose(self):
+        await self.client.close()
+
+
+def make_agent(stream=False, model=None):
+    return SyncAgent(openai.OpenAI(max_retries=0), stream, model)
+
+
+async def make_async_agent(stream=False, model=None):
+    return AsyncAgent(openai.AsyncOpenAI(max_retries=0), stream, model)
+'''
+
+
+@pytest.mark.parametrize("factory", ["make_agent", "make_async_agent"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_openai_sdk_agent_records_and_replays(
+        pytester: pytest.Pytester, factory: str, stream: bool) -> None:
+    pytester.makepyfile(sdk_bot=OPENAI_AGENT)
+    pytester.syspathinsert()
+    case = (REFUND_CASE.replace("support_bot:make_agent", f"sdk_bot:{factory}")
+            .replace("init: {tone: terse}", f"init: {{stream: {str(stream).lower()}}}")
+            .replace("      state: {refunds: 1}\n", ""))
+    if stream:
+        case = case.replace("      requests: 3\n", "      requests: 3\n"
+                            "      stream: {done: true, chunks: {$gte: 3}}\n")
+    with start_chat_server() as server:
+        play(server, *REFUND_SCRIPT)
+        write_case(pytester, server.base_url, case)
+        run(pytester, "--toolbench-record").assert_outcomes(passed=1)
+        assert [request.json().get("stream", False) for request in server.requests] == (
+            [stream] * 4)
+    kept = cassette(pytester)
+    assert all(("events" in item["response"]) == stream for item in kept["interactions"])
+    run(pytester).assert_outcomes(passed=1)
