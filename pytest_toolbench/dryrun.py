@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 import httpx2
 
-from .apis import REGISTRY
+from .apis import AGENT, REGISTRY
 from .casefile.schema import McpTools
 from .keypaths import KeyPath
 from .records import CaseResult
@@ -102,6 +102,13 @@ async def plan_case(runtime: SessionRuntime, case_run: CaseRun, invalid: str | N
     if invalid is not None:
         return Plan(case_run.nodeid, case_run.api, "", missing=[f"a valid case: {invalid}"])
     replaying = runtime.replays(case_run)
+    if case_run.api == AGENT:  # its requests are its own code's: none is known before it runs
+        path = runtime.cassette_path(case_run)
+        lacks = [] if not replaying or path.exists() else [f"a cassette at {path}"]
+        note = ("an agent case: its agent's code sends its own requests, through the"
+                " proxy, once it runs")
+        return Plan(case_run.nodeid, case_run.api, "the cassette" if replaying else "live",
+                    missing=lacks, notes=[note])
     missing: list[str] = []
     try:
         setup = runtime.prepare(case_run, replaying)

@@ -23,13 +23,13 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 from ..casefile.schema import AGENT_PARAMETERS, AgentExpect, Stage
 from ..casefile.toolbox import STATE_METHOD
 from ..keypaths import KeyPath
-from ..records import CaseResult, Failure, RunResult, StageAttempt, StageResult, Turn
+from ..records import CASE_END, CaseResult, Failure, RunResult, StageAttempt, StageResult, Turn
 from ..scrubbing import Scrubber
 from ..transport.agent_tap import Exchange
 from .check import Outcome, check, check_agent
 from .interpolate import InterpolationError, capture, interpolate, resolve_expect
 from .outcome_check import python_check, stage_outcome
-from .runner import CASE_END, CaseRun
+from .runner import CaseRun
 from .toolset import ToolFailed, WorldState
 from .usercode import UserCodeFailed, UserLoop, call_user
 
