@@ -239,7 +239,7 @@ class AgentRun:
     def _abandon_if_overrun(self, failed: UserCodeFailed) -> None:
         """An agent past its time limit is left running: the proxy refuses it from now on,
         and the case ends with this run."""
-        if "did not finish within" in failed.message:
+        if failed.overran:
             self.abandoned = True
             self.ctx.abandon()
 
@@ -287,7 +287,7 @@ def _turn(exchange: Exchange) -> Turn:
 
 def _said(failed: UserCodeFailed) -> str:
     """``raised ValueError: boom`` and the user's frames, or ``did not finish ...``."""
-    if "did not finish within" in failed.message:
+    if failed.overran:
         return f"{failed.message} (the stage's time limit)"
     frames = f"\n{failed.frames.rstrip()}" if failed.frames.strip() else ""
     return f"raised {failed.message}{frames}"
