@@ -8,6 +8,8 @@ collected, and ``collect`` then registers the hooks that concern case items.
 from __future__ import annotations
 
 import fnmatch
+import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +21,7 @@ from .settings import OPTIONS, SETTINGS_KEY, Settings, summary_shown
 
 if TYPE_CHECKING:
     from .items import CaseFile
-    from .report.json_report import CaseRecord
+    from .report.json_report import CaseRecord, RunInfo
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -146,6 +148,8 @@ class SessionReports:
         self._budget = BudgetTally()
         self._limits = [0, 0, 0.0]
         """Requests, tokens and seconds waited on rate limits (--toolbench-rpm/-tpm)."""
+        self._started = (datetime.now(timezone.utc), time.perf_counter())
+        """When the session started: the reports say so, and how long it took."""
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         text = getattr(report, "toolbench", None)  # JSON text: it may come from a worker
@@ -177,6 +181,10 @@ class SessionReports:
         terminalreporter.write_sep("=", "toolbench summary")
         terminalreporter.write(render_summary(self.records(), writer.fullwidth,
                                               writer.hasmarkup))
+        from .report.provenance import model_mismatches
+
+        for line in model_mismatches(self.records()):
+            terminalreporter.write_line(f"model mismatch: {line}")
         settings = self.config.stash[SETTINGS_KEY]
         if settings.max_tokens is not None:
             terminalreporter.write_line(self._budget.line(settings.max_tokens,
@@ -192,14 +200,24 @@ class SessionReports:
         if hasattr(self.config, "workerinput") or (settings.report is None
                                                     and settings.html is None):
             return  # xdist workers send their records to the controller, which writes once
+        run = self._run(settings)
         if settings.html is not None:
             from .report.html import write_html
 
-            write_html(settings.html, self.records())
+            write_html(settings.html, self.records(), run=run)
         if settings.report is not None:
             from .report.json_report import report_document, write_report
 
-            write_report(settings.report, report_document(self.records()))
+            write_report(settings.report, report_document(self.records(), run))
+
+    def _run(self, settings: Settings) -> RunInfo:
+        """How this session ran, as the reports say it."""
+        from .report.provenance import session_run
+        from .scrubbing import mask_urls
+
+        started, clock = self._started
+        return session_run(settings.mode.value, mask_urls(_base_urls_text(settings)),
+                           started, time.perf_counter() - clock, self.config.rootpath)
 
     def pytest_unconfigure(self) -> None:
         """The reports are written: the records need not outlive the session (pytest's

@@ -105,6 +105,9 @@ class Reply:
     ``reasoning``, Responses reasoning items, Messages ``thinking`` blocks, or a ``<think>``
     block at the start of the text."""
     usage: dict[str, Any] | None = None
+    model: str | None = None
+    """The model the server says answered (chat's, the Responses and Messages APIs'
+    ``model``, Gemini's ``modelVersion``); ``None`` when it named none."""
     error: str | None = None
     """The error message of a non-2xx response, or of an in-band stream error."""
     latency_ms: float = 0.0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -364,3 +365,92 @@ def test_diff_of_cassettes_from_a_server_that_counts_in_infinity(
 
     assert code == 0
     assert "   total_tokens  12 -> unknown" in out.splitlines()
+
+
+# ---------------------------------------------------------------------------- replay vs live
+
+LOOP_CASE = """name: trip
+model: test-model
+endpoint: {{base_url: '{url}'}}
+tools:
+  - name: get_weather
+    result: {{temp_c: 21}}
+stages:
+  - name: ask
+    user: {question}
+    run_tools: true
+"""
+
+
+def slow_server_with_fresh_ids(server: ChatServer) -> None:
+    """A server that takes 0.3 s a reply and makes up new call ids every time, as real
+    ones do: a live run differs from its cassette in timings and ids, never in words."""
+    def answer(request: Any) -> Any:
+        if any(message["role"] == "tool" for message in request.json()["messages"]):
+            return json_reply(completion(text="It is 21 degrees."), delay_s=0.3)
+        call = {"id": f"call_{uuid.uuid4().hex}", "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+        return json_reply(completion(tool_calls=[call]), delay_s=0.3)
+    server.set_handler(answer)
+
+
+def test_a_replay_and_a_live_run_of_the_same_cassette_show_no_drift(
+        pytester: pytest.Pytester, chat_server: ChatServer,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    slow_server_with_fresh_ids(chat_server)
+    pytester.makefile(".case.yaml", loop=LOOP_CASE.format(url=chat_server.base_url,
+                                                           question="Weather in Paris?"))
+    for mode, report in (("--toolbench-record", "recorded.json"), ("--toolbench-live",
+                                                                  "live.json"),
+                         ("--toolbench-mode=replay", "replayed.json")):
+        pytester.runpytest("-p", "no:cacheprovider", mode, f"--toolbench-report={report}"
+                           ).assert_outcomes(passed=1)
+    replayed, live = pytester.path / "replayed.json", pytester.path / "live.json"
+    live_latency = json.loads(live.read_text())["cases"][0]["latency_ms"]
+    assert live_latency >= 600 > json.loads(replayed.read_text())["cases"][0]["latency_ms"]
+    code, out = run(capsys, replayed, live)
+    assert (code, out) == (0, (
+        f"toolbench diff {replayed} -> {live}: 1 case compared, 0 changed, 0 verdicts"
+        " regressed; latency and time to first token not compared: OLD ran replay, NEW live"
+        " (a replay's timings are its own)\n"))
+    # Two live runs keep their timings compared; their ids differ and are no change either.
+    code, out = run(capsys, pytester.path / "recorded.json", live)
+    assert (code, out.splitlines()[0]) == (0, (
+        f"toolbench diff {pytester.path / 'recorded.json'} -> {live}: 1 case compared,"
+        " 0 changed, 0 verdicts regressed"))
+
+
+def test_diff_tells_a_changed_request_from_a_changed_answer(
+        pytester: pytest.Pytester, chat_server: ChatServer,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    slow_server_with_fresh_ids(chat_server)
+    case = pytester.makefile(".case.yaml", loop=LOOP_CASE.format(
+        url=chat_server.base_url, question="Weather in Paris?"))
+    run_live = ("-p", "no:cacheprovider", "--toolbench-live")
+    pytester.runpytest(*run_live, "--toolbench-report=before.json").assert_outcomes(passed=1)
+    # The model answers otherwise; the case sent the same: an answer change alone.
+    chat_server.set_handler(lambda request: json_reply(completion(text="Sunny.")))
+    pytester.runpytest(*run_live, "--toolbench-report=other.json").assert_outcomes(passed=1)
+    before, other = pytester.path / "before.json", pytester.path / "other.json"
+    code, out = run(capsys, before, other)
+    assert code == 0
+    assert "   call removed  ask: get_weather({\"city\": \"Paris\"})" in out.splitlines()
+    assert not [line for line in out.splitlines() if line.split()[0] == "request"]
+    # The case asks otherwise: the request change comes first, the answers follow it.
+    case.write_text(case.read_text().replace("Weather in Paris?", "Weather in Lyon?"))
+    pytester.runpytest(*run_live, "--toolbench-report=edited.json").assert_outcomes(passed=1)
+    edited = pytester.path / "edited.json"
+    code, out = run(capsys, before, edited)
+    assert out.splitlines()[0].endswith(
+        "1 case compared, 1 changed (1 of them in the requests sent), 0 verdicts regressed")
+    assert out.splitlines()[1:6] == [
+        "loop.case.yaml::trip[test-model]",
+        ('   request       ask: request 1: messages.0.content: "Weather in Paris?" ->'
+         ' "Weather in Lyon?"'),
+        '   call removed  ask: get_weather({"city": "Paris"}) (after a changed request)',
+        "   answer        ask: [-It is 21 degrees.-] {+Sunny.+} (after a changed request)",
+        "   turns         2 -> 1",
+    ]
+    assert "   latency_ms" in out  # two live runs: their timings are compared
+    document = json.loads(run(capsys, before, edited, "--format", "json")[1])
+    assert document["requests_changed"] == 1 and document["timings_compared"] is True

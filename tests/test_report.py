@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
+import shutil
+import subprocess
 import textwrap
+from html import escape as html_escape
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +21,8 @@ from support.chat_server import (
     sse_reply,
     stall_reply,
 )
+
+from pytest_toolbench.wire.stream import reported_model
 
 CASES = """name: weather
 model: [m1, m2]
@@ -514,3 +520,88 @@ def test_marks_registered_where_cases_are_collected_reach_the_report_under_xdist
     result.assert_outcomes(failed=1)  # no cassette: what matters here is the record
     (case,) = load(report)["cases"]
     assert case["marks"] == ["bfcl", "bfcl_simple"]
+
+
+# ---------------------------------------------------------------------------- how it was made
+
+ASKED = """name: versioned
+model: m1
+stages:
+  - name: ask
+    user: hi
+---
+name: swapped
+model: big-model
+stages:
+  - name: ask
+    user: hi
+    stream: true
+"""
+
+
+def test_the_reports_say_how_they_were_made_and_which_model_answered(
+        pytester: pytest.Pytester, chat_server: ChatServer,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server answering as another model than the one asked is noted in the summary; one
+    that names a version of the model asked is not."""
+    def answer(request: Any) -> Any:
+        if request.json().get("stream"):
+            return sse_reply(chunks_for("hello", model="small-model"))
+        return json_reply(completion("hello", model="m1-2026-01-01"))
+    chat_server.set_handler(answer)
+    pytester.makefile(".case.yaml", models=ASKED)
+    url = chat_server.base_url.replace("http://", "http://probe:hunter2@")
+    monkeypatch.setenv("TOOLBENCH_BASE_URL", url)
+    report, page = pytester.path / "report.json", pytester.path / "report.html"
+    result = pytester.runpytest("--toolbench-live", f"--toolbench-report={report}",
+                                f"--toolbench-html={page}")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines([("model mismatch: asked big-model, the server answered as"
+                                  " small-model (1 case: swapped)")])
+    assert "asked m1" not in result.stdout.str()
+    document = load(report)
+    run = document["run"]
+    assert list(document) == ["version", "run", "summary", "cases"]
+    assert run["mode"] == "live" and run["revision"] is None
+    assert run["base_url"].endswith(chat_server.base_url.split("//")[1])
+    assert "hunter2" not in json.dumps(document) and "hunter2" not in page.read_text()
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", run["started"])
+    assert 0 < run["duration_s"] < 60
+    models = {case["case"]: case["runs"][0]["stages"][0]["attempts"][0]["turns"][0]["reply"]
+              ["model"] for case in document["cases"]}
+    assert models == {"versioned": "m1-2026-01-01", "swapped": "small-model"}
+    html = page.read_text()
+    assert html_escape(f"live, answers from {run['base_url']}; started {run['started']}") in html
+    assert "model: asked big-model, the server answered as small-model" in html
+
+
+def test_the_report_names_the_repositorys_revision(pytester: pytest.Pytester) -> None:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=pytester.path, check=True, text=True,
+                              capture_output=True, timeout=30).stdout.strip()
+    shutil.copytree(Path(__file__).parents[1] / "cases", pytester.path / "cases")
+    git("init", "-q")
+    git("add", "cases")
+    git("-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "cases")
+    args = ("cases/text.case.yaml", "-p", "no:cacheprovider", "--toolbench-report=r.json")
+    pytester.runpytest(*args).assert_outcomes(passed=3)
+    run = load(pytester.path / "r.json")["run"]
+    assert run["revision"] == git("rev-parse", "HEAD")
+    assert run["mode"] == "replay" and run["base_url"] is None
+    with (pytester.path / "cases" / "text.case.yaml").open("a") as case:
+        case.write("# changed\n")
+    pytester.runpytest(*args).assert_outcomes(passed=3)
+    assert load(pytester.path / "r.json")["run"]["revision"] == git("rev-parse", "HEAD") + "+dirty"
+
+
+@pytest.mark.parametrize(("payload", "model"), [
+    ({"object": "chat.completion", "model": "gpt-4o-mini-2024-07-18"}, "gpt-4o-mini-2024-07-18"),
+    ({"type": "response.created", "response": {"model": "gpt-4.1"}}, "gpt-4.1"),
+    ({"type": "message_start", "message": {"model": "claude-sonnet-4-5"}}, "claude-sonnet-4-5"),
+    ({"candidates": [], "modelVersion": "gemini-2.5-flash"}, "gemini-2.5-flash"),
+    ({"type": "content_block_delta"}, None),
+    (["not", "an", "object"], None),
+])
+def test_each_apis_reply_names_its_model_where_that_api_says_it(payload: Any,
+                                                                 model: str | None) -> None:
+    assert reported_model(payload) == model

@@ -2,7 +2,8 @@
 folders, case by case.
 
 Reports are matched by node id; cassettes by path, or by case name when no path is in both
-folders (``diff_cassettes``). What is compared is ``diff_compare``'s. The exit status is 1
+folders (``diff_cassettes``). What is compared is ``diff_compare``'s; between a replayed run
+and a live one (the reports' ``run.mode``), timings are not. The exit status is 1
 when a verdict regressed (``passed`` -> ``failed``), so a nightly job can watch a model or
 server drift; cassettes hold no verdict, so comparing them exits 0 (2 on a usage error).
 """
@@ -10,6 +11,7 @@ server drift; cassettes hold no verdict, so comparing them exits 0 (2 on a usage
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
@@ -19,7 +21,7 @@ from typing import Any
 
 from ..atomic import write_atomic
 from ..report.failure import plural
-from ..report.json_report import CaseRecord, ReportUnreadable, read_report
+from ..report.json_report import CaseRecord, ReportUnreadable, RunInfo, read_report_run
 from .diff_compare import Change, Limits, compare_cases
 
 DEFAULT_THRESHOLD = 20.0
@@ -37,28 +39,44 @@ class Comparison:
     cassettes: bool = False
     by_name: bool = False
     """Cassettes paired by case name, models aside: no path was in both folders."""
+    timings_left_out: str | None = None
+    """Why latency and time to first token were not compared (one run was replayed)."""
 
     @property
     def regressed(self) -> int:
         return sum(change.regression for change in self.changes)
 
+    @property
+    def requests_changed(self) -> int:
+        """Cases whose requests changed (not only their answers)."""
+        return len({change.nodeid for change in self.changes if change.kind == "request"})
+
     def tally(self) -> str:
         cases = len({change.nodeid for change in self.changes})
+        requests = (f" ({self.requests_changed} of them in the requests sent)"
+                    if self.requests_changed else "")
+        timings = f"; {self.timings_left_out}" if self.timings_left_out else ""
         if not self.cassettes:
-            return (f"{plural(self.compared, 'case')} compared, {cases} changed, "
-                    f"{plural(self.regressed, 'verdict')} regressed")
+            return (f"{plural(self.compared, 'case')} compared, {cases} changed{requests}, "
+                    f"{plural(self.regressed, 'verdict')} regressed{timings}")
         paired = ", paired by case name (no path is in both folders)" if self.by_name else ""
-        return (f"{plural(self.compared, 'cassette')} compared{paired}, {cases} changed; "
-                "cassettes hold no verdicts, so none is compared")
+        return (f"{plural(self.compared, 'cassette')} compared{paired}, {cases} changed"
+                f"{requests}; cassettes hold no verdicts, so none is compared")
 
 
 # ---------------------------------------------------------------------------- comparing
 
 
 def compare_reports(old: Path, new: Path, limits: Limits) -> Comparison:
-    """Two JSON reports, case by case in the new report's order, by node id."""
-    before = {case.nodeid: case for case in read_report(old)}
-    after = {case.nodeid: case for case in read_report(new)}
+    """Two JSON reports, case by case in the new report's order, by node id. Between a
+    replayed run and a live one, timings are not compared: a replay's are its own."""
+    old_run, old_records = read_report_run(old)
+    new_run, new_records = read_report_run(new)
+    before = {case.nodeid: case for case in old_records}
+    after = {case.nodeid: case for case in new_records}
+    left_out = _timings_left_out(old_run, new_run)
+    if left_out is not None:
+        limits = dataclasses.replace(limits, timings=False)
     changes: list[Change] = []
     for nodeid in [*after, *(n for n in before if n not in after)]:
         if nodeid not in before:
@@ -67,7 +85,16 @@ def compare_reports(old: Path, new: Path, limits: Limits) -> Comparison:
             changes.append(Change(nodeid, "case removed", f"was {before[nodeid].outcome}"))
         else:
             changes.extend(compare_cases(nodeid, before[nodeid], after[nodeid], limits))
-    return Comparison(old, new, changes, len(before.keys() & after.keys()))
+    return Comparison(old, new, changes, len(before.keys() & after.keys()),
+                      timings_left_out=left_out)
+
+
+def _timings_left_out(old: RunInfo, new: RunInfo) -> str | None:
+    """Why timings are not compared, when one run was replayed and the other was not."""
+    if old.mode is None or new.mode is None or old.replayed == new.replayed:
+        return None
+    return (f"latency and time to first token not compared: OLD ran {old.mode}, NEW"
+            f" {new.mode} (a replay's timings are its own)")
 
 
 def compare_folders(old: Path, new: Path, limits: Limits) -> Comparison:
@@ -139,8 +166,11 @@ def as_json(comparison: Comparison) -> dict[str, Any]:
             "paired_by": ("case name" if comparison.by_name else "path")
             if comparison.cassettes else "node id",
             "cases_compared": comparison.compared, "regressed": comparison.regressed,
+            "requests_changed": comparison.requests_changed,
+            "timings_compared": comparison.timings_left_out is None,
             "summary": comparison.tally(),
-            "changes": [asdict(change) for change in comparison.changes]}
+            "changes": [{key: value for key, value in asdict(change).items()
+                         if key != "stage"} for change in comparison.changes]}
 
 
 def render_json(comparison: Comparison) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..defaults import CASSETTE_FOLDER
 from ..records import Interaction, Reply, total_tokens
@@ -116,7 +117,9 @@ def read_cassette_case(path: Path, relative: str) -> CassetteCase:
         return CassetteCase(relative, None, error.message)
     wire = wire_api(cassette.api)
     replies = [_reply(wire, interaction) for interaction in cassette.interactions]
-    return CassetteCase(relative, _record(relative, cassette.api, replies), api=cassette.api)
+    requests = [interaction.request for interaction in cassette.interactions]
+    return CassetteCase(relative, _record(relative, cassette.api, replies, requests),
+                        api=cassette.api)
 
 
 def _reply(wire: WireApi, interaction: Interaction) -> Reply:
@@ -126,13 +129,15 @@ def _reply(wire: WireApi, interaction: Interaction) -> Reply:
     return reply
 
 
-def _record(path: str, api: str, replies: list[Reply]) -> CaseRecord:
-    """The cassette as a case record: one stage per exchange, no verdict (its outcome is
-    ``recorded`` on both sides of a comparison)."""
+def _record(path: str, api: str, replies: list[Reply],
+            requests: list[dict[str, Any]]) -> CaseRecord:
+    """The cassette as a case record: one stage per exchange, each with the request it
+    recorded, no verdict (its outcome is ``recorded`` on both sides of a comparison)."""
     stages = [StageRecord(f"exchange {number}", True, [AttemptRecord(
         1, True, [], [], [], [TurnRecord(reply.stream is not None, None, None, [],
-                                         reply.latency_ms, ReplyRecord.of(reply), [])])])
-        for number, reply in enumerate(replies, 1)]
+                                         reply.latency_ms, ReplyRecord.of(reply), [],
+                                         request)])])
+        for number, (reply, request) in enumerate(zip(replies, requests), 1)]
     return CaseRecord(
         nodeid=path, api=api, outcome="recorded", turns=len(replies),
         latency_ms=round(sum(r.latency_ms for r in replies), 1) if replies else None,

@@ -3,10 +3,12 @@
 Two JSON reports give their case records as the report loader reads them; two cassette
 folders give one record per cassette (``diff_cassettes``), so both are compared by the same
 code.
-Of a case: a verdict that flipped (reports only: cassettes hold none), tool calls that
-appeared, disappeared or changed arguments, answers whose text changed (a short word diff),
-errors that came or went, the number of turns, and latency, time to first token and tokens
-that moved past the threshold.
+Of a case: a verdict that flipped (reports only: cassettes hold none), a request the case
+sent otherwise while the answers before it were the same (the case, or what the plugin
+makes of it, changed: no model did that), tool calls that appeared, disappeared or changed
+arguments, answers whose text changed (a short word diff; marked when they follow a changed
+request), errors that came or went, the number of turns, and latency, time to first token
+(left out between a replayed and a live run) and tokens that moved past the threshold.
 
 What is compared of a case is its first run, and of each stage its last attempt: the
 answer the stage ended with. Calls are paired by tool name, in order.
@@ -14,14 +16,15 @@ answer the stage ended with. Calls are paired by tool name, in order.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from ..report.json_report import AttemptRecord, CaseRecord
+from ..report.json_report import AttemptRecord, CaseRecord, TurnRecord
 
 WORDS_AROUND = 4
 """Unchanged words kept either side of a change in an answer's word diff."""
@@ -32,10 +35,13 @@ MAX_CHANGED_WORDS = 12
 class Change:
     nodeid: str
     kind: str
-    """verdict, case added, case removed, unreadable, call added, call removed, arguments,
-    answer, error, turns, latency_ms, ttft_ms, total_tokens."""
+    """verdict, case added, case removed, unreadable, request, call added, call removed,
+    arguments, answer, error, turns, latency_ms, ttft_ms, total_tokens."""
     detail: str
     regression: bool = False
+    stage: str | None = field(default=None, compare=False, repr=False)
+    """The stage a request change is in (the answers from it on follow a changed
+    request)."""
 
 
 @dataclass(frozen=True)
@@ -46,25 +52,124 @@ class Limits:
     """Percent a figure must move by."""
     min_ms: float
     """Milliseconds a timing must move by, whatever the percent (replays take ~1 ms)."""
+    timings: bool = True
+    """Compare latency and time to first token: not between a replayed run (whose times
+    are the replay's) and a live one."""
 
 
 def compare_cases(nodeid: str, old: CaseRecord, new: CaseRecord,
                   limits: Limits) -> Iterator[Change]:
-    """Every change between two records of one case."""
+    """Every change between two records of one case: first the requests the case sent
+    (while the answers before them were the same), then the answers."""
     if old.outcome != new.outcome:
         regressed = old.outcome == "passed" and new.outcome == "failed"
         yield Change(nodeid, "verdict", f"{old.outcome} -> {new.outcome}", regressed)
     old_stages, new_stages = _final_stages(old), _final_stages(new)
-    for name in [*new_stages, *(n for n in old_stages if n not in new_stages)]:
-        yield from _stage_changes(nodeid, name, old_stages.get(name), new_stages.get(name))
+    names = [*new_stages, *(n for n in old_stages if n not in new_stages)]
+    requests = list(request_changes(nodeid, names, old_stages, new_stages))
+    yield from requests
+    changed_from = min((names.index(change.stage) for change in requests
+                        if change.stage is not None), default=len(names))
+    for position, name in enumerate(names):
+        for change in _stage_changes(nodeid, name, old_stages.get(name), new_stages.get(name)):
+            yield change if position < changed_from else dataclasses.replace(
+                change, detail=f"{change.detail} (after a changed request)")
     if old.turns != new.turns:
         yield Change(nodeid, "turns", f"{_num(old.turns)} -> {_num(new.turns)}")
-    for figure in ("latency_ms", "ttft_ms", "total_tokens"):
-        floor = 0.0 if figure == "total_tokens" else limits.min_ms
+    for figure in ("latency_ms", "ttft_ms") if limits.timings else ():
         detail = _figure_change(getattr(old, figure), getattr(new, figure), limits.threshold,
-                                floor)
+                                limits.min_ms)
         if detail:
             yield Change(nodeid, figure, detail)
+    for figure in ("total_tokens",):
+        detail = _figure_change(getattr(old, figure), getattr(new, figure), limits.threshold,
+                                0.0)
+        if detail:
+            yield Change(nodeid, figure, detail)
+
+
+def request_changes(nodeid: str, names: list[str], old: dict[str, AttemptRecord],
+                    new: dict[str, AttemptRecord]) -> Iterator[Change]:
+    """Requests that differ while every answer before them was the same: the case (or
+    what the plugin makes of it) sends something else, which no model did. Once an answer
+    differs, the requests after it carry that answer and are not compared. Ids and
+    signatures a server made up are left out (``_IDS``)."""
+    for name in names:
+        before, after = old.get(name), new.get(name)
+        if before is None or after is None:
+            return
+        for number, (was, now) in enumerate(zip(before.turns, after.turns), 1):
+            if was.request is not None and now.request is not None:
+                differences = _differences(_request(was.request), _request(now.request))
+                if differences:
+                    yield Change(nodeid, "request", f"{name}: request {number}: "
+                                 + "; ".join(differences), stage=name)
+                    return
+            if _answer_of(was) != _answer_of(now):
+                return
+        if len(before.turns) != len(after.turns):
+            return
+
+
+_IDS = frozenset({"id", "call_id", "tool_call_id", "tool_use_id", "signature",
+                  "thoughtSignature", "thought_signature", "encrypted_content"})
+"""Keys whose values a server makes up afresh (call and item ids, reasoning signatures)
+and a request sends back: two runs of one case differ in them without any change."""
+
+MAX_REQUEST_DIFFERENCES = 3
+
+
+def _request(body: dict[str, Any]) -> Any:
+    """A request as compared: without the model it names (cassettes of two models are
+    compared by case name) and without ids and signatures."""
+    return _without_ids({key: value for key, value in body.items() if key != "model"})
+
+
+def _without_ids(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: "<id>" if key in _IDS and isinstance(item, str) else _without_ids(item)
+                for key, item in value.items()}
+    if isinstance(value, list):
+        return [_without_ids(item) for item in value]
+    return value
+
+
+def _differences(old: Any, new: Any, path: str = "") -> list[str]:
+    """Where two JSON values differ, by key path, the first few."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        found = []
+        for key in dict.fromkeys([*old, *new]):
+            found += _differences(old.get(key, _ABSENT), new.get(key, _ABSENT),
+                                  f"{path}.{key}" if path else str(key))
+            if len(found) >= MAX_REQUEST_DIFFERENCES:
+                return found[:MAX_REQUEST_DIFFERENCES]
+        return found
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        found = []
+        for index, (a, b) in enumerate(zip(old, new)):
+            found += _differences(a, b, f"{path}.{index}" if path else str(index))
+            if len(found) >= MAX_REQUEST_DIFFERENCES:
+                return found[:MAX_REQUEST_DIFFERENCES]
+        return found
+    if old == new and type(old) is type(new):
+        return []
+    if isinstance(old, list) and isinstance(new, list):
+        return [f"{path or 'body'}: {len(old)} -> {len(new)} items"]
+    return [f"{path or 'body'}: {_short(old)} -> {_short(new)}"]
+
+
+def _short(value: Any) -> str:
+    text = _show(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _answer_of(turn: TurnRecord) -> Any:
+    """What the model said in a turn, ids aside: what the next request carries."""
+    reply = turn.reply
+    if reply is None:
+        return turn.error
+    return (reply.status, reply.text, reply.reasoning, reply.error,
+            [(call.name, _parsed(call.arguments)) for call in reply.tool_calls])
 
 
 def _final_stages(case: CaseRecord) -> dict[str, AttemptRecord]:

@@ -29,11 +29,12 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     output: Path = args.output or args.report.with_suffix(".html")
     from ..report.html import write_html
-    from ..report.json_report import ReportUnreadable, read_report
+    from ..report.json_report import ReportUnreadable, read_report_run
 
     try:
-        records = read_report(args.report)
-        write_html(output, records, args.title or f"toolbench report: {args.report.name}")
+        run, records = read_report_run(args.report)
+        write_html(output, records, args.title or f"toolbench report: {args.report.name}",
+                   run)
     except ReportUnreadable as error:
         print(f"toolbench html: error: {error}", file=sys.stderr)
         return 2

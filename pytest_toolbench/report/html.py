@@ -21,15 +21,20 @@ from .html_case import api_of, model_of, outcome_rank, render_case
 from .html_page import asset, page
 from .html_page import escape as e
 from .html_plots import dot_plot
-from .json_report import CaseRecord, ReplyRecord, outcome_counts
+from .json_report import CaseRecord, ReplyRecord, RunInfo, outcome_counts
+from .provenance import model_mismatches
 
 
-def render_html(records: Sequence[CaseRecord], title: str = "toolbench report") -> str:
-    """The whole page for one report's case records."""
+def render_html(records: Sequence[CaseRecord], title: str = "toolbench report",
+                run: RunInfo | None = None) -> str:
+    """The whole page for one report's case records; ``run``: how its session ran."""
     cases = sorted(records, key=_failures_first)
     body = "\n".join([
         f"<h1>{e(title)}</h1>",
+        *([f'<div class="muted run">{e(run.described())}</div>']
+          if run is not None and run.mode is not None else []),
         f'<div class="muted">{e(_counts(outcome_counts(cases)))}</div>',
+        *(f'<div class="note">model: {e(line)}</div>' for line in model_mismatches(cases)),
         _overview(cases), _filters(cases),
         '<div id="cases">', *(render_case(case) for case in cases), "</div>",
     ])
@@ -37,9 +42,9 @@ def render_html(records: Sequence[CaseRecord], title: str = "toolbench report") 
 
 
 def write_html(path: Path, records: Sequence[CaseRecord],
-               title: str = "toolbench report") -> None:
+               title: str = "toolbench report", run: RunInfo | None = None) -> None:
     """Write the page atomically, like the JSON report: no reader sees half a page."""
-    write_atomic(path, render_html(records, title))
+    write_atomic(path, render_html(records, title, run))
 
 
 def _failures_first(case: CaseRecord) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
@@ -78,6 +78,8 @@ class ReplyRecord:
     api_finish_reason: str | None = None
     """Why the reply ended in its API's own words (``finish_reason`` is normalised)."""
     reasoning: str | None = None
+    model: str | None = None
+    """The model the server said answered; null when it named none."""
 
     @classmethod
     def of(cls, reply: Reply) -> ReplyRecord:
@@ -89,7 +91,7 @@ class ReplyRecord:
             _jsonable(reply.usage), reply.error, round(reply.latency_ms, 1),
             round_ms(reply.ttft_ms),
             None if stream is None else StreamRecord(stream.done, stream.chunks, stream.usage),
-            list(reply.problems), reply.api_finish_reason, reply.reasoning)
+            list(reply.problems), reply.api_finish_reason, reply.reasoning, reply.model)
 
 
 @dataclass(frozen=True)
@@ -267,6 +269,44 @@ class CaseRecord:
         return record
 
 
+@dataclass(frozen=True)
+class RunInfo:
+    """The session that wrote a report. Every key has a default: a report written before
+    they were kept reads as one that says nothing of its run."""
+
+    mode: str | None = None
+    """``replay``, ``record``, ``missing`` or ``live``; null when the report does not say."""
+    base_url: str | None = None
+    """Where live answers came from (credentials masked; each API's when they differ);
+    null in replay, where every answer came from a cassette."""
+    started: str | None = None
+    """When the session started: ISO 8601, UTC, to the second."""
+    duration_s: float | None = None
+    """The session's wall time, in seconds to 0.01."""
+    revision: str | None = None
+    """The git commit of the repository pytest ran in (``+dirty`` when tracked files were
+    changed); null outside a git repository, or without git."""
+    toolbench: str | None = None
+    """The pytest-toolbench version that wrote the report."""
+
+    @property
+    def replayed(self) -> bool:
+        """Every answer came from a cassette."""
+        return self.mode == "replay"
+
+    def described(self) -> str:
+        """One line: ``replay, answers from cassettes; started 2026-11-27T17:00:00Z,
+        3.21 s; revision 1a2b3c4d5e6f``."""
+        where = "cassettes" if self.replayed else (self.base_url or "unknown")
+        parts = [f"{self.mode or 'mode unknown'}, answers from {where}"]
+        if self.started is not None:
+            took = "" if self.duration_s is None else f", {self.duration_s:.2f} s"
+            parts.append(f"started {self.started}{took}")
+        if self.revision is not None:
+            parts.append(f"revision {self.revision}")
+        return "; ".join(parts)
+
+
 BUILTIN_MARKS = frozenset({"skip", "skipif", "xfail"})
 
 
@@ -304,10 +344,13 @@ _NON_FINITE = {"Infinity": "inf", "-Infinity": "-inf", "NaN": "nan"}
 """What ``json.dumps`` writes for floats strict JSON cannot hold -> their repr."""
 
 
-def report_document(records: list[CaseRecord]) -> dict[str, Any]:
+def report_document(records: list[CaseRecord], run: RunInfo | None = None
+                    ) -> dict[str, Any]:
     """The JSON report's document, which the HTML page is drawn from too: the format's
-    version, how many cases ended with each outcome, and each case's record as data."""
-    return {"version": REPORT_VERSION, "summary": outcome_counts(records),
+    version, how the session ran (when it is known), how many cases ended with each
+    outcome, and each case's record as data."""
+    described = {} if run is None else {"run": asdict(run)}
+    return {"version": REPORT_VERSION, **described, "summary": outcome_counts(records),
             "cases": [record.to_json() for record in records]}
 
 
@@ -329,13 +372,39 @@ def read_report(path: Path) -> list[CaseRecord]:
     """The case records of a saved JSON report, of this format version or an earlier one;
     ReportUnreadable saying what is wrong otherwise (``toolbench html``, ``diff``,
     ``merge`` and ``conform`` all read reports here)."""
+    return records_of(_document(path), path)
+
+
+def read_report_run(path: Path) -> tuple[RunInfo, list[CaseRecord]]:
+    """How the report's session ran (``RunInfo()`` when the report does not say), and its
+    case records."""
+    document = _document(path)
+    records = records_of(document, path)
+    return run_of(document, path), records
+
+
+def _document(path: Path) -> Any:
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ReportUnreadable(f"cannot read {path}: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise ReportUnreadable(f"{path} is not JSON: {exc}") from None
-    return records_of(document, path)
+
+
+def run_of(document: dict[str, Any], path: Path | str) -> RunInfo:
+    """The report's ``run`` object; ``RunInfo()`` when it has none (written before runs
+    were described); ReportUnreadable naming the key that is not one."""
+    if "run" not in document:
+        return RunInfo()
+    try:
+        run: RunInfo = TypeAdapter(RunInfo).validate_python(document["run"])
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in ("run", *error["loc"]))
+        raise ReportUnreadable(f"{path}: {where}: {error['msg']}"
+                               " (not the run of a toolbench JSON report)") from None
+    return run
 
 
 def records_of(document: Any, path: Path | str) -> list[CaseRecord]:

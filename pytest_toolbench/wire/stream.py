@@ -37,7 +37,7 @@ from .base import (
     stream_error,
 )
 
-__all__ = ["CallPart", "StreamAccumulator", "ToolCallParts", "read_whole"]
+__all__ = ["CallPart", "StreamAccumulator", "ToolCallParts", "read_whole", "reported_model"]
 
 CUT = "cut: the stream ended inside an event (no blank line after its last data line)"
 
@@ -54,7 +54,21 @@ def read_whole(where: str, status: int, body: bytes | str, content_type: str,
         problem = (f"{where}: JSON: {said} ({content_type or 'no content type'}) is not JSON:"
                    f" {whole.parse_error}: {snippet(whole.text)}")
         return Reply(status=status, problems=[problem]), None
-    return Reply(status=status), whole.payload
+    return Reply(status=status, model=reported_model(whole.payload)), whole.payload
+
+
+def reported_model(payload: Any) -> str | None:
+    """The model a server says answered, where the APIs name it: a body's or an event's
+    ``model`` (chat, Responses, Messages) or ``modelVersion`` (Gemini), or that of the
+    ``response`` (Responses) or ``message`` (Messages) an opening stream event carries."""
+    if not isinstance(payload, dict):
+        return None
+    for holder in (payload, payload.get("response"), payload.get("message")):
+        if isinstance(holder, dict):
+            for key in ("model", "modelVersion"):
+                if isinstance(holder.get(key), str) and holder[key]:
+                    return str(holder[key])
+    return None
 
 
 class StreamAccumulator(ABC):
@@ -75,6 +89,8 @@ class StreamAccumulator(ABC):
         self.error: str | None = None
         """The first in-band error's message: the cause (later ones are fallout)."""
         self.ttft_ms: float | None = None
+        self.model: str | None = None
+        """The model the first event that names one says answered."""
 
     end_marker: ClassVar[str | None] = None
     """A data payload that ends the stream and is no event (chat's ``[DONE]``)."""
@@ -101,7 +117,8 @@ class StreamAccumulator(ABC):
         """The reply; ``truncated``: the stream ended inside an event."""
         if truncated:
             self.problem(CUT)
-        reply = Reply(usage=self.usage, error=self.error, ttft_ms=self.ttft_ms,
+        reply = Reply(usage=self.usage, model=self.model, error=self.error,
+                      ttft_ms=self.ttft_ms,
                       stream=StreamStats(done=self.done, chunks=self.events, end=self.end,
                                          usage=self.usage is not None),
                       problems=self.problems)
@@ -122,7 +139,7 @@ class StreamAccumulator(ABC):
         """The event's data as JSON, or None after saying it is not JSON (an ``error``
         event in plain text is still the stream's error)."""
         try:
-            return loads_event(event.data)
+            data = loads_event(event.data)
         except JSON_ERRORS as exc:
             if event.event == "error":
                 self.in_band_error("error event", event.data.strip() or
@@ -131,6 +148,9 @@ class StreamAccumulator(ABC):
                 self.problem(f"JSON: event {self.events} is not JSON: {exc}:"
                              f" {snippet(event.data)}")
             return None
+        if self.model is None:
+            self.model = reported_model(data)
+        return data
 
     def first_output(self, offset_ms: float) -> None:
         """Text or a call arrived: the first one is the time to first token."""
