@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .apis import AGENT, API_NAMES, REGISTRY
 from .casefile.cache import KeptParses
+from .casefile.schema import Endpoint
 from .records import CaseResult
 from .run.agent import AgentContext, run_agent_case
 from .run.runner import CaseRun
@@ -57,18 +58,41 @@ class AgentCases:
         """Run ``case_run``: from its cassette at ``path`` (``replaying``), else live,
         recorded unless the mode is live."""
         case = case_run.loaded.case
+        try:
+            cassette = self.cassette(path, shown, hint, replaying)
+        except ReplayError as error:
+            return case_run.not_run(str(error))
+        endpoint = self.settings.endpoint_for(case.endpoint)
+        with self.attached(cassette, replaying, case.endpoint) as tap:
+            result = await run_agent_case(case_run, AgentContext(
+                tap, self.proxy.base_url, lambda: self._abandon(tap),
+                lambda: self.proxy.drop(tap.connections),
+                stage_timeout_s=endpoint.limits.deadline_s,
+                runs=self.settings.repeat or (case.repeat.runs if case.repeat else 1),
+                match_timeout_s=self.settings.match_timeout_s, scrubber=tap.scrubber,
+                verdict=tap.unused if isinstance(tap, ReplayTap) else None))
+        self.keep(tap, replaying)
+        return result
+
+    def cassette(self, path: Path, shown: str, hint: str, replaying: bool) -> Cassette:
+        """The cassette at ``path``: loaded to replay (ReplayError: it cannot be), else an
+        empty one to record into."""
+        if replaying:
+            return Cassette.load(path, hint, shown, AGENT, self.kept)
+        return Cassette(path, rerecord_hint=hint, shown=shown, api=AGENT)
+
+    @contextmanager
+    def attached(self, cassette: Cassette, replaying: bool, endpoint: Endpoint
+                 ) -> Iterator[Tap]:
+        """The proxy answering from ``cassette`` (``replaying``) or forwarding to the APIs
+        ``endpoint`` resolves to, and the environment pointing every SDK at it, while the
+        block runs."""
         # Resolved before the environment points at the proxy: OPENAI_BASE_URL is one of
         # the places an endpoint's base URL comes from.
-        upstreams = {api: self._upstream(case_run, api) for api in API_NAMES}
-        endpoint = self.settings.endpoint_for(case.endpoint)
+        upstreams = {api: self._upstream(endpoint, api) for api in API_NAMES}
         scrubber = Scrubber(secret for upstream in upstreams.values() for secret in
                             endpoint_secrets(upstream.api_key, upstream.headers,
                                              upstream.base_url))
-        try:
-            cassette = (Cassette.load(path, hint, shown, AGENT, self.kept) if replaying
-                        else Cassette(path, rerecord_hint=hint, shown=shown, api=AGENT))
-        except ReplayError as error:
-            return case_run.not_run(str(error))
         recording = not replaying and self.settings.mode in (Mode.RECORD, Mode.MISSING)
         tap: Tap = (ReplayTap(cassette, scrubber, self.settings.replay_speed) if replaying
                     else LiveTap(cassette, scrubber, upstreams, recording))
@@ -76,26 +100,21 @@ class AgentCases:
         proxy.attach(tap)
         try:
             with _environment({**proxy.environment(), **TRACING_OFF}, _placeholder_keys()):
-                result = await run_agent_case(case_run, AgentContext(
-                    tap, proxy.base_url, lambda: self._abandon(tap),
-                    lambda: proxy.drop(tap.connections),
-                    stage_timeout_s=endpoint.limits.deadline_s,
-                    runs=self.settings.repeat or (case.repeat.runs if case.repeat else 1),
-                    match_timeout_s=self.settings.match_timeout_s, scrubber=scrubber,
-                    verdict=tap.unused if isinstance(tap, ReplayTap) else None))
+                yield tap
         finally:
             proxy.attach(None)
             tap.close()
             if isinstance(tap, LiveTap):
-                await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(tap.aclose(),
-                                                                           proxy.loop))
-        if recording and not any(exchange.error for exchange in tap.exchanges):
-            cassette.save()  # an endpoint that failed keeps the old cassette
-        return result
+                asyncio.run_coroutine_threadsafe(tap.aclose(), proxy.loop).result(10)
 
-    def _upstream(self, case_run: CaseRun, api: str) -> Upstream:
-        case = case_run.loaded.case
-        endpoint = self.settings.endpoint_for(case.endpoint, api)
+    def keep(self, tap: Tap, replaying: bool) -> None:
+        """Save what ``tap`` recorded, unless an upstream failed (the old cassette stays)."""
+        if isinstance(tap, LiveTap) and tap.recording and not any(
+                exchange.error for exchange in tap.exchanges):
+            tap.cassette.save()
+
+    def _upstream(self, case_endpoint: Endpoint, api: str) -> Upstream:
+        endpoint = self.settings.endpoint_for(case_endpoint, api)
         row = REGISTRY[api]
         return Upstream(endpoint.base_url, endpoint.api_key(), row.key_header, row.key_scheme,
                         endpoint.headers, endpoint.timeout_s)

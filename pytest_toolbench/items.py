@@ -243,6 +243,11 @@ def _start_session(config: pytest.Config) -> None:
     config.pluginmanager.register(CaseReports(records_read(config)), "toolbench-case-reports")
 
 
+def session_runtime(config: pytest.Config) -> SessionRuntime:
+    """The session's runtime (the ``toolbench_agent`` fixture runs through it too)."""
+    return _runtime(config)
+
+
 def _runtime(config: pytest.Config) -> SessionRuntime:
     """The runtime that runs cases, made with the first case run."""
     runtime = config.stash.get(RUNTIME_KEY, None)

@@ -20,6 +20,9 @@ from .lookahead import LOOKAHEAD_KEY, Lookahead
 from .settings import OPTIONS, SETTINGS_KEY, Settings, summary_shown
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from .agent_fixture import ToolbenchAgent
     from .items import CaseFile
     from .report.json_report import CaseRecord, RunInfo
 
@@ -46,6 +49,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[SETTINGS_KEY] = Settings.from_config(config)
     config.pluginmanager.register(SessionReports(config), "toolbench-reports")
+
+
+@pytest.fixture
+def toolbench_agent(request: pytest.FixtureRequest) -> Iterator[ToolbenchAgent]:
+    """An agent test's proxy, cassette and checks: while the test runs, every SDK's base
+    URL variable points at the plugin's proxy, which records or replays the requests by
+    the toolbench flags (docs/agents.md)."""
+    from .agent_fixture import agent_fixture
+    from .items import session_runtime
+
+    runtime = session_runtime(request.config)
+    yield from agent_fixture(request, runtime.agent_cases, runtime.settle)
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> CaseFile | None:

@@ -141,13 +141,24 @@ class SessionRuntime:
     def _run_agent_case(self, case_run: CaseRun) -> CaseResult:
         """Run an agent case on pytest's own thread, once every case started ahead has
         ended: while it runs, the environment points every SDK at the proxy."""
-        concurrent.futures.wait(list(self._started.values()))
-        if self._agents is None:
-            self._agents = AgentCases(self.settings, self.kept_cassettes)
+        self.settle()
         path, shown = self._cassettes.locate(case_run.loaded.file, case_run.label)
-        return self._run_here(self._agents.execute(
+        return self._run_here(self.agent_cases.execute(
             case_run, path, shown, _printable(self._record_command(case_run)),
             self.replays(case_run)))
+
+    @property
+    def agent_cases(self) -> AgentCases:
+        """The runner of agent cases (and of the ``toolbench_agent`` fixture), with the
+        session's one proxy."""
+        if self._agents is None:
+            self._agents = AgentCases(self.settings, self.kept_cassettes)
+        return self._agents
+
+    def settle(self) -> None:
+        """Wait for every case started ahead: an agent case or test is about to point the
+        environment at the proxy."""
+        concurrent.futures.wait(list(self._started.values()))
 
     def _start(self, case_run: CaseRun, replaying: bool) -> None:
         self._started[case_run.nodeid] = self._submit(self._execute(case_run, replaying))

@@ -269,3 +269,37 @@ def test_an_openai_sdk_agent_records_and_replays(
     kept = cassette(pytester)
     assert all(("events" in item["response"]) == stream for item in kept["interactions"])
     run(pytester).assert_outcomes(passed=1)
+
+
+FIXTURE_TEST = '''
+import sdk_bot
+
+
+def test_refund(toolbench_agent):
+    agent = sdk_bot.make_agent()
+    answer = agent("Refund order 913")
+    toolbench_agent.check(answer, tool_calls=[{"name": "lookup_order"}, {"name": "issue_refund"}],
+                          text={"$contains": "refund"}, requests=3)
+    assert [call.name for call in toolbench_agent.calls] == ["lookup_order", "issue_refund"]
+    assert len(toolbench_agent.requests) == 3
+    answer = agent("When will the money arrive?")
+    toolbench_agent.check(answer, tool_calls=[], text={"$contains": "WEEKS"})
+    agent.close()
+'''
+
+
+def test_the_fixture_records_and_replays_a_plain_test(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(sdk_bot=OPENAI_AGENT, test_refund=FIXTURE_TEST)
+    pytester.syspathinsert()
+    with start_chat_server() as server:
+        play(server, *REFUND_SCRIPT)
+        recorded = run(pytester, "--toolbench-record", "--toolbench-base-url", server.base_url)
+    path = pytester.path / "__cassettes__" / "test_refund" / "test_refund.yaml"
+    kept = yaml.safe_load(path.read_text())
+    assert len(kept["interactions"]) == 4
+    replayed = run(pytester)
+    for result in (recorded, replayed):
+        result.assert_outcomes(failed=1)
+        result.stdout.fnmatch_lines([
+            "E*test_refund.py:12: test_refund: expect.text: *WEEKS*",
+            "E*--- stage 'check 2': failed ---"])

@@ -184,7 +184,8 @@ def _attempt_text(result: CaseResult, attempt: StageAttempt, attempts: int,
             lines.extend(_tool_run_text(run) for run in attempt.answered_first)
         for number, turn in enumerate(attempt.turns, 1):
             lines.extend(_turn_text(number, turn))
-    lines.append("states: " + " -> ".join(attempt.trail))
+    if attempt.trail:  # an agent's stage has none: its own code ran it
+        lines.append("states: " + " -> ".join(attempt.trail))
     return lines
 
 

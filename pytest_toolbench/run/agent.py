@@ -186,7 +186,7 @@ class AgentRun:
         started = self.ctx.traffic.mark()
         answer = await self._ask(attempt, index, text)
         exchanges = self.ctx.traffic.since(started)
-        attempt.turns = [_turn(exchange) for exchange in exchanges if exchange.api is not None]
+        attempt.turns = [exchange_turn(exchange) for exchange in exchanges if exchange.api is not None]
         attempt.failures += [self._failure(exchange.error, ("stages", index))
                              for exchange in exchanges if exchange.error is not None]
         replies = attempt.replies
@@ -279,7 +279,8 @@ def _is_json(value: Any) -> bool:
     return True
 
 
-def _turn(exchange: Exchange) -> Turn:
+def exchange_turn(exchange: Exchange) -> Turn:
+    """A model exchange as a stage's turn: what the transcript and reports show."""
     return Turn(request=exchange.request, streamed=exchange.streamed, reply=exchange.reply,
                 error=exchange.error, elapsed_ms=exchange.elapsed_ms,
                 stop_reason="error" if exchange.error is not None else None)

@@ -243,6 +243,10 @@ class ProxyServer:
         except (ConnectionError, h11.ProtocolError, asyncio.TimeoutError,
                 asyncio.IncompleteReadError):
             pass  # the agent went away, or spoke no HTTP: nothing to answer
+        except asyncio.CancelledError:
+            # The proxy is closing. Ended here rather than passed on: asyncio's stream
+            # callback would log a cancelled connection task as an error.
+            return
         finally:
             self._writers.pop(connection.number, None)
             writer.transport.abort()
