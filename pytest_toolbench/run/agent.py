@@ -13,7 +13,9 @@ loop's (``check.Outcome`` with the agent's answer).
 
 from __future__ import annotations
 
+import ctypes
 import inspect
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -238,10 +240,11 @@ class AgentRun:
 
     def _abandon_if_overrun(self, failed: UserCodeFailed) -> None:
         """An agent past its time limit is left running: the proxy refuses it from now on,
-        and the case ends with this run."""
+        the case ends with this run, and its thread is stopped at its next Python step."""
         if failed.overran:
             self.abandoned = True
             self.ctx.abandon()
+            stop_threads(failed.what)
 
     async def _world(self, expect: AgentExpect, base: KeyPath, attempt: StageAttempt
                      ) -> WorldState:
@@ -284,6 +287,27 @@ def exchange_turn(exchange: Exchange) -> Turn:
     return Turn(request=exchange.request, streamed=exchange.streamed, reply=exchange.reply,
                 error=exchange.error, elapsed_ms=exchange.elapsed_ms,
                 stop_reason="error" if exchange.error is not None else None)
+
+
+class AgentAbandoned(SystemExit):
+    """Raised in an abandoned agent's thread: whatever it does next, it stops there."""
+
+
+def stop_threads(what: str) -> None:
+    """Raise ``AgentAbandoned`` in the threads still running the user code ``what``.
+
+    Its time is up and nobody waits for it any more, but the proxy's URLs are the whole
+    session's: a request it sent later would reach the next case. CPython delivers the
+    exception when the thread next runs Python code (after its sleep, or once the proxy
+    has cut its connections); elsewhere the thread is only left behind."""
+    set_async_exc = getattr(getattr(ctypes, "pythonapi", None), "PyThreadState_SetAsyncExc",
+                            None)
+    if set_async_exc is None:
+        return
+    name = f"toolbench-user-{what}"[:60]  # as usercode names them
+    for thread in threading.enumerate():
+        if thread.name == name and thread.ident is not None and thread.is_alive():
+            set_async_exc(ctypes.c_ulong(thread.ident), ctypes.py_object(AgentAbandoned))
 
 
 def _said(failed: UserCodeFailed) -> str:

@@ -1,0 +1,265 @@
+"""Agent cases' faults and bad input: broken references, agents that raise, return the
+wrong thing or overrun, requests the proxy must refuse, and paths that are no model API.
+
+pytester runs of the plugin against the loopback chat server, and the proxy itself spoken
+to over real HTTP on loopback.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx2
+import pytest
+import yaml
+from support.chat_server import completion, json_reply, start_chat_server
+
+from pytest_toolbench.transport.proxy import ProxyServer
+
+AGENTS = '''
+import json
+import os
+import time
+
+import httpx2
+
+
+def _post(path, body):
+    with httpx2.Client(timeout=30) as client:
+        return client.post(os.environ["OPENAI_BASE_URL"] + path, json=body,
+                           headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]})
+
+
+def ask(user):
+    reply = _post("/chat/completions", {"model": "m", "messages": [
+        {"role": "user", "content": user}]})
+    return reply.json()["choices"][0]["message"]["content"]
+
+
+def make_plain():
+    return ask
+
+
+def make_broken():
+    raise RuntimeError("no database")
+
+
+def make_raising():
+    def agent(user):
+        return helper(user)
+    return agent
+
+
+def helper(user):
+    raise ValueError("the agent tripped on " + user)
+
+
+def make_wrong_type():
+    return lambda user: {"text": user}
+
+
+def make_slow():
+    def agent(user):
+        time.sleep(2.5)
+        return ask("late " + user)
+    return agent
+
+
+def make_lister():
+    def agent(user):
+        with httpx2.Client(timeout=30) as client:
+            listed = client.get(os.environ["OPENAI_BASE_URL"] + "/models")
+        return f"{listed.status_code} " + ask(user)
+    return agent
+
+
+def make_tokenless():
+    def agent(user):
+        base = os.environ["OPENAI_BASE_URL"]
+        scheme, _, rest = base.partition("://")
+        host, _, path = rest.partition("/")
+        with httpx2.Client(timeout=30) as client:
+            without = client.post(f"{scheme}://{host}/{path.partition('/')[2]}/chat/completions",
+                                  json={})
+            guessed = client.post(f"{scheme}://{host}/guess/{path.partition('/')[2]}"
+                                  "/chat/completions", json={})
+        return f"{without.status_code} {guessed.status_code}"
+    return agent
+
+
+NOT_CALLABLE = 42
+'''
+
+
+@pytest.fixture
+def agents(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(agents=AGENTS)
+    pytester.syspathinsert()
+
+
+def case(name: str, factory: str, expect: str = "", user: str = "hi",
+         base_url: str = "http://127.0.0.1:9/v1") -> str:
+    return (f"name: {name}\nagent: {{python: 'agents:{factory}'}}\n"
+            f"endpoint: {{base_url: '{base_url}'}}\n"
+            f"stages:\n  - name: ask\n    user: {user}\n" + (
+                f"    expect:\n{expect}" if expect else ""))
+
+
+def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest("-p", "no:cacheprovider", *args)
+
+
+@pytest.mark.parametrize(("factory", "said"), [
+    ("nowhere:make", "*cannot import 'nowhere'*"),
+    ("agents:make_missing", "*'agents' has no callable 'make_missing'*"),
+    ("agents:NOT_CALLABLE", "*'agents' has no callable 'NOT_CALLABLE'*"),
+])
+def test_an_agent_that_cannot_be_imported_is_a_collection_error_at_its_line(
+        pytester: pytest.Pytester, agents: None, factory: str, said: str) -> None:
+    pytester.makefile(".case.yaml", bad=f"name: bad\nagent:\n  python: '{factory}'\n"
+                      "stages: [{name: ask, user: hi}]\n")
+    result = run(pytester)
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([f"*bad.case.yaml:3: agent.python: {said}"])
+
+
+@pytest.mark.parametrize(("key", "line"), [
+    ("tools: [{name: t}]", "tools"), ("system: be nice", "system"),
+    ("params: {temperature: 0}", "params"), ("mcp_servers: {}", "mcp_servers")])
+def test_the_loops_own_keys_are_collection_errors_on_an_agent_case(
+        pytester: pytest.Pytester, agents: None, key: str, line: str) -> None:
+    pytester.makefile(".case.yaml", loop=f"name: loop\nagent: {{python: 'agents:make_plain'}}\n"
+                      f"{key}\nstages: [{{name: ask, user: hi}}]\n")
+    result = run(pytester)
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([
+        f"*loop.case.yaml:3: {line}: {line} is for the plugin's own loop, and an agent"
+        " case's agent builds its own requests*"])
+
+
+@pytest.mark.parametrize("key", ["run_tools: true", "stream: true", "tool_choice: auto",
+                                 "messages: [{role: user, content: x}]"])
+def test_a_stages_loop_keys_are_collection_errors_at_their_line(
+        pytester: pytest.Pytester, agents: None, key: str) -> None:
+    pytester.makefile(".case.yaml", loop="name: loop\nagent: {python: 'agents:make_plain'}\n"
+                      f"stages:\n  - name: ask\n    user: hi\n    {key}\n")
+    result = run(pytester)
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([f"*loop.case.yaml:6: stages[[]0].{key.split(':')[0]}: *"
+                                 "builds its own requests*"])
+
+
+def test_a_factory_that_raises_fails_the_stage_with_the_users_frames(
+        pytester: pytest.Pytester, agents: None) -> None:
+    pytester.makefile(".case.yaml", broken=case("broken", "make_broken"))
+    result = run(pytester, "--toolbench-live")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*broken.case.yaml:2: broken: agent.python: the agent factory agents:make_broken"
+        " raised RuntimeError: no database",
+        '*agents.py", line *, in make_broken*'])
+    assert "pytest_toolbench" not in result.stdout.str()
+
+
+def test_an_agent_that_raises_fails_the_stage_with_the_users_frames(
+        pytester: pytest.Pytester, agents: None) -> None:
+    pytester.makefile(".case.yaml", raising=case("raising", "make_raising"))
+    result = run(pytester, "--toolbench-live")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*raising.case.yaml:6: raising: stages[[]0].user: the agent raised ValueError: the"
+        " agent tripped on hi",
+        '*agents.py", line *, in agent*', '*agents.py", line *, in helper*'])
+    assert "pytest_toolbench" not in result.stdout.str()
+
+
+def test_an_answer_that_is_not_a_string_is_a_stage_error_naming_its_type(
+        pytester: pytest.Pytester, agents: None) -> None:
+    pytester.makefile(".case.yaml", typed=case("typed", "make_wrong_type"))
+    result = run(pytester, "--toolbench-live")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*typed.case.yaml:6: typed: stages[[]0].user: the agent"
+                                 " returned dict, not str*"])
+
+
+def test_an_agent_past_its_time_limit_fails_and_its_late_request_reaches_no_case(
+        pytester: pytest.Pytester, agents: None) -> None:
+    with start_chat_server() as server:
+        server.set_handler(lambda request: json_reply(completion("fine")))
+        pytester.makefile(".case.yaml", slow=case("slow", "make_slow",
+                                                  base_url=server.base_url)
+                          + "---\n" + case("after", "make_plain", base_url=server.base_url,
+                                           expect="      requests: 1\n"))
+        result = run(pytester, "--toolbench-record", "--toolbench-deadline", "1")
+        result.assert_outcomes(passed=1, failed=1)
+        result.stdout.fnmatch_lines(["*slow.case.yaml:6: slow: stages[[]0].user: the agent"
+                                     " did not finish within 1 s (the stage's time limit)*"])
+        import time
+        time.sleep(2.5)  # past the slow agent's sleep: it would have sent by now
+        sent = [request.json()["messages"][0]["content"] for request in server.requests]
+    assert sent == ["hi"]  # the after case's; the slow agent's "late hi" never went out
+    kept = yaml.safe_load((pytester.path / "__cassettes__" / "slow" / "after.yaml"
+                           ).read_text())
+    assert len(kept["interactions"]) == 1
+
+
+def test_a_path_that_is_no_model_api_is_forwarded_recorded_and_replayed(
+        pytester: pytest.Pytester, agents: None) -> None:
+    with start_chat_server() as server:
+        server.set_handler(lambda request: json_reply(completion("listed")))
+        pytester.makefile(".case.yaml", lister=case(
+            "lister", "make_lister", base_url=server.base_url,
+            expect="      requests: 1\n      text: '404 listed'\n"))
+        run(pytester, "--toolbench-record").assert_outcomes(passed=1)
+        assert [request.path for request in server.requests] == [
+            "/v1/models", "/v1/chat/completions"]
+    kept = yaml.safe_load((pytester.path / "__cassettes__" / "lister" / "lister.yaml"
+                           ).read_text())
+    assert [(item.get("api"), item["request"]["method"], item["request"]["path"])
+            for item in kept["interactions"]] == [
+        (None, "GET", "/openai/v1/models"), ("chat", "POST", "/openai/v1/chat/completions")]
+    run(pytester).assert_outcomes(passed=1)
+
+
+def test_requests_without_the_sessions_token_are_refused(
+        pytester: pytest.Pytester, agents: None) -> None:
+    pytester.makefile(".case.yaml", tokenless=case("tokenless", "make_tokenless",
+                                                   expect="      text: '403 403'\n"))
+    pytester.makefile(".yaml", **{"__cassettes__/tokenless/tokenless": "version: 2\napi: agent\n"
+                                  "interactions: []\n"})
+    run(pytester).assert_outcomes(passed=1)
+
+
+def test_a_recorded_case_that_sent_nothing_has_an_empty_cassette_and_replays(
+        pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(quiet="def make():\n    return lambda user: 'no model needed'\n")
+    pytester.syspathinsert()
+    pytester.makefile(".case.yaml", quiet="name: quiet\nagent: {python: 'quiet:make'}\n"
+                      "stages:\n  - name: ask\n    user: hi\n    expect: {requests: 0}\n")
+    run(pytester, "--toolbench-record").assert_outcomes(passed=1)
+    kept = yaml.safe_load((pytester.path / "__cassettes__" / "quiet" / "quiet.yaml"
+                           ).read_text())
+    assert kept["interactions"] == []
+    run(pytester).assert_outcomes(passed=1)
+
+
+def test_the_proxy_listens_on_loopback_and_refuses_without_its_token_or_a_case() -> None:
+    proxy = ProxyServer()
+    proxy.start()
+    try:
+        base = proxy.base_url("chat")
+        assert base.startswith(f"http://127.0.0.1:{proxy.port}/{proxy.token}/openai/v1")
+        assert len(proxy.token) >= 30
+        with httpx2.Client(timeout=10) as client:
+            wrong = client.post(f"http://127.0.0.1:{proxy.port}/x{proxy.token}/openai/v1"
+                                "/chat/completions", json={})
+            idle = client.post(f"{base}/chat/completions", json={})
+        for response in (wrong, idle):
+            assert response.status_code == 403
+            body: dict[str, Any] = response.json()
+            assert body["error"]["message"].startswith("pytest-toolbench:")
+        assert "no agent case is running" in idle.json()["error"]["message"]
+        assert json.dumps(proxy.environment()).count(proxy.token) == 3
+    finally:
+        proxy.close()
