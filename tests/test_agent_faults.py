@@ -8,6 +8,7 @@ to over real HTTP on loopback.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import httpx2
@@ -134,8 +135,8 @@ def test_the_loops_own_keys_are_collection_errors_on_an_agent_case(
     result = run(pytester)
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines([
-        f"*loop.case.yaml:3: {line}: {line} is for the plugin's own loop, and an agent"
-        " case's agent builds its own requests*"])
+        (f"*loop.case.yaml:3: {line}: {line} is for the plugin's own loop, and an agent"
+        " case's agent builds its own requests*")])
 
 
 @pytest.mark.parametrize("key", ["run_tools: true", "stream: true", "tool_choice: auto",
@@ -146,8 +147,8 @@ def test_a_stages_loop_keys_are_collection_errors_at_their_line(
                       f"stages:\n  - name: ask\n    user: hi\n    {key}\n")
     result = run(pytester)
     result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines([f"*loop.case.yaml:6: stages[[]0].{key.split(':')[0]}: *"
-                                 "builds its own requests*"])
+    result.stdout.fnmatch_lines([(f"*loop.case.yaml:6: stages[[]0].{key.split(':')[0]}: *"
+                                 "builds its own requests*")])
 
 
 def test_a_factory_that_raises_fails_the_stage_with_the_users_frames(
@@ -156,8 +157,8 @@ def test_a_factory_that_raises_fails_the_stage_with_the_users_frames(
     result = run(pytester, "--toolbench-live")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        "*broken.case.yaml:2: broken: agent.python: the agent factory agents:make_broken"
-        " raised RuntimeError: no database",
+        ("*broken.case.yaml:2: broken: agent.python: the agent factory agents:make_broken"
+        " raised RuntimeError: no database"),
         '*agents.py", line *, in make_broken*'])
     assert "pytest_toolbench" not in result.stdout.str()
 
@@ -168,8 +169,8 @@ def test_an_agent_that_raises_fails_the_stage_with_the_users_frames(
     result = run(pytester, "--toolbench-live")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        "*raising.case.yaml:6: raising: stages[[]0].user: the agent raised ValueError: the"
-        " agent tripped on hi",
+        ("*raising.case.yaml:6: raising: stages[[]0].user: the agent raised ValueError: the"
+        " agent tripped on hi"),
         '*agents.py", line *, in agent*', '*agents.py", line *, in helper*'])
     assert "pytest_toolbench" not in result.stdout.str()
 
@@ -179,8 +180,8 @@ def test_an_answer_that_is_not_a_string_is_a_stage_error_naming_its_type(
     pytester.makefile(".case.yaml", typed=case("typed", "make_wrong_type"))
     result = run(pytester, "--toolbench-live")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*typed.case.yaml:6: typed: stages[[]0].user: the agent"
-                                 " returned dict, not str*"])
+    result.stdout.fnmatch_lines([("*typed.case.yaml:6: typed: stages[[]0].user: the agent"
+                                 " returned dict, not str*")])
 
 
 def test_an_agent_past_its_time_limit_fails_and_its_late_request_reaches_no_case(
@@ -193,9 +194,8 @@ def test_an_agent_past_its_time_limit_fails_and_its_late_request_reaches_no_case
                                            expect="      requests: 1\n"))
         result = run(pytester, "--toolbench-record", "--toolbench-deadline", "1")
         result.assert_outcomes(passed=1, failed=1)
-        result.stdout.fnmatch_lines(["*slow.case.yaml:6: slow: stages[[]0].user: the agent"
-                                     " did not finish within 1 s (the stage's time limit)*"])
-        import time
+        result.stdout.fnmatch_lines([("*slow.case.yaml:6: slow: stages[[]0].user: the agent"
+                                     " did not finish within 1 s (the stage's time limit)*")])
         time.sleep(2.5)  # past the slow agent's sleep: it would have sent by now
         sent = [request.json()["messages"][0]["content"] for request in server.requests]
     assert sent == ["hi"]  # the after case's; the slow agent's "late hi" never went out
