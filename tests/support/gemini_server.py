@@ -1,6 +1,7 @@
 """A loopback stand-in for Google's Gemini API, in the real service's shape.
 
-It serves ``POST /v1beta/models/{model}:generateContent`` and
+It serves ``POST /v1beta/models/{model}:generateContent`` (and under ``/v1``, the version
+google-genai calls by default, as the service does) and
 ``:streamGenerateContent?alt=sse`` (the stream's events are ``data: {json}`` separated by
 CRLF CRLF, each a whole ``GenerateContentResponse``, with no end marker), and refuses what
 the service refuses: a model turn whose function calls come back without the thought
@@ -26,7 +27,7 @@ from support.chat_server import (
     sse_reply,
 )
 
-ROUTE = re.compile(r"\A/v1beta/models/([^/:?]+):(generateContent|streamGenerateContent)"
+ROUTE = re.compile(r"\A/v1(?:beta)?/models/([^/:?]+):(generateContent|streamGenerateContent)"
                    r"(\?.*)?\Z")
 
 

@@ -1,0 +1,43 @@
+"""A support agent on the OpenAI Agents SDK (``openai-agents``): an ``Agent`` with two
+function tools, run by ``Runner.run_sync``; the conversation carried over as its input
+list. The SDK's default model provider talks to the Responses API at OPENAI_BASE_URL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents import Agent, Runner, TResponseInputItem, function_tool
+
+from support.agents.shop import MAX_TURNS, SYSTEM, Shop
+
+
+class SupportAgent:
+    def __init__(self, model: str) -> None:
+        self.shop = shop = Shop()
+
+        @function_tool
+        def lookup_order(order_id: str) -> dict[str, Any]:
+            """Find an order by its number."""
+            return shop.lookup_order(order_id)
+
+        @function_tool
+        def issue_refund(order_id: str) -> dict[str, Any]:
+            """Refund an order in full."""
+            return shop.issue_refund(order_id)
+
+        self.agent = Agent(name="support", instructions=SYSTEM, model=model,
+                           tools=[lookup_order, issue_refund])
+        self.history: list[TResponseInputItem] = []
+
+    def __call__(self, user_text: str) -> str:
+        turn: list[TResponseInputItem] = [{"role": "user", "content": user_text}]
+        result = Runner.run_sync(self.agent, self.history + turn, max_turns=MAX_TURNS)
+        self.history = result.to_input_list()
+        return str(result.final_output)
+
+    def state(self) -> dict[str, Any]:
+        return self.shop.state()
+
+
+def make_agent(model: str = "test-model") -> SupportAgent:
+    return SupportAgent(model)

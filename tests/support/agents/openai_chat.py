@@ -1,0 +1,98 @@
+"""A support agent on the openai SDK's chat completions: its own loop, sync or async,
+streamed (the SDK's stream helper) or whole."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from openai import AsyncOpenAI, OpenAI
+from openai.types.chat import ChatCompletionMessage
+
+from support.agents.shop import MAX_TURNS, SYSTEM, TOOLS, Shop
+
+CHAT_TOOLS = [{"type": "function", "function": tool} for tool in TOOLS]
+
+
+class _Conversation:
+    """The messages so far and the shop the tools act on."""
+
+    def __init__(self, model: str, stream: bool) -> None:
+        self.model, self.stream = model, stream
+        self.shop = Shop()
+        self.messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
+
+    def request(self) -> dict[str, Any]:
+        return {"model": self.model, "messages": self.messages, "tools": CHAT_TOOLS}
+
+    def take(self, message: ChatCompletionMessage) -> str | None:
+        """Keep the reply; answer its calls. The reply's text when it called nothing."""
+        self.messages.append(message.model_dump(exclude_none=True))
+        if not message.tool_calls:
+            return message.content or ""
+        for call in message.tool_calls:
+            result = self.shop.run(call.function.name, call.function.arguments)
+            self.messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+        return None
+
+    def state(self) -> dict[str, Any]:
+        return self.shop.state()
+
+
+class ChatAgent(_Conversation):
+    def __init__(self, client: OpenAI, model: str, stream: bool) -> None:
+        super().__init__(model, stream)
+        self.client = client
+
+    def __call__(self, user_text: str) -> str:
+        self.messages.append({"role": "user", "content": user_text})
+        for _ in range(MAX_TURNS):
+            answer = self.take(self._reply())
+            if answer is not None:
+                return answer
+        raise RuntimeError(f"no answer after {MAX_TURNS} model requests")
+
+    def _reply(self) -> ChatCompletionMessage:
+        if not self.stream:
+            return self.client.chat.completions.create(**self.request()).choices[0].message
+        with self.client.chat.completions.stream(**self.request()) as stream:
+            for _event in stream:  # each chunk as it arrives
+                pass
+            return stream.get_final_completion().choices[0].message  # type: ignore[return-value]
+
+
+class AsyncChatAgent(_Conversation):
+    def __init__(self, client: AsyncOpenAI, model: str, stream: bool) -> None:
+        super().__init__(model, stream)
+        self.client = client
+
+    async def __call__(self, user_text: str) -> str:
+        self.messages.append({"role": "user", "content": user_text})
+        for _ in range(MAX_TURNS):
+            answer = self.take(await self._reply())
+            if answer is not None:
+                return answer
+        raise RuntimeError(f"no answer after {MAX_TURNS} model requests")
+
+    async def aclose(self) -> None:
+        """Close the client's connections (on the loop they were opened on)."""
+        await self.client.close()
+
+    async def _reply(self) -> ChatCompletionMessage:
+        if not self.stream:
+            reply = await self.client.chat.completions.create(**self.request())
+            return reply.choices[0].message
+        async with self.client.chat.completions.stream(**self.request()) as stream:
+            async for _event in stream:
+                pass
+            final = await stream.get_final_completion()
+            return final.choices[0].message  # type: ignore[return-value]
+
+
+def make_agent(stream: bool = False, model: str = "test-model") -> ChatAgent:
+    """The sync agent; its client reads OPENAI_BASE_URL and OPENAI_API_KEY."""
+    return ChatAgent(OpenAI(), model, stream)
+
+
+def make_async_agent(stream: bool = False, model: str = "test-model") -> AsyncChatAgent:
+    """The async agent: an ``AsyncOpenAI`` client, bound to the loop it first runs on."""
+    return AsyncChatAgent(AsyncOpenAI(), model, stream)

@@ -1,0 +1,107 @@
+"""A support agent on the openai SDK's Responses API: its own loop over input items, sync
+or async, streamed (the raw event stream, read to ``response.completed``) or whole."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from openai import AsyncOpenAI, OpenAI
+from openai.types.responses import Response
+
+from support.agents.shop import MAX_TURNS, SYSTEM, TOOLS, Shop
+
+RESPONSES_TOOLS = [{"type": "function", **tool} for tool in TOOLS]
+
+
+class _Conversation:
+    def __init__(self, model: str, stream: bool) -> None:
+        self.model, self.stream = model, stream
+        self.shop = Shop()
+        self.items: list[dict[str, Any]] = []
+
+    def request(self) -> dict[str, Any]:
+        return {"model": self.model, "instructions": SYSTEM, "input": self.items,
+                "tools": RESPONSES_TOOLS, "stream": self.stream}
+
+    def take(self, response: Response) -> str | None:
+        """Keep the output items; answer the calls. The text when nothing was called."""
+        calls = []
+        for item in response.output:
+            self.items.append(item.model_dump(exclude_none=True))
+            if item.type == "function_call":
+                calls.append(item)
+        if not calls:
+            return response.output_text
+        for call in calls:
+            self.items.append({"type": "function_call_output", "call_id": call.call_id,
+                               "output": self.shop.run(call.name, call.arguments)})
+        return None
+
+    def state(self) -> dict[str, Any]:
+        return self.shop.state()
+
+
+def _completed(event: Any) -> Response | None:
+    return event.response if event.type == "response.completed" else None
+
+
+class ResponsesAgent(_Conversation):
+    def __init__(self, client: OpenAI, model: str, stream: bool) -> None:
+        super().__init__(model, stream)
+        self.client = client
+
+    def __call__(self, user_text: str) -> str:
+        self.items.append({"role": "user", "content": user_text})
+        for _ in range(MAX_TURNS):
+            answer = self.take(self._reply())
+            if answer is not None:
+                return answer
+        raise RuntimeError(f"no answer after {MAX_TURNS} model requests")
+
+    def _reply(self) -> Response:
+        reply = self.client.responses.create(**self.request())
+        if isinstance(reply, Response):
+            return reply
+        final = None
+        for event in reply:
+            final = _completed(event) or final
+        if final is None:
+            raise RuntimeError("the stream ended without response.completed")
+        return final
+
+
+class AsyncResponsesAgent(_Conversation):
+    def __init__(self, client: AsyncOpenAI, model: str, stream: bool) -> None:
+        super().__init__(model, stream)
+        self.client = client
+
+    async def __call__(self, user_text: str) -> str:
+        self.items.append({"role": "user", "content": user_text})
+        for _ in range(MAX_TURNS):
+            answer = self.take(await self._reply())
+            if answer is not None:
+                return answer
+        raise RuntimeError(f"no answer after {MAX_TURNS} model requests")
+
+    async def aclose(self) -> None:
+        """Close the client's connections (on the loop they were opened on)."""
+        await self.client.close()
+
+    async def _reply(self) -> Response:
+        reply = await self.client.responses.create(**self.request())
+        if isinstance(reply, Response):
+            return reply
+        final = None
+        async for event in reply:
+            final = _completed(event) or final
+        if final is None:
+            raise RuntimeError("the stream ended without response.completed")
+        return final
+
+
+def make_agent(stream: bool = False, model: str = "test-model") -> ResponsesAgent:
+    return ResponsesAgent(OpenAI(), model, stream)
+
+
+def make_async_agent(stream: bool = False, model: str = "test-model") -> AsyncResponsesAgent:
+    return AsyncResponsesAgent(AsyncOpenAI(), model, stream)
