@@ -84,6 +84,8 @@ class CaseFile(pytest.File):
                 else:
                     apis = settings.apis_for(outline.api)
                     self._check_apis(case, apis, settings.models)
+                if case.outline.wants_judge and settings.judge_model_for(None) is None:
+                    raise self.CollectError(self._no_judge(case))
                 for model in settings.models or outline.models:
                     items.extend(self._item(case, model, api) for api in apis)
         except CaseFileErrors as errors:  # an outlined case validated for other models
@@ -104,6 +106,16 @@ class CaseFile(pytest.File):
                                         nodeid=_item_nodeid(self, name))
         except MarkRefused as refusal:
             raise self.CollectError(f"{self.shown}:{refusal.line}: {refusal}") from None
+
+    def _no_judge(self, case: LoadedCase) -> str:
+        """Each place a case needs a judge model, none being configured anywhere: the judge
+        is never silently the model under test."""
+        return "\n".join(
+            f"{self.shown}:{case.document.line_of(path)}: case {case.outline.name!r}:"
+            f" {'a judge criterion' if path[-1] == 'judge' else 'simulate_user without a model'}"
+            " needs a judge model, and none is configured: give the case `judge: {model:"
+            " ...}`, --toolbench-judge-model or the ini key toolbench_judge_model"
+            for path in case.outline.wants_judge)
 
     def _check_apis(self, case: LoadedCase, apis: tuple[str, ...],
                     models: Sequence[str | None]) -> None:

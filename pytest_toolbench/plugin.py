@@ -44,6 +44,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run nothing, send nothing: show each case item's first request"
                          " (credentials masked) and what it lacks to run; exit 1 if any"
                          " item lacks something")
+    group.addoption("--toolbench-rejudge", dest="toolbench_rejudge", action="store_true",
+                    help="replay the model from the cassettes and ask the judge live"
+                         " (expect.judge criteria judged again; nothing is written)")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -81,9 +81,13 @@ class Interaction:
     """A JSON ``body`` as its cassette spells it, when it was read from one: replay sends
     these characters instead of encoding ``body`` again."""
     api: str | None = None
-    """The wire API of this exchange, in a cassette that mixes them (an agent case's):
-    ``chat``, ``messages``...; None: the cassette's own API, or (an agent's request to a
-    path that is no model API) none."""
+    """The wire API of this exchange, in a cassette that mixes them (an agent case's, or a
+    judge that speaks another API than the case): ``chat``, ``messages``...; None: the
+    cassette's own API, or (an agent's request to a path that is no model API) none."""
+    role: str = "model"
+    """Whose exchange it is: ``model`` (the model under test), ``judge`` or ``simulator``
+    (the second models of ``expect.judge`` and ``simulate_user``). Replay answers each
+    role's exchanges in their own order."""
 
 
 @dataclass
@@ -191,6 +195,8 @@ class Turn:
     """``tool_use`` (the loop goes on), ``end_turn``, ``max_turns`` or ``error``."""
     elapsed_ms: float = 0.0
     """Wall time of the whole turn: every transport attempt and the waits between them."""
+    role: str = "model"
+    """Who was asked: ``model`` (the model under test), ``judge`` or ``simulator``."""
 
     @property
     def latency_ms(self) -> float:
@@ -226,6 +232,59 @@ class Failure:
 
 
 @dataclass
+class JudgeSample:
+    """One answer of the judge to one criterion: its verdict and why, or why it gave none."""
+
+    verdict: str | None
+    """``pass`` or ``fail``; ``None`` when the judge gave no valid verdict (``error``)."""
+    reasoning: str = ""
+    error: str | None = None
+    """Why this sample has no verdict: an HTTP error, a refusal, a cut or garbled reply."""
+
+
+@dataclass
+class Judgement:
+    """One ``expect.judge`` criterion, judged by the majority of its samples."""
+
+    criterion: str
+    model: str
+    """The judge model."""
+    template: str
+    """The version of the judge's prompt template (``judge-v1``)."""
+    samples: list[JudgeSample] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[str]:
+        return [sample.error for sample in self.samples if sample.error is not None]
+
+    @property
+    def passes(self) -> int:
+        return sum(sample.verdict == "pass" for sample in self.samples)
+
+    @property
+    def passed(self) -> bool:
+        """Every sample gave a verdict and most of them say pass: a judge error never
+        passes."""
+        return not self.errors and self.passes * 2 > len(self.samples)
+
+    @property
+    def verdict(self) -> str:
+        """``pass``, ``fail`` or ``error``, and the split when there are several samples."""
+        word = "error" if self.errors else ("pass" if self.passed else "fail")
+        total = len(self.samples)
+        return word if total == 1 else f"{word} ({self.passes} of {total} pass)"
+
+
+@dataclass
+class SimulatedMessage:
+    """One message of a simulated conversation as the report shows it."""
+
+    role: str
+    """``user`` (the simulated user) or ``agent`` (the user-visible text of the agent)."""
+    text: str
+
+
+@dataclass
 class StageAttempt:
     """One attempt at a stage (a stage with ``retry`` may have several)."""
 
@@ -245,6 +304,16 @@ class StageAttempt:
     case has no toolbox."""
     probes: list[ToolRun] = field(default_factory=list)
     """The runs of ``expect.probe``'s calls, made after the agent loop."""
+    judgements: list[Judgement] = field(default_factory=list)
+    """The ``expect.judge`` criteria, judged (once the other expectations held)."""
+    conversation: list[SimulatedMessage] = field(default_factory=list)
+    """``simulate_user``: the conversation, message by message."""
+    ended: str | None = None
+    """``simulate_user``: how the conversation ended, ``stop`` or ``max_turns``; ``None``
+    when it broke off (a failure says why)."""
+    side_turns: list[Turn] = field(default_factory=list)
+    """The requests to the judge and the simulator (``Turn.role``), in order: apart from
+    ``turns``, which are the model's."""
 
     @property
     def passed(self) -> bool:
@@ -298,6 +367,12 @@ class RunResult:
         """How many of the case's stages ran (``end of case`` is not one)."""
         return sum(stage.is_stage for stage in self.stages)
 
+    @property
+    def side_turns(self) -> list[Turn]:
+        """The judge's and the simulator's requests."""
+        return [turn for stage in self.stages for attempt in stage.attempts
+                for turn in attempt.side_turns]
+
 
 @dataclass
 class CaseResult:
@@ -342,6 +417,27 @@ class CaseResult:
     def total_tokens(self) -> int | None:
         return total_tokens(self.replies)
 
+    def side_tokens(self, role: str) -> int | None:
+        """The tokens the ``role`` (``judge``, ``simulator``) used; ``None`` when none of its
+        replies reported usage."""
+        return total_tokens([turn.reply for run in self.runs for turn in run.side_turns
+                             if turn.role == role and turn.reply is not None])
+
+    @property
+    def spent_tokens(self) -> int | None:
+        """Every token the case used: the model's, the judge's and the simulator's (what
+        the token budget counts)."""
+        counts = [count for count in (self.total_tokens, self.side_tokens("judge"),
+                                      self.side_tokens("simulator")) if count is not None]
+        return sum(counts) if counts else None
+
+    @property
+    def pass_hat_k(self) -> float | None:
+        """tau-bench's pass^k with ``k`` the number of runs: the chance that ``k`` runs all
+        pass (``pass_hat``); ``None`` for a single run."""
+        k = len(self.runs)
+        return pass_hat(self.passes, k, k) if k > 1 else None
+
     @property
     def tool_calls(self) -> int:
         return sum(len(reply.tool_calls) for reply in self.replies)
@@ -357,6 +453,13 @@ class CaseResult:
                  "total_tokens": self.total_tokens, "tool_calls": self.tool_calls,
                  "turns": self.turns}
         return [(name, value) for name, value in known.items() if value is not None]
+
+
+def pass_hat(passes: int, runs: int, k: int) -> float:
+    """tau-bench's unbiased pass^k of ``runs`` trials of which ``passes`` passed:
+    C(passes, k) / C(runs, k), the chance that ``k`` of the trials drawn at random all
+    passed. Averaged over cases it is the suite's pass^k."""
+    return math.comb(passes, k) / math.comb(runs, k) if 0 < k <= runs else 0.0
 
 
 def round_ms(ms: float | None) -> float | None:

@@ -18,14 +18,15 @@ import math
 import shlex
 import threading
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .agent_cases import AgentCases
-from .apis import AGENT
+from .apis import AGENT, API_NAMES, DEFAULT_API
 from .budget import TokenBudget
 from .casefile.cache import KeptParses
+from .judge.second import SecondModel
 from .records import CaseResult
 from .run.runner import CaseRun, RunContext, run_case
 from .scrubbing import LogScrubber, Scrubber, endpoint_secrets
@@ -124,7 +125,7 @@ class SessionRuntime:
             return self._run_agent_case(case_run)
         if case_run.nodeid not in self._started:
             replaying = self.replays(case_run)
-            if replaying:
+            if replaying and not self._rejudges(case_run):
                 return self._run_here(self._execute(case_run, replaying))
             self.budget.check()
             self._start(case_run, replaying)
@@ -169,6 +170,11 @@ class SessionRuntime:
         mode = self.settings.mode
         return mode is Mode.REPLAY or (mode is Mode.MISSING and
                                        self.cassette_path(case_run).exists())
+
+    def _rejudges(self, case_run: CaseRun) -> bool:
+        """Whether a replayed case asks its judge live (``--toolbench-rejudge``): it runs on
+        the live loop, where the live clients are."""
+        return self.settings.rejudge and case_run.loaded.case.judged
 
     def _run_here(self, coroutine: Coroutine[Any, Any, CaseResult]) -> CaseResult:
         """Run ``coroutine`` to the end on pytest's own thread.
@@ -262,19 +268,29 @@ class SessionRuntime:
                                                  setup.api_key, setup.scrubber)
         uses_mcp = bool(case_run.loaded.case.mcp_tools)
         if replaying:
-            return await self._replay(case_run, endpoint, Replayer(
+            result = await self._replay(case_run, endpoint, Replayer(
                 cassette, scrubber, self.settings.replay_speed), scrubber, cassette)
+            if self._rejudges(case_run):
+                self._spent(case_run, result.side_tokens("judge"))
+            return result
         recording = self.settings.mode in (Mode.RECORD, Mode.MISSING)
+        sink = cassette.interactions.append if recording else None
+        seconds = SecondModels(self, case_run, cassette)
         result = await run_case(case_run, self._context(
             case_run, self._live_client(endpoint), scrubber, api_key=api_key,
-            sink=cassette.interactions.append if recording else None,
+            sink=sink, seconds=seconds.live(sink),
             mcp=self._live_mcp(scrubber, cassette if recording else None) if uses_mcp
             else None))
         if recording and not _endpoint_failed(result):
             cassette.save()  # an endpoint failure keeps the old cassette: it replays nothing
-        self.budget.spend(result.total_tokens)
-        self.live_tokens[case_run.nodeid] = result.total_tokens
+        self._spent(case_run, result.spent_tokens)
         return result
+
+    def _spent(self, case_run: CaseRun, tokens: int | None) -> None:
+        """The tokens a case used live (the model's, the judge's, the simulator's) go to
+        the budget and the case's report."""
+        self.budget.spend(tokens)
+        self.live_tokens[case_run.nodeid] = tokens
 
     def _with_mcp_secrets(self, case_run: CaseRun, scrubber: Scrubber) -> Scrubber:
         """``scrubber`` masking the credentials of the case's MCP servers (their ``env``
@@ -332,6 +348,9 @@ class SessionRuntime:
         cassette, as do its MCP servers' (none is started)."""
         client = self._replay_client(endpoint, replayer)
         verdict: Callable[[], str | None] = replayer.unused
+        seconds = SecondModels(self, case_run, cassette)
+        replayed = seconds.replayed(scrubber, live_judge=self._rejudges(case_run))
+        verdict = _first_of(verdict, *replayed.verdicts)
         mcp: McpProvider | None = None
         if case_run.loaded.case.mcp_tools:
             from .mcp.provider import ReplayedMcp
@@ -340,22 +359,28 @@ class SessionRuntime:
             recorded = RecordedCalls(cassette.mcp, cassette.shown, cassette.rerecord_hint,
                                      scrubber)
             mcp = ReplayedMcp(recorded)
-            verdict = _first_of(replayer.unused, recorded.unused)
+            verdict = _first_of(verdict, recorded.unused)
         try:
             return await run_case(case_run, self._context(case_run, client, scrubber,
-                                                          verdict=verdict, mcp=mcp))
+                                                          verdict=verdict, mcp=mcp,
+                                                          seconds=replayed.models))
         finally:
             await client.aclose()
+            for own in replayed.clients:
+                await own.aclose()
 
     def _context(self, case_run: CaseRun, client: ApiClient, scrubber: Scrubber, *,
                  api_key: str | None = None, sink: InteractionSink | None = None,
                  verdict: Callable[[], str | None] | None = None,
-                 mcp: McpProvider | None = None) -> RunContext:
+                 mcp: McpProvider | None = None,
+                 seconds: dict[str, SecondModel] | None = None) -> RunContext:
         repeat = case_run.loaded.case.repeat
+        seconds = seconds or {}
         return RunContext(client, api_key=api_key, sink=sink, verdict=verdict,
                           runs=self.settings.repeat or (repeat.runs if repeat else 1),
                           match_timeout_s=self.settings.match_timeout_s, scrubber=scrubber,
-                          mcp=mcp)
+                          mcp=mcp, judge=seconds.get("judge"),
+                          simulator=seconds.get("simulator"))
 
     def _live_client(self, endpoint: ResolvedEndpoint) -> ApiClient:
         if endpoint not in self._clients:
@@ -417,6 +442,76 @@ class SessionRuntime:
 
 def _is_agent(case_run: CaseRun) -> bool:
     return case_run.api == AGENT
+@dataclass
+class ReplayedSeconds:
+    """A replayed case's second models: each on a client of its own over the case's
+    cassette (the judge live under ``--toolbench-rejudge``)."""
+
+    models: dict[str, SecondModel] = field(default_factory=dict)
+    verdicts: list[Callable[[], str | None]] = field(default_factory=list)
+    """What each role's replayer finds left unused when the case is over."""
+    clients: list[ApiClient] = field(default_factory=list)
+    """The clients to close when the case ends."""
+
+
+class SecondModels:
+    """The judge and the simulated user of one case: which model, where, over which API.
+
+    The judge model is ``--toolbench-judge-model`` > the case's ``judge.model`` > the ini's;
+    its endpoint is the case's ``judge.endpoint`` over the case's own, resolved as a case's
+    endpoint is, over ``judge.endpoint.api`` or else the case's API, except that the
+    judge's own ``base_url`` and ``api_key_env`` win over the command line's (which name
+    the model's). The simulated user
+    speaks to the same endpoint, as ``simulate_user.model`` or else the judge model."""
+
+    def __init__(self, runtime: SessionRuntime, case_run: CaseRun, cassette: Cassette) -> None:
+        self.runtime, self.case_run, self.cassette = runtime, case_run, cassette
+        case = case_run.loaded.case
+        self.roles = [role for role, wanted in (("judge", case.judged),
+                                                ("simulator", case.simulated)) if wanted]
+        judge = case.judge
+        self.model = runtime.settings.judge_model_for(judge.model if judge else None) or ""
+        given = judge.endpoint if judge is not None else None
+        endpoint = case.endpoint if given is None else case.endpoint.model_copy(
+            update={key: getattr(given, key) for key in given.model_fields_set})
+        own = case_run.api if case_run.api in API_NAMES else DEFAULT_API  # an agent's: chat
+        self.api = (given.api if given is not None and given.api else None) or own
+        resolved = runtime.settings.endpoint_for(endpoint, self.api)
+        if given is not None and given.base_url:  # the judge's own: no flag for the model's
+            resolved = replace(resolved, base_url=given.base_url.rstrip("/"))
+        if given is not None and given.api_key_env:
+            resolved = replace(resolved, api_key_env=given.api_key_env, key_env_fallbacks=())
+        self.endpoint = resolved
+
+    def live(self, sink: InteractionSink | None) -> dict[str, SecondModel]:
+        """Each role on the endpoint's live client, its exchanges into ``sink``."""
+        return {role: self._model(role, self.runtime._live_client(self.endpoint), sink)
+                for role in self.roles}
+
+    def replayed(self, scrubber: Scrubber, live_judge: bool) -> ReplayedSeconds:
+        """Each role answered from the cassette by a replayer of its own; the judge live
+        when ``live_judge``."""
+        found = ReplayedSeconds()
+        for role in self.roles:
+            if role == "judge" and live_judge:
+                found.models[role] = self._model(role, self.runtime._live_client(self.endpoint))
+                continue
+            replayer = Replayer(self.cassette, scrubber, self.runtime.settings.replay_speed,
+                                role=role)
+            client = self.runtime._replay_client(self.endpoint, replayer)
+            found.models[role] = self._model(role, client)
+            found.verdicts.append(replayer.unused)
+            found.clients.append(client)
+        return found
+
+    def _model(self, role: str, client: ApiClient, sink: InteractionSink | None = None
+               ) -> SecondModel:
+        from .wire import wire_api
+
+        api_key = self.endpoint.api_key()
+        return SecondModel(role, self.model, wire_api(self.api), client, self.cassette.api,
+                           api_key=api_key, sink=sink,
+                           scrubber=self.runtime._scrubber(self.endpoint, api_key))
 
 
 def _client_config(endpoint: ResolvedEndpoint) -> ClientConfig:
@@ -448,7 +543,8 @@ def _endpoint_failed(result: CaseResult) -> bool:
     return any(
         turn.error or (not result.passed and turn.reply is not None
                        and (turn.reply.status == 429 or turn.reply.status >= 500))
-        for run in result.runs for turn in run.turns) or _tool_server_failed(result)
+        for run in result.runs for turn in (*run.turns, *run.side_turns)
+    ) or _tool_server_failed(result)
 
 
 def _tool_server_failed(result: CaseResult) -> bool:

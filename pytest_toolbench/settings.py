@@ -139,6 +139,9 @@ OPTIONS: tuple[Option, ...] = (
            + ", ".join(row.described for row in REGISTRY.values()),
            shown="the case's endpoint.api, else chat"),
     Option("repeat", "N", "run every case N times (the case's min_pass_rate applies)"),
+    Option("judge_model", "MODEL",
+           "the judge model of expect.judge criteria and simulated users (the command line"
+           " wins over a case's judge.model, which wins over the ini)"),
     Option("concurrency", "N", "live/record cases run at most N at a time",
            DEFAULT_CONCURRENCY),
     Option("replay_speed", "X", "0 replays instantly; 1 with the recorded timing",
@@ -212,6 +215,12 @@ class Settings:
     """Live tokens a minute, per endpoint; None: no limit of ours."""
     dry_run: bool = False
     """``--toolbench-dry-run``: each case item's first request shown, nothing sent."""
+    judge_model: str | None = None
+    """``--toolbench-judge-model``: the judge of every case, whatever it names."""
+    ini_judge_model: str | None = None
+    """ini ``toolbench_judge_model``: the judge of a case that names none."""
+    rejudge: bool = False
+    """``--toolbench-rejudge``: replay the model, ask the judge live."""
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
@@ -270,7 +279,16 @@ class Settings:
             rpm=_number(given("rpm"), float, 0, above=True),
             tpm=_number(given("tpm"), float, 0, above=True),
             dry_run=_dry_run(config),
+            judge_model=cli("judge_model") or None,
+            ini_judge_model=ini("judge_model"),
+            rejudge=bool(cli("rejudge")),
         )
+
+    def judge_model_for(self, case_judge: str | None) -> str | None:
+        """The judge model of a case whose ``judge.model`` is ``case_judge``: command line >
+        case > ini; None: no judge anywhere."""
+        model: str | None = _first(self.judge_model, case_judge, self.ini_judge_model)
+        return model
 
     def apis_for(self, case_api: str | None) -> tuple[str, ...]:
         """The wire APIs a case runs over: CLI > the case's ``endpoint.api`` > ini > chat."""

@@ -221,7 +221,7 @@ def _outline_of(case: Case) -> Outline:
         tool.python for tool in case.function_tools) or case.agent is not None or any(
         stage.expect.python for stage in case.stages)
     return Outline(case.name, tuple(case.models), case.api, tuple(case.marks),
-                   keepable=not imports_code)
+                   keepable=not imports_code, wants_judge=tuple(case.wants_judge))
 
 
 def _validate(document: Document) -> Case:

@@ -48,6 +48,8 @@ class Outline:
     more than its text (it imports code)."""
     learned: bool = False
     """Something here is not yet in the cache: the outline is new, or an API was checked."""
+    wants_judge: tuple[KeyPath, ...] = ()
+    """Where the case needs a judge model it does not name (``Case.wants_judge``)."""
 
     def unsupported_over(self, api: str, check: Callable[[], Problems]) -> Problems:
         """What ``api`` cannot express of the case with its own models: known, or found by
@@ -62,14 +64,17 @@ class Outline:
         """Plain data, for the cache."""
         return (self.name, self.models, self.api, self.marks,
                 {api: [(message, tuple(path)) for message, path in problems]
-                 for api, problems in self.unsupported.items()})
+                 for api, problems in self.unsupported.items()}, self.wants_judge)
 
     @classmethod
     def from_data(cls, data: Any) -> Outline | None:
         """The outline ``to_data`` gave, or None when ``data`` is not one."""
-        if not (isinstance(data, tuple) and len(data) == 5):
+        if not (isinstance(data, tuple) and len(data) == 6):
             return None
-        name, models, api, marks, unsupported = data
+        name, models, api, marks, unsupported, wants_judge = data
+        if not (isinstance(wants_judge, tuple)
+                and all(isinstance(path, tuple) for path in wants_judge)):
+            return None
         if not (isinstance(name, str) and isinstance(models, tuple)
                 and all(model is None or isinstance(model, str) for model in models)
                 and (api is None or isinstance(api, str)) and isinstance(marks, tuple)
@@ -80,4 +85,4 @@ class Outline:
                         for problem in problems)
                     for problems in unsupported.values())):
             return None
-        return cls(name, models, api, marks, unsupported)
+        return cls(name, models, api, marks, unsupported, wants_judge=wants_judge)

@@ -587,6 +587,32 @@ class AgentExpect(StrictModel):
     """Matcher on every call the agent loop made, in order."""
 
 
+class Criterion(StrictModel):
+    """An ``expect.judge`` criterion with its options."""
+
+    criterion: str = Field(min_length=1)
+    """What the judge model checks, in words: ``Says the order was refunded``."""
+    samples: int = Field(default=1, ge=1)
+    """How many times the judge is asked (odd): the majority decides, the split is shown."""
+
+    @field_validator("samples")
+    @classmethod
+    def _odd(cls, samples: int) -> int:
+        if samples % 2 == 0:
+            raise ValueError(f"samples must be odd, so a majority decides; got {samples}")
+        return samples
+
+
+def _criterion_kind(value: Any) -> str:
+    return "text" if isinstance(value, str) else "options"
+
+
+JudgeCriterion = Annotated[
+    Annotated[str, Tag("text"), Field(min_length=1)] | Annotated[Criterion, Tag("options")],
+    Discriminator(_criterion_kind)]
+"""A criterion in words, or ``{criterion, samples}``."""
+
+
 class Expect(AgentExpect):
     """What must hold after a stage; every key given must hold (SPEC section 4)."""
 
@@ -613,6 +639,12 @@ class Expect(AgentExpect):
     stream: StreamExpect | None = None
     bfcl: BfclExpect | None = None
     """BFCL's multi-turn check of the stage as one turn: state, results, calls made."""
+    judge: list[JudgeCriterion] | None = Field(default=None, min_length=1)
+    """Criteria the judge model checks the conversation so far against (the case's
+    ``judge``); each must pass. Judged once every other expectation holds."""
+    ended: Literal["stop", "max_turns"] | None = None
+    """``simulate_user``: how the conversation must end: ``stop`` (the simulated user
+    wrote ###STOP###) or ``max_turns`` (it ran out of turns)."""
 
     @field_validator("python")
     @classmethod
@@ -620,6 +652,34 @@ class Expect(AgentExpect):
         if value is not None:
             resolve_callable(value)
         return value
+
+    @property
+    def criteria(self) -> list[Criterion]:
+        """``judge``'s criteria, each with its options."""
+        return [Criterion(criterion=item) if isinstance(item, str) else item
+                for item in self.judge or []]
+
+
+class SimulateUser(StrictModel):
+    """A simulated user: a second model that talks with the agent until its goal is met."""
+
+    instructions: str = Field(min_length=1)
+    """Who the user is and what they want (built-in guidelines are added)."""
+    model: str | None = None
+    """The simulator model; else the judge's."""
+    opening: str | None = None
+    """A fixed first message; else the simulator writes it."""
+    max_turns: int = Field(default=10, ge=1)
+    """The most messages the simulated user sends."""
+
+
+class JudgeModel(StrictModel):
+    """The judge: the second model of ``expect.judge`` (and of ``simulate_user``, unless
+    it names its own)."""
+
+    model: str = Field(min_length=1)
+    endpoint: Endpoint = Field(default_factory=Endpoint)
+    """Resolved as a case's endpoint is; unset keys: the case's own."""
 
 
 class Stage(StrictModel):
@@ -641,6 +701,24 @@ class Stage(StrictModel):
     capture: dict[str, str] = Field(default_factory=dict)
     """Name -> path (``tool_calls.0.arguments.city``) saved for ``${name}`` in later stages."""
     retry: Retry | None = None
+    simulate_user: SimulateUser | None = None
+    """Instead of ``user``: a simulated user talks with the agent, turn by turn."""
+
+    @model_validator(mode="after")
+    def _simulated_alone(self) -> Stage:
+        if self.simulate_user is None:
+            if self.expect.ended is not None:
+                raise KeyedError("expect.ended says how a simulated conversation ended: the"
+                                 " stage needs simulate_user", ("expect", "ended"))
+            return self
+        for key in ("user", "messages"):
+            if key in self.model_fields_set:
+                raise KeyedError(f"give simulate_user or {key}, not both: the simulated user"
+                                 " writes the user's messages", (key,))
+        if self.stream == "both":
+            raise KeyedError("stream: both runs a stage twice; a simulated conversation runs"
+                             " once: give true or false", ("stream",))
+        return self
 
 
 class Case(StrictModel):
@@ -694,6 +772,31 @@ class Case(StrictModel):
     def api(self) -> str | None:
         """What the case speaks: ``agent`` for an agent case, else its ``endpoint.api``."""
         return AGENT if self.agent is not None else self.endpoint.api
+    judge: JudgeModel | None = None
+    """The judge model of ``expect.judge`` (``--toolbench-judge-model`` and the ini key
+    ``toolbench_judge_model`` name one too)."""
+
+    @property
+    def judged(self) -> bool:
+        """Whether a stage has ``expect.judge`` criteria."""
+        return any(stage.expect.judge for stage in self.stages)
+
+    @property
+    def simulated(self) -> bool:
+        """Whether a stage is a ``simulate_user`` conversation."""
+        return any(stage.simulate_user is not None for stage in self.stages)
+
+    @property
+    def wants_judge(self) -> list[KeyPath]:
+        """Where the case needs a judge model it does not name (a criterion, a simulated
+        user without a model of its own): none anywhere is a collection error there."""
+        if self.judge is not None:
+            return []
+        return [path for index, stage in enumerate(self.stages) for path in (
+            *((("stages", index, "expect", "judge"),) if stage.expect.judge else ()),
+            *((("stages", index, "simulate_user"),)
+              if stage.simulate_user is not None and stage.simulate_user.model is None
+              else ()))]
 
     @field_validator("marks")
     @classmethod

@@ -116,8 +116,10 @@ def read_cassette_case(path: Path, relative: str) -> CassetteCase:
     except ReplayError as error:  # no re-record hint given: none in its message
         return CassetteCase(relative, None, error.message)
     wire = wire_api(cassette.api)
-    replies = [_reply(wire, interaction) for interaction in cassette.interactions]
-    requests = [interaction.request for interaction in cassette.interactions]
+    # The judge's and the simulated user's exchanges are not the case's turns.
+    own = [interaction for interaction in cassette.interactions if interaction.role == "model"]
+    replies = [_reply(wire, interaction) for interaction in own]
+    requests = [interaction.request for interaction in own]
     return CassetteCase(relative, _record(relative, cassette.api, replies, requests),
                         api=cassette.api)
 

@@ -184,9 +184,30 @@ def _attempt_text(result: CaseResult, attempt: StageAttempt, attempts: int,
             lines.extend(_tool_run_text(run) for run in attempt.answered_first)
         for number, turn in enumerate(attempt.turns, 1):
             lines.extend(_turn_text(number, turn))
+    lines.extend(_conversation_text(attempt))
+    lines.extend(_judged_text(attempt))
     if attempt.trail:  # an agent's stage has none: its own code ran it
         lines.append("states: " + " -> ".join(attempt.trail))
     return lines
+
+
+def _conversation_text(attempt: StageAttempt) -> list[str]:
+    """A simulated conversation, message by message, and how it ended."""
+    if not attempt.conversation:
+        return []
+    ended = f" (ended: {attempt.ended})" if attempt.ended else " (broke off)"
+    return [f"conversation{ended}:", *(
+        f"  {'user' if message.role == 'user' else 'agent'}: {_cut(message.text) or '-'}"
+        for message in attempt.conversation)]
+
+
+def _judged_text(attempt: StageAttempt) -> list[str]:
+    """The criteria judged, each with its verdict (failed ones are said above in full)."""
+    if not attempt.judgements:
+        return []
+    return ["judged:", *(f"  {judgement.verdict}: {judgement.criterion}"
+                         f" (judge {judgement.model}, {judgement.template})"
+                         for judgement in attempt.judgements)]
 
 
 def expected_vs_actual(expected: Any, actual: Any) -> list[str]:

@@ -24,6 +24,7 @@ from ..atomic import write_atomic
 from ..records import (
     CaseResult,
     Failure,
+    Judgement,
     Reply,
     RunResult,
     StageAttempt,
@@ -125,6 +126,8 @@ class TurnRecord:
     request: dict[str, Any] | None = None
     """The request body as sent (scrubbed of credentials like everything reported); null
     in reports written before it was kept."""
+    role: str = "model"
+    """Who was asked: ``model``, ``judge`` or ``simulator``."""
 
     @classmethod
     def of(cls, turn: Turn) -> TurnRecord:
@@ -133,7 +136,48 @@ class TurnRecord:
                    None if turn.reply is None else ReplyRecord.of(turn.reply),
                    # As sent: JSON already (the client sent json.dumps of it), and never
                    # changed after; to_json copies it into the report's data.
-                   [ToolRunRecord.of(run) for run in turn.tool_runs], turn.request)
+                   [ToolRunRecord.of(run) for run in turn.tool_runs], turn.request,
+                   turn.role)
+
+
+@dataclass(frozen=True)
+class JudgeSampleRecord:
+    verdict: str | None
+    """``pass`` or ``fail``; null when the judge gave no valid verdict (``error``)."""
+    reasoning: str = ""
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class JudgementRecord:
+    """One ``expect.judge`` criterion as judged."""
+
+    criterion: str
+    passed: bool
+    verdict: str
+    """``pass``, ``fail`` or ``error``, with the split of several samples: ``pass (2 of 3
+    pass)``."""
+    model: str
+    """The judge model."""
+    template: str
+    """The version of the judge's prompt template."""
+    samples: list[JudgeSampleRecord] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, judgement: Judgement) -> JudgementRecord:
+        return cls(judgement.criterion, judgement.passed, judgement.verdict, judgement.model,
+                   judgement.template,
+                   [JudgeSampleRecord(s.verdict, s.reasoning, s.error)
+                    for s in judgement.samples])
+
+
+@dataclass(frozen=True)
+class MessageRecord:
+    """One message of a simulated conversation."""
+
+    role: str
+    """``user`` (the simulated user) or ``agent`` (what the user saw of the agent's turn)."""
+    text: str
 
 
 @dataclass(frozen=True)
@@ -166,6 +210,14 @@ class AttemptRecord:
     """The toolboxes' state afterwards, by toolbox name; null when the case has none."""
     probes: list[ToolRunRecord] = field(default_factory=list)
     """The calls of ``expect.probe``, made after the agent loop, and their answers."""
+    judgements: list[JudgementRecord] = field(default_factory=list)
+    """The ``expect.judge`` criteria as judged."""
+    conversation: list[MessageRecord] = field(default_factory=list)
+    """``simulate_user``: the conversation, message by message."""
+    ended: str | None = None
+    """``simulate_user``: ``stop`` or ``max_turns``; null when it broke off."""
+    side_turns: list[TurnRecord] = field(default_factory=list)
+    """The judge's and the simulated user's requests, in order (each ``role`` says whose)."""
 
     @classmethod
     def of(cls, attempt: StageAttempt) -> AttemptRecord:
@@ -175,7 +227,10 @@ class AttemptRecord:
                    [TurnRecord.of(turn) for turn in attempt.turns],
                    [ToolCallRecord(c.id, c.name, c.arguments_raw, c.arguments_error)
                     for c in attempt.trajectory],
-                   attempt.state, [ToolRunRecord.of(run) for run in attempt.probes])
+                   attempt.state, [ToolRunRecord.of(run) for run in attempt.probes],
+                   [JudgementRecord.of(judgement) for judgement in attempt.judgements],
+                   [MessageRecord(m.role, m.text) for m in attempt.conversation],
+                   attempt.ended, [TurnRecord.of(turn) for turn in attempt.side_turns])
 
 
 @dataclass(frozen=True)
@@ -232,6 +287,13 @@ class CaseRecord:
     marks: list[str] = field(default_factory=list)
     """The names of the item's marks (the case's ``marks``, pytest's ``skip``...), read
     from its test report's keywords (``marks_from_keywords``) where the item ran."""
+    judge_tokens: int | None = None
+    """The tokens the judge used (null: none reported, or no judge)."""
+    simulator_tokens: int | None = None
+    """The tokens the simulated user used (null: none reported, or no simulated user)."""
+    pass_hat_k: float | None = None
+    """tau-bench's pass^k for k = the number of runs: the chance that k runs all pass;
+    null for a single run."""
 
     @classmethod
     def of(cls, result: CaseResult, nodeid: str, outcome: str,
@@ -245,7 +307,9 @@ class CaseRecord:
             turns=result.turns, tool_calls=result.tool_calls,
             total_tokens=result.total_tokens, latency_ms=round_ms(result.latency_ms),
             ttft_ms=round_ms(result.ttft_ms), runs=[RunRecord.of(run) for run in result.runs],
-            api=result.api, marks=list(marks or []))
+            api=result.api, marks=list(marks or []),
+            judge_tokens=result.side_tokens("judge"),
+            simulator_tokens=result.side_tokens("simulator"), pass_hat_k=result.pass_hat_k)
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON data: what the report file holds."""

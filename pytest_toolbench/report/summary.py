@@ -15,7 +15,11 @@ from ..apis import DEFAULT_API
 from .json_report import CaseRecord
 
 # The outcome comes right after the names, so a narrow terminal never hides it.
-COLUMNS = ("case", "model", "api", "outcome", "stages", "turns", "calls", "tokens", "latency", "ttft")
+COLUMNS = ("case", "model", "api", "outcome", "stages", "turns", "calls", "tokens",
+           "judge tokens", "user tokens", "latency", "ttft")
+SECOND_MODELS = {"judge tokens": "judge_tokens", "user tokens": "simulator_tokens"}
+"""The columns of the second models' tokens (the judge's, the simulated user's), apart
+from the model's: shown when a case used one."""
 OUTCOME_STYLE = {"passed": "green", "failed": "red", "xfailed": "yellow", "xpassed": "yellow",
                  "skipped": "dim"}
 
@@ -59,8 +63,11 @@ def _case_table(records: list[CaseRecord], models: list[str], apis: list[str]) -
     named = [f"model: {models[0]}"] if len(models) == 1 and models[0] != "-" else []
     named += [f"API: {apis[0]}"] if apis != [DEFAULT_API] and len(apis) == 1 else []
     title = f"toolbench ({', '.join(named)})" if named else "toolbench"
+    used = {column for column, key in SECOND_MODELS.items()
+            if any(getattr(record, key) is not None for record in records)}
     columns = [c for c in COLUMNS
-               if (c != "model" or len(models) > 1) and (c != "api" or len(apis) > 1)]
+               if (c != "model" or len(models) > 1) and (c != "api" or len(apis) > 1)
+               and (c not in SECOND_MODELS or c in used)]
     table = Table(title=Text(title, style="table.title"), title_justify="left",
                   box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0))
     # Figures never wrap; names fold, down to a readable width, when the terminal is narrow.
@@ -76,6 +83,8 @@ def _case_table(records: list[CaseRecord], models: list[str], apis: list[str]) -
             "api": Text(record.api), "outcome": _outcome(record),
             "stages": str(record.stages), "turns": str(record.turns),
             "calls": str(record.tool_calls), "tokens": _count(record.total_tokens),
+            "judge tokens": _count(record.judge_tokens),
+            "user tokens": _count(record.simulator_tokens),
             "latency": _ms(record.latency_ms), "ttft": _ms(record.ttft_ms),
         }
         table.add_row(*(cells[column] for column in columns))
@@ -86,6 +95,8 @@ def _outcome(record: CaseRecord) -> str:
     outcome = record.outcome
     if record.runs_total > 1:
         outcome += f" {record.passes}/{record.runs_total}"
+    if record.pass_hat_k is not None:
+        outcome += f" pass^{record.runs_total} {record.pass_hat_k:.2f}"
     style = OUTCOME_STYLE.get(record.outcome, "")
     return f"[{style}]{outcome}[/]" if style else outcome
 

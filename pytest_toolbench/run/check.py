@@ -39,6 +39,8 @@ class Outcome:
     """An agent case's stage: the text its agent returned. Then ``text`` is this answer,
     ``usage`` the sum of every reply's, and ``expect.stream`` reads the last streamed
     reply; None: the plugin's own loop, whose last reply says all of them."""
+    ended: str | None = None
+    """``simulate_user``: how the conversation ended (``stop``, ``max_turns``)."""
 
     @property
     def reply(self) -> Reply:
@@ -199,6 +201,10 @@ def _check(expect: Expect, outcome: Outcome, base: KeyPath, line_of: LineOf,
             failures.append(failure)
     failures += _check_agent(expect, outcome.tool_calls, outcome.world, outcome.probes, base,
                              line_of, progress)
+    if expect.ended is not None and outcome.ended != expect.ended:
+        failures.append(Failure(
+            f"the simulated conversation ended by {outcome.ended}, expected {expect.ended}",
+            (*base, "ended"), line_of((*base, "ended")), expect.ended, outcome.ended))
     stream = expect.stream or _STREAM_DEFAULTS  # ``done`` is true unless a case says not
     progress.path = (*base, "stream")
     streamed = outcome.streamed

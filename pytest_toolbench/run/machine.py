@@ -17,6 +17,7 @@ class StageState(enum.Enum):
     SENDING = "sending"  # a request is on its way; waiting for the status line
     RECEIVING = "receiving"  # reading the reply's body or stream
     RUNNING_TOOLS = "running_tools"  # running the tools the reply (or the last stage) asked for
+    SIMULATING = "simulating"  # the simulated user writes its next message (simulate_user)
     CHECKING = "checking"  # matching the expectations against the reply
     PASSED = "passed"  # every expectation held
     FAILED = "failed"  # an expectation failed, or no reply could be had
@@ -26,11 +27,15 @@ S = StageState
 
 # trigger, sources, destination, what it means (the graph prints the trigger names).
 TRANSITIONS: list[dict[str, Any]] = [
-    {"trigger": "send", "source": [S.IDLE, S.RUNNING_TOOLS], "dest": S.SENDING},
+    {"trigger": "send", "source": [S.IDLE, S.RUNNING_TOOLS, S.SIMULATING], "dest": S.SENDING},
+    {"trigger": "simulate", "source": S.IDLE, "dest": S.SIMULATING},
     {"trigger": "answer_pending", "source": S.IDLE, "dest": S.RUNNING_TOOLS},
     {"trigger": "headers", "source": S.SENDING, "dest": S.RECEIVING},
     {"trigger": "tool_use", "source": S.RECEIVING, "dest": S.RUNNING_TOOLS},
     {"trigger": "end_turn", "source": S.RECEIVING, "dest": S.CHECKING},
+    {"trigger": "user_turn", "source": S.RECEIVING, "dest": S.SIMULATING},
+    {"trigger": "conversation_over", "source": S.SIMULATING, "dest": S.CHECKING},
+    {"trigger": "simulator_error", "source": S.SIMULATING, "dest": S.FAILED},
     {"trigger": "max_turns", "source": S.RECEIVING, "dest": S.FAILED},
     {"trigger": "transport_error", "source": [S.SENDING, S.RECEIVING], "dest": S.FAILED},
     {"trigger": "other_variant", "source": S.CHECKING, "dest": S.IDLE},
@@ -38,7 +43,9 @@ TRANSITIONS: list[dict[str, Any]] = [
     {"trigger": "mismatch", "source": S.CHECKING, "dest": S.FAILED},
     {"trigger": "retry", "source": S.FAILED, "dest": S.IDLE},
 ]
-"""``other_variant`` runs the second half of ``stream: both``; ``retry`` needs ``retry:``."""
+"""``other_variant`` runs the second half of ``stream: both``; ``retry`` needs ``retry:``;
+``simulate``, ``user_turn``, ``conversation_over`` and ``simulator_error`` are a
+``simulate_user`` stage's: the agent's turn goes to the simulated user, not to checking."""
 
 
 def build_machine() -> Machine:

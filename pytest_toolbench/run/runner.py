@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from ..apis import case_label
 from ..casefile.load import LoadedCase
 from ..casefile.schema import AgentExpect, BfclTools, McpTools, Stage, Toolbox
+from ..judge.second import SecondModel
 from ..keypaths import KeyPath
 from ..matchers.limits import DEFAULT_LIMIT_S as DEFAULT_MATCH_TIMEOUT_S
 from ..records import (
@@ -23,6 +24,7 @@ from ..records import (
     CaseResult,
     Failure,
     Interaction,
+    Judgement,
     Reply,
     RunResult,
     StageAttempt,
@@ -112,6 +114,10 @@ class RunContext:
     user_loop: UserLoop = field(default_factory=UserLoop)
     """Where the case's async user code runs (toolbox methods, ``python`` tools), every
     stage of the case on the same loop; closed when the case ends (``run_case``)."""
+    judge: SecondModel | None = None
+    """Judges ``expect.judge`` criteria; ``None``: the case has none."""
+    simulator: SecondModel | None = None
+    """Plays ``simulate_user``; ``None``: the case has none."""
 
 
 @dataclass
@@ -356,32 +362,71 @@ class StageRunner:
             await world_carried()  # and the toolboxes, as the first variant left them
         self._compare(attempt, outcomes)
         self._check_sources(attempt)
+        await self._judge(attempt)
         self._capture(attempt, outcomes[0])
         self.machine.fire("mismatch" if attempt.failures else "all_hold")
 
     async def _run_variant(self, attempt: StageAttempt, streamed: bool) -> Outcome | None:
-        """The agent loop for one variant; None when the stage already failed."""
+        """The agent loop for one variant, or the simulated conversation; None when the
+        stage already failed."""
+        if self.stage.simulate_user is not None:
+            from .simulate import converse
+
+            return await converse(self, attempt, self.stage.simulate_user, streamed)
         self._append_stage_messages()
         replies: list[Reply] = []
+        if not await self.agent_loop(attempt, streamed, replies):
+            return None
+        return Outcome(replies, [call for r in replies for call in r.tool_calls])
+
+    async def agent_loop(self, attempt: StageAttempt, streamed: bool,
+                         replies: list[Reply]) -> bool:
+        """Send, answer the tool calls, send again, until a reply calls none (its replies
+        appended to ``replies``); False when the stage failed on the way."""
+        sent = 0
         while True:
             turn = await self._send(attempt, streamed)
             if turn.reply is None:
-                return None
+                return False
             reply = turn.reply
             replies.append(reply)
+            sent += 1
             self.conversation.add_reply(reply)
             self.conversation.pending = list(reply.tool_calls)
             if not (reply.tool_calls and self.stage.run_tools):
                 turn.stop_reason = "end_turn"
-                self.machine.fire("end_turn")
+                # A simulated user answers the agent's turn before anything is checked.
+                self.machine.fire("end_turn" if self.stage.simulate_user is None
+                                  else "user_turn")
                 break
-            if len(replies) >= self.stage.max_turns:
+            if sent >= self.stage.max_turns:
                 self._stop_at_max_turns(attempt, turn, reply)
-                return None
+                return False
             turn.stop_reason = "tool_use"
             self.machine.fire("tool_use")
             turn.tool_runs = await self._answer(reply.tool_calls)
-        return Outcome(replies, [call for r in replies for call in r.tool_calls])
+        return True
+
+    async def _judge(self, attempt: StageAttempt) -> None:
+        """``expect.judge``: every criterion judged over the conversation so far, once the
+        other expectations held (a stage that failed already needs no verdict)."""
+        if attempt.failures or not self.stage.expect.judge:
+            return
+        from ..judge.verdicts import judge
+
+        judge_model = self.ctx.judge
+        if judge_model is None:
+            attempt.failures.append(self._failure(
+                "judge error: no judge model configured", ("expect", "judge")))
+            return
+        for index, criterion in enumerate(self.stage.expect.criteria):
+            judgement, turns = await judge(judge_model, self.conversation.messages,
+                                           criterion.criterion, criterion.samples)
+            attempt.side_turns += turns
+            attempt.judgements.append(judgement)
+            if not judgement.passed:
+                attempt.failures.append(self._failure(
+                    judgement_failure(judgement), ("expect", "judge", index)))
 
     async def _observe(self, attempt: StageAttempt, outcome: Outcome, first: bool
                        ) -> Outcome:
@@ -401,6 +446,19 @@ class StageRunner:
         attempt.failures.append(self._failure(
             f"max_turns ({self.stage.max_turns}) reached and the model still calls tools:"
             f" {names}", ("max_turns",)))
+
+    @property
+    def simulator(self) -> SecondModel | None:
+        """The simulated user of the case, if it has one."""
+        return self.ctx.simulator
+
+    def add_user_message(self, text: str) -> None:
+        """One user message (a simulated user's) appended to the conversation."""
+        self.conversation.messages.append({"role": "user", "content": text})
+
+    def fail(self, attempt: StageAttempt, message: str, path: tuple[str | int, ...]) -> None:
+        """The stage fails at ``path`` (below the stage) with ``message``."""
+        attempt.failures.append(self._failure(message, path))
 
     def _append_stage_messages(self) -> None:
         variables = self.conversation.variables
@@ -423,7 +481,7 @@ class StageRunner:
         return runs
 
     async def _send(self, attempt: StageAttempt, streamed: bool) -> Turn:
-        if self.machine.state is StageState.IDLE:
+        if self.machine.state in (StageState.IDLE, StageState.SIMULATING):
             self.machine.fire("send")
         body = self._body(streamed)
         turn = Turn(request=body, streamed=streamed)
@@ -563,3 +621,18 @@ def _comparable(outcome: Outcome) -> dict[str, Any]:
         "finish_reason": reply.finish_reason,
         "tool_calls": [{"name": c.name, "arguments": c.arguments} for c in outcome.tool_calls],
     }
+
+
+def judgement_failure(judgement: Judgement) -> str:
+    """Why a criterion failed: the criterion, the verdict (and split), each sample's
+    reasoning or judge error, the judge model and the template's version."""
+    head = "judge error" if judgement.errors else "judge says fail"
+    lines = [(f"{head}: {judgement.criterion!r}: {judgement.verdict}"
+              f" (judge {judgement.model}, {judgement.template})")]
+    many = len(judgement.samples) > 1
+    for number, sample in enumerate(judgement.samples, 1):
+        label = f"sample {number}: " if many else ""
+        said = (f"judge error: {sample.error}" if sample.error is not None
+                else f"{sample.verdict}: {sample.reasoning}")
+        lines.append(f"  {label}{said}")
+    return "\n".join(lines)

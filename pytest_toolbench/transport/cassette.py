@@ -144,7 +144,10 @@ def _plain(interaction: Interaction) -> dict[str, Any]:
     else:
         response["json"] = _json_text(interaction.body)
     plain: dict[str, Any] = {}
-    if interaction.api is not None:  # only then: other cassettes stay as they always were
+    # Only when set: a cassette of the model alone is as it always was.
+    if interaction.role != "model":
+        plain["role"] = interaction.role
+    if interaction.api is not None:
         plain["api"] = interaction.api
     plain["request"] = {"method": interaction.method, "path": interaction.path,
                         "json": _json_text(interaction.request)}

@@ -25,6 +25,10 @@ most 100 levels deep) stays far below it; much deeper data would overflow Python
 where bodies are compared, scrubbed and matched."""
 
 
+ROLES = ("model", "judge", "simulator")
+"""Whose exchange an interaction is: the model under test's, or a second model's."""
+
+
 class CassetteUnreadable(ValueError):
     """A cassette that cannot be replayed; the message says what is wrong and where."""
 
@@ -77,6 +81,16 @@ def _interaction(item: Any, where: str, wire: WireApi) -> Interaction:
     """One exchange; a request without ``path`` went where ``wire`` sends it (cassettes
     written by hand leave it out)."""
     fields = _Fields(item, where)
+    role = fields.get("role", str, "model")
+    if role not in ROLES:
+        raise CassetteUnreadable(f"{fields.at('role')}: {role!r} is not one of"
+                                 f" {', '.join(ROLES)}")
+    api = fields.get("api", str, None)
+    if api is not None:
+        if api not in API_NAMES:
+            raise CassetteUnreadable(f"{fields.at('api')}: {api!r} is not one of"
+                                     f" {', '.join(API_NAMES)}")
+        wire = wire_api(api)
     request, response = fields.mapping("request"), fields.mapping("response")
     status = response.get("status", int)
     if not 100 <= status <= 599:
@@ -85,10 +99,6 @@ def _interaction(item: Any, where: str, wire: WireApi) -> Interaction:
     body = response.json("json") if body_json is not None else response.get("text", str, None)
     events = response.get("events", list, None)
     body_sent = request.json("json", dict)
-    api = fields.get("api", str, None)
-    if api is not None and api not in API_NAMES:
-        raise CassetteUnreadable(f"{fields.at('api')}: {api!r} is not one of"
-                                 f" {', '.join(API_NAMES)}")
     return Interaction(
         request=body_sent,
         status=status,
@@ -101,6 +111,7 @@ def _interaction(item: Any, where: str, wire: WireApi) -> Interaction:
         path=request.get("path", str, None) or _default_path(wire, body_sent, events),
         method=request.get("method", str, "POST"),
         body_json=body_json,
+        role=role,
         api=api,
     )
 

@@ -22,13 +22,28 @@ from .cassette import Cassette
 from .client import request_content
 from .errors import ReplayError, UnsendableRequest
 
+_WHY_DIFFERENT = {
+    "judge": "the recorded verdict was for another answer (the conversation or the criterion"
+             " changed since)",
+    "simulator": "the recorded simulated user answered another conversation (the agent"
+                 " said something else)",
+}
+"""What a request of a second model that differs from its recording means."""
+
 
 class Replayer:
-    """Answers the requests of one case from one cassette, in the order they were recorded."""
+    """Answers the requests of one case from one cassette, in the order they were recorded:
+    those of one ``role`` (the model's, the judge's or the simulator's exchanges), each role
+    answered by a replayer of its own over the same cassette."""
 
     def __init__(self, cassette: Cassette, scrubber: Scrubber | None = None,
-                 speed: float = 0.0) -> None:
+                 speed: float = 0.0, role: str = "model") -> None:
         self.cassette = cassette
+        self.role = role
+        self.interactions = [interaction for interaction in cassette.interactions
+                             if interaction.role == role]
+        """The recorded exchanges this replayer answers with, in order."""
+        self.what = "request" if role == "model" else f"{role} request"
         self.scrubber = scrubber or Scrubber()
         """The endpoint's credentials, masked in sent requests before they are compared."""
         self.speed = speed
@@ -52,11 +67,11 @@ class Replayer:
     def _next(self) -> Interaction:
         """The next recorded exchange; a request past the last one is refused."""
         cassette = self.cassette
-        if self.replayed >= len(cassette.interactions):
+        if self.replayed >= len(self.interactions):
             raise self._refuse(
-                f"the case sent request {self.replayed + 1}, but {cassette.shown} holds only "
-                f"{len(cassette.interactions)}; re-record with: {cassette.rerecord_hint}")
-        return cassette.interactions[self.replayed]
+                f"the case sent {self.what} {self.replayed + 1}, but {cassette.shown} holds"
+                f" only {len(self.interactions)}; re-record with: {cassette.rerecord_hint}")
+        return self.interactions[self.replayed]
 
     def _check_route(self, recorded: Interaction, request: httpx2.Request) -> None:
         """Refuse a request that goes elsewhere than the recorded one: another method, or a
@@ -69,8 +84,8 @@ class Replayer:
         sent = httpx2.QueryParams(request.url.query)
         shown = request.url.copy_with(query=None).path + (
             f"?{query_without_credentials(sent)}" if sent else "")
-        raise self._refuse(f"{self.cassette.shown} holds the {self.cassette.api} API's"
-                           f" request {self.replayed + 1} to {recorded.method} ...{recorded.path},"
+        raise self._refuse(f"{self.cassette.shown} holds the {recorded.api or self.cassette.api}"
+                           f" API's {self.what} {self.replayed + 1} to {recorded.method} ...{recorded.path},"
                            f" not {request.method} {shown}; re-record with:"
                            f" {self.cassette.rerecord_hint}")
 
@@ -92,20 +107,21 @@ class Replayer:
         sent = self.scrubber.data(sent)
         if _content_of(sent) != expected:
             cassette = self.cassette
+            why = f": {_WHY_DIFFERENT[self.role]}" if self.role in _WHY_DIFFERENT else ""
             raise self._refuse(
-                f"request {self.replayed + 1} differs from the one recorded in"
-                f" {cassette.shown}; re-record with: {cassette.rerecord_hint}\n"
+                f"{self.what} {self.replayed + 1} differs from the one recorded in"
+                f" {cassette.shown}{why}; re-record with: {cassette.rerecord_hint}\n"
                 f"{request_diff(recorded.request, sent)}")
 
     def unused(self) -> str | None:
         """Why the case fails when it is over with recorded answers left unused (it changed
         since it was recorded), or None. A refused request already said what went wrong."""
         cassette = self.cassette
-        if self.refused or self.replayed >= len(cassette.interactions):
+        if self.refused or self.replayed >= len(self.interactions):
             return None
-        sent = f"{self.replayed} request{'' if self.replayed == 1 else 's'}"
+        sent = f"{self.replayed} {self.what}{'' if self.replayed == 1 else 's'}"
         return (f"the case sent {sent}, but {cassette.shown} holds"
-                f" {len(cassette.interactions)}: the case changed since it was recorded;"
+                f" {len(self.interactions)}: the case changed since it was recorded;"
                 f" re-record it with: {cassette.rerecord_hint}")
 
     def _refuse(self, message: str) -> ReplayError:

@@ -13,7 +13,7 @@ import json
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from json.scanner import make_scanner
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
 
@@ -67,6 +67,24 @@ class RequestParts:
     """The case's and the stage's params merged: the API's own keys, sent as they are
     (apart from the few each adapter translates, named in docs/case-format.md)."""
     stream: bool = False
+
+
+@dataclass(frozen=True)
+class AnswerTool:
+    """The one tool a structured answer is given through, over an API whose structured
+    output is a forced tool call: read by the adapters as the case schema's ``Tool`` is."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    strict: bool | None = None
+
+
+@dataclass(frozen=True)
+class ToolNamed:
+    """``tool_choice: {name: X}`` as the adapters read the case schema's."""
+
+    name: str
 
 
 @dataclass(frozen=True)
@@ -133,6 +151,22 @@ class WireApi(ABC):
     @abstractmethod
     def request(self, parts: RequestParts) -> dict[str, Any]:
         """The JSON body of one request."""
+
+    def structured(self, parts: RequestParts, name: str, schema: dict[str, Any]
+                   ) -> RequestParts:
+        """``parts`` asking for one JSON object of ``schema`` (an object of strings and
+        enums, its keys in the order they must be written) in this API's own structured
+        mode: here chat's ``response_format`` ``json_schema``, strict. The answer comes as
+        the reply's text, or as a call of the tool ``name`` (``structured_answer``)."""
+        return replace(parts, params={**parts.params, "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": name, "strict": True, "schema": schema}}})
+
+    def sampling(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """Of ``params`` (``temperature``, ``seed``...), those this API's request has a
+        field for: a second model's settings asked of every API alike."""
+        fields = self.request_fields
+        return {key: value for key, value in params.items() if fields is None or key in fields}
 
     @abstractmethod
     def read_body(self, status: int, body: bytes | str, content_type: str) -> Reply:
@@ -390,3 +424,12 @@ def dumps(value: Any) -> str:
 def snippet(text: str, limit: int = 80) -> str:
     """``text`` cut to fit a one-line message."""
     return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+def structured_answer(reply: Reply, name: str) -> str | dict[str, Any]:
+    """A structured answer as it came: the arguments of the call of the tool ``name`` (an
+    API whose structured mode is a forced call), else the reply's text (JSON to read)."""
+    call = next((call for call in reply.tool_calls if call.name == name), None)
+    if call is None:
+        return reply.text
+    return call.arguments if isinstance(call.arguments, dict) else call.arguments_raw

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..records import Reply
@@ -111,6 +112,13 @@ class GeminiApi(WireApi):
         name = (model or "").removeprefix("models/")
         return f"models/{name}:streamGenerateContent?alt=sse" if stream \
             else f"models/{name}:generateContent"
+
+    def structured(self, parts: RequestParts, name: str, schema: dict[str, Any]
+                   ) -> RequestParts:
+        """``responseMimeType: application/json`` and a ``responseSchema`` (the API's
+        OpenAPI subset: upper-case types, ``propertyOrdering`` for the keys' order)."""
+        return replace(parts, params={**parts.params, "responseMimeType": "application/json",
+                                      "responseSchema": _response_schema(schema)})
 
     def request(self, parts: RequestParts) -> dict[str, Any]:
         system, contents = _conversation(parts)
@@ -379,6 +387,20 @@ def _calling_config(choice: Any) -> dict[str, Any]:
     if allowed is not None:
         return {"mode": "ANY", "allowedFunctionNames": list(allowed.tools)}
     return {"mode": "ANY", "allowedFunctionNames": [choice.name]}
+
+
+def _response_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """A JSON Schema of objects, strings and enums in the words of Gemini's ``Schema``."""
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "type" and isinstance(value, str):
+            out["type"] = value.upper()
+        elif key == "properties" and isinstance(value, dict):
+            out["properties"] = {name: _response_schema(sub) for name, sub in value.items()}
+            out["propertyOrdering"] = list(value)
+        elif key in ("required", "enum", "description"):
+            out[key] = value
+    return out
 
 
 GEMINI = GeminiApi()

@@ -82,13 +82,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from ..records import Reply
 from .base import (
     JSON_ERRORS,
+    AnswerTool,
     RequestParts,
     StreamReader,
+    ToolNamed,
     Unsupported,
     WireApi,
     message_text,
@@ -136,6 +139,13 @@ class MessagesApi(WireApi):
     reasoning_where = "thinking blocks"
     request_fields = REQUEST_FIELDS
     required_headers: ClassVar[Mapping[str, str]] = {"anthropic-version": ANTHROPIC_VERSION}
+
+    def structured(self, parts: RequestParts, name: str, schema: dict[str, Any]
+                   ) -> RequestParts:
+        """One tool whose input is the answer, its call forced (the API has no other
+        structured mode every model takes)."""
+        tool = AnswerTool(name, "Give your answer by calling this tool.", schema)
+        return replace(parts, tools=cast(Any, [tool]), tool_choice=cast(Any, ToolNamed(name)))
 
     def request(self, parts: RequestParts) -> dict[str, Any]:
         params, limit = take_token_limit(parts.params)

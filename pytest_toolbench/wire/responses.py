@@ -36,6 +36,7 @@ request has no field for (``REQUEST_FIELDS``: ``seed`` is chat's) is a collectio
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..records import Reply
@@ -69,6 +70,12 @@ class ResponsesApi(WireApi):
     path = "responses"
     reasoning_where = "reasoning items"
     request_fields = REQUEST_FIELDS
+
+    def structured(self, parts: RequestParts, name: str, schema: dict[str, Any]
+                   ) -> RequestParts:
+        """``text.format``: ``json_schema``, strict."""
+        return replace(parts, params={**parts.params, "text": {"format": {
+            "type": "json_schema", "name": name, "strict": True, "schema": schema}}})
 
     def request(self, parts: RequestParts) -> dict[str, Any]:
         body: dict[str, Any] = {}

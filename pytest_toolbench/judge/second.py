@@ -1,0 +1,62 @@
+"""A second model: the judge or the simulated user, asked by the plugin itself.
+
+It goes through the same client as the model under test (a live endpoint's, with its rate
+limits and breaker, or a replay of the case's cassette) and its request is built by its own
+API's adapter. Recording, each exchange goes into the case's cassette marked as its
+``role``'s, with its API when that is not the cassette's.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+
+from ..records import Interaction, Turn
+from ..scrubbing import Scrubber
+from ..transport.client import ApiClient, InteractionSink
+from ..transport.errors import TransportError
+from ..wire import RequestParts, WireApi
+
+
+@dataclass
+class SecondModel:
+    """Where the requests of one role (``judge``, ``simulator``) of one case go."""
+
+    role: str
+    model: str
+    wire: WireApi
+    client: ApiClient
+    cassette_api: str
+    """The API the case's cassette holds: an exchange of another is marked with its own."""
+    api_key: str | None = None
+    sink: InteractionSink | None = None
+    """Recording: where its exchanges go (the case's cassette)."""
+    scrubber: Scrubber = field(default_factory=Scrubber)
+
+    def parts(self, messages: list[dict[str, str]], params: dict[str, object]) -> RequestParts:
+        """A request of this model's, its settings kept to what its API has fields for."""
+        return RequestParts(model=self.model, messages=messages,
+                            params=self.wire.sampling(params))
+
+    async def ask(self, parts: RequestParts) -> Turn:
+        """Send ``parts`` (never streamed); the turn holds the reply or why none came."""
+        body = self.wire.request(parts)
+        turn = Turn(request=body, streamed=False, role=self.role)
+        started = time.perf_counter()
+        try:
+            pending = await self.client.open(
+                body, wire=self.wire, stream=False, model=self.model, api_key=self.api_key,
+                sink=self._keep if self.sink is not None else None)
+            turn.retries = pending.retries
+            turn.reply = await pending.read()
+        except TransportError as error:
+            turn.error = str(error)
+            turn.retries = turn.retries or list(error.retries)
+        finally:
+            turn.elapsed_ms = (time.perf_counter() - started) * 1000
+        return self.scrubber.turn(turn)
+
+    def _keep(self, interaction: Interaction) -> None:
+        assert self.sink is not None
+        api = None if self.wire.name == self.cassette_api else self.wire.name
+        self.sink(self.scrubber.interaction(replace(interaction, role=self.role, api=api)))
