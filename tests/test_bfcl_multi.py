@@ -396,6 +396,45 @@ def test_the_first_check_that_fails_is_reported_with_its_values(
         "*nodes*", "*notes*"])
 
 
+CAPTURED_CASE = """\
+name: copies
+tools:
+  - bfcl:
+      involved_classes: [GorillaFileSystem]
+      initial_config: {GorillaFileSystem: {root: {home: {type: directory, contents: {}}}}}
+stages:
+  - name: make
+    user: Make a folder called notes.
+    run_tools: true
+    capture: {folder: tool_calls.0.arguments.dir_name}
+    expect:
+      bfcl: {ground_truth: ["mkdir(dir_name='notes')"]}
+  - name: copy
+    user: Another one, named after it with _copy.
+    run_tools: true
+    expect:
+      bfcl: {ground_truth: ["mkdir(dir_name='${folder}_copy')"]}
+"""
+
+
+@pytest.mark.parametrize(("made", "passes"), [("notes_copy", True), ("notes_other", False)])
+def test_captured_values_fill_the_ground_truth(pytester: pytest.Pytester, server: ChatServer,
+                                               bfcl_data: Path, made: str,
+                                               passes: bool) -> None:
+    pytester.makefile(".case.yaml", files=CAPTURED_CASE)
+    server.set_handler(scripted({"Make": [[call("mkdir", dir_name="notes")]],
+                                 "Another": [[call("mkdir", dir_name=made)]]}))
+
+    result = pytester.runpytest("--toolbench-live", "--toolbench-base-url", server.base_url)
+
+    if passes:
+        result.assert_outcomes(passed=1)
+    else:
+        result.assert_outcomes(failed=1)
+        result.stdout.fnmatch_lines([("files.case.yaml:17: copies: stages[[]1].expect.bfcl"
+                                      ".ground_truth: GorillaFileSystem's state differs*")])
+
+
 BROKEN = {
     "unknown class": ("      involved_classes: [GorillaFileSystem, NoSuchAPI]\n",
                       ("*files.case.yaml:4: tools[[]0[]].bfcl.involved_classes[[]1]:"

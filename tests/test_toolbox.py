@@ -715,6 +715,91 @@ stages:
     result.stdout.fnmatch_lines([f"*bank.case.yaml:{line}: probed: {said}"])
 
 
+FINDER = "def find(name: str) -> str:\n    return 'found ' + name\n"
+
+
+@pytest.mark.parametrize(("expected", "outcome"), [
+    ("found ${who}", "passed"),
+    ("lost ${who}", "failed"),
+])
+def test_captured_values_fill_a_probes_call_and_answer(
+        pytester: pytest.Pytester, chat_server: ChatServer, expected: str,
+        outcome: str) -> None:
+    play(chat_server)  # every reply says "done"
+    pytester.makepyfile(notes=FINDER)
+    pytester.syspathinsert()
+    write_case(pytester, chat_server, f"""name: filled
+tools:
+  - {{name: find, python: "notes:find"}}
+stages:
+  - name: ask
+    user: who?
+    capture: {{who: text}}
+  - name: check
+    user: again
+    expect:
+      probe:
+        - {{call: {{name: find, arguments: {{name: "${{who}}"}}}}, result: "{expected}"}}
+expect:
+  probe: [{{call: {{name: find, arguments: {{name: "${{who}}"}}}}, result: "found ${{who}}"}}]
+""")
+    result = run_live(pytester, "--toolbench-report=r.json")
+    result.assert_outcomes(**{outcome: 1})
+    if outcome == "failed":
+        result.stdout.fnmatch_lines([
+            ("*bank.case.yaml:13: filled: stages?1?.expect.probe?0?.result: probe"
+            " find({\"name\": \"done\"}): expected 'lost done', got 'found done'")])
+        return
+    stages = json.loads((pytester.path / "r.json").read_text())["cases"][0]["runs"][0]["stages"]
+    assert [run["content"] for run in stages[1]["attempts"][0]["probes"]] == ["found done"]
+    assert [run["arguments"] for run in stages[2]["attempts"][0]["probes"]] == [
+        '{"name": "done"}']
+
+
+def test_a_placeholder_no_stage_captures_in_a_probe_is_a_collection_error(
+        pytester: pytest.Pytester, bank: None) -> None:
+    pytester.makefile(".case.yaml", bank="""name: bad
+tools:
+  - toolbox: {python: "bank:Account"}
+stages:
+  - name: s
+    user: hi
+    capture: {said: text}
+    expect:
+      probe: [{call: {name: deposit, arguments: {amount: "${said}"}}}]
+expect:
+  probe: [{call: {name: deposit, arguments: {amount: "${sayd}"}}}]
+""")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([
+        ("*bank.case.yaml:9: stages?0?.expect.probe?0?.call.arguments.amount: ${said} is"
+        " captured by this stage, after its checks; only later stages can use it"),
+        ("*bank.case.yaml:11: expect.probe?0?.call.arguments.amount: ${sayd} is not defined;"
+        " did you mean `said`?")])
+
+
+def test_an_unset_variable_in_expect_stream_fails_the_stage_at_its_line(
+        pytester: pytest.Pytester, chat_server: ChatServer,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TOOLBENCH_TEST_UNSET", raising=False)
+    chat_server.set_default(sse_reply(chunks_for("hi")))
+    write_case(pytester, chat_server, """name: streamed
+stages:
+  - name: ask
+    user: hi
+    stream: true
+    expect:
+      stream:
+        chunks: {$ne: "${env.TOOLBENCH_TEST_UNSET}"}
+""")
+    result = run_live(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        ("*bank.case.yaml:9: streamed: stages?0?.expect.stream.chunks.$ne:"
+        " ${env.TOOLBENCH_TEST_UNSET}: environment variable 'TOOLBENCH_TEST_UNSET' is not set")])
+
+
 def test_a_probe_of_a_tool_the_case_lacks_is_a_collection_error(
         pytester: pytest.Pytester, bank: None) -> None:
     pytester.makefile(".case.yaml", bank="""name: bad

@@ -57,16 +57,26 @@ def undefined_names(case: Case) -> Iterator[tuple[KeyPath, str]]:
                 if name not in captured and not name.startswith("env."):
                     yield where, _undefined(name, captured, case, index)
         captured.extend(name for name in stage.capture if name not in captured)
+    if case.expect is not None:  # checked once every stage has run: all they capture
+        for where, name in _placeholders(case.expect.model_dump(exclude_unset=True),
+                                         ("expect",)):
+            if name not in captured and not name.startswith("env."):
+                yield where, (f"${{{name}}} is not defined"
+                              f"{did_you_mean(name, captured) or _captures(captured)}")
+
+
+def _captures(captured: list[str]) -> str:
+    return (f" (the stages capture: {', '.join(captured)})" if captured else
+            " (no stage captures it: `capture: {NAME: PATH}` on one would)")
 
 
 def _interpolated(stage: Stage) -> Iterator[tuple[KeyPath, Any]]:
-    """The values of a stage that ``${...}`` is filled into (``expect.stream``,
-    ``expect.bfcl`` and ``expect.probe`` are not)."""
+    """The values of a stage that ``${...}`` is filled into: its messages, its params
+    and every expectation (a matcher as the case spelled it)."""
     yield ("user",), stage.user
     yield ("messages",), stage.messages
     yield ("params",), stage.params
-    for key in sorted(stage.expect.model_fields_set - {"stream", "bfcl", "probe"}):
-        yield ("expect", key), getattr(stage.expect, key).spec
+    yield ("expect",), stage.expect.model_dump(exclude_unset=True)
 
 
 def _placeholders(value: Any, path: KeyPath) -> Iterator[tuple[KeyPath, str]]:

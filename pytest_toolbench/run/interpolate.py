@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
 
 from ..casefile.placeholders import did_you_mean, fill_placeholders
-from ..casefile.schema import Expect
-from ..keypaths import KeyPath
-from ..matchers import MatcherError, compile_matcher, compile_tool_calls, compile_trajectory
+from ..casefile.schema import AgentExpect
+from ..keypaths import KeyedError, KeyPath
 from ..records import Reply, ToolCall
 
 _MISSING = object()
@@ -70,28 +71,33 @@ def has_placeholder(value: Any) -> bool:
     return False
 
 
-_COMPILERS = {"tool_calls": compile_tool_calls, "trajectory": compile_trajectory}
-"""The keys whose matchers are not compiled by ``compile_matcher``."""
+Expectations = TypeVar("Expectations", bound=AgentExpect)
 
 
-def resolve_expect(expect: Expect, variables: dict[str, Any]) -> Expect:
-    """The stage's expectations with ``${...}`` filled in; those matchers compiled anew.
+def resolve_expect(expect: Expectations, variables: dict[str, Any]) -> Expectations:
+    """The expectations with ``${...}`` filled in, wherever they hold one: matchers,
+    ``stream``, ``probe`` calls and their answers, ``bfcl`` ground truths alike.
 
-    Matchers are compiled at collection, when captured values are not known yet; only the
-    few that name a variable are compiled again here.
+    Expectations are validated (their matchers compiled) at collection, when captured
+    values are not known yet; the keys that name a variable are written out as the case
+    spelled them, filled in and validated again here, the others kept.
     """
-    updates: dict[str, Any] = {}
-    for key in expect.model_fields_set:
-        spec = getattr(getattr(expect, key), "spec", None)  # matchers have a spec
-        if has_placeholder(spec):
-            compile_spec = _COMPILERS.get(key, compile_matcher)
-            try:
-                updates[key] = compile_spec(interpolate(spec, variables, ("expect", key)))
-            except MatcherError as error:
-                raise InterpolationError(
-                    f"after interpolation: {error.message}", ("expect", key, *error.path)
-                ) from None
-    return expect.model_copy(update=updates) if updates else expect
+    written = expect.model_dump(exclude_unset=True)  # a matcher dumps as its spec
+    named = {key: value for key, value in written.items() if has_placeholder(value)}
+    if not named:
+        return expect
+    filled = {key: interpolate(value, variables, ("expect", key))
+              for key, value in named.items()}
+    try:
+        fresh = type(expect).model_validate(filled)
+    except ValidationError as exc:
+        detail = exc.errors()[0]
+        keyed = (detail.get("ctx") or {}).get("error")
+        inner = keyed.path if isinstance(keyed, KeyedError) else ()
+        message = keyed.message if isinstance(keyed, KeyedError) else detail["msg"]
+        raise InterpolationError(f"after interpolation: {message}",
+                                 ("expect", *detail["loc"], *inner)) from None
+    return expect.model_copy(update={key: getattr(fresh, key) for key in named})
 
 
 def capture(paths: dict[str, str], reply: Reply | None, calls: list[ToolCall]) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from ..apis import case_label
 from ..casefile.load import LoadedCase
-from ..casefile.schema import AgentExpect, BfclTools, McpTools, Stage, Toolbox
+from ..casefile.schema import AgentExpect, BfclTools, Expect, McpTools, Stage, Toolbox
 from ..judge.second import SecondModel
 from ..keypaths import KeyPath
 from ..matchers.limits import DEFAULT_LIMIT_S as DEFAULT_MATCH_TIMEOUT_S
@@ -229,22 +229,29 @@ async def run_once(case_run: CaseRun, ctx: RunContext, number: int,
             if not stage_result.passed:
                 break  # later stages build on this one's conversation: nothing to learn
     if case.expect is not None and run.passed:
-        run.stages.append(await check_case_end(case_run, ctx, run, toolset, case.expect))
+        run.stages.append(await check_case_end(case_run, ctx, run, toolset, case.expect,
+                                               conversation.variables))
     return run
 
 
 async def check_case_end(case_run: CaseRun, ctx: RunContext, run: RunResult,
-                         toolset: Toolset, expect: AgentExpect) -> StageResult:
-    """The case's own ``expect``: state and probes now, every call of the run as the
-    trajectory."""
+                         toolset: Toolset, expect: AgentExpect,
+                         variables: dict[str, Any]) -> StageResult:
+    """The case's own ``expect`` (``${...}`` filled in from what the stages captured):
+    state and probes now, every call of the run as the trajectory."""
     attempt = StageAttempt(CASE_END, 1)
     attempt.trajectory = [call for stage in run.stages
                           for call in stage.attempts[-1].trajectory]
+    line_of = case_run.loaded.document.line_of
     try:
+        if case_run.loaded.document.may_interpolate:
+            expect = resolve_expect(expect, variables)
         world, attempt.probes = await observe(toolset, expect, ctx.scrubber)
     except ToolSourceFault as fault:
-        attempt.failures.append(Failure(fault.message, fault.path,
-                                        case_run.loaded.document.line_of(fault.path)))
+        attempt.failures.append(Failure(fault.message, fault.path, line_of(fault.path)))
+        return StageResult(CASE_END, [attempt])
+    except InterpolationError as error:
+        attempt.failures.append(Failure(error.message, error.path, line_of(error.path)))
         return StageResult(CASE_END, [attempt])
     attempt.state = world.states if toolset.stateful else None
     attempt.failures = check_agent(expect, attempt.trajectory, world, attempt.probes,
@@ -314,6 +321,7 @@ class StageRunner:
         self.stage = stage
         self.machine = machine
         self.base: tuple[str | int, ...] = ("stages", index, "expect")
+        self._resolved: Expect | None = None
 
     async def run(self, number: int) -> StageAttempt:
         attempt = StageAttempt(self.stage.name, number)
@@ -412,6 +420,7 @@ class StageRunner:
         other expectations held (a stage that failed already needs no verdict)."""
         if attempt.failures or not self.stage.expect.judge:
             return
+        expect = self._expect()
         from ..judge.verdicts import judge
 
         judge_model = self.ctx.judge
@@ -419,7 +428,7 @@ class StageRunner:
             attempt.failures.append(self._failure(
                 "judge error: no judge model configured", ("expect", "judge")))
             return
-        for index, criterion in enumerate(self.stage.expect.criteria):
+        for index, criterion in enumerate(expect.criteria):
             judgement, turns = await judge(judge_model, self.conversation.messages,
                                            criterion.criterion, criterion.samples)
             attempt.side_turns += turns
@@ -432,7 +441,7 @@ class StageRunner:
                        ) -> Outcome:
         """The toolboxes' state once the loop is done, then the probes' calls: what the
         agent's expectations read. The first variant's go into the attempt's record."""
-        world, probes = await observe(self.toolset, self.stage.expect, self.ctx.scrubber)
+        world, probes = await observe(self.toolset, self._expect(), self.ctx.scrubber)
         if first:
             attempt.trajectory = list(outcome.tool_calls)
             attempt.state = world.states if self.toolset.stateful else None
@@ -529,9 +538,7 @@ class StageRunner:
     def _check(self, attempt: StageAttempt, outcome: Outcome, streamed: bool,
                label: bool) -> bool:
         try:
-            expect = (resolve_expect(self.stage.expect, self.conversation.variables)
-                      if self.case_run.loaded.document.may_interpolate else self.stage.expect)
-            failures = check(expect, outcome, self.base, self._line_of,
+            failures = check(self._expect(), outcome, self.base, self._line_of,
                              self.ctx.match_timeout_s)
         except InterpolationError as error:
             failures = [self._failure(error.message, error.path)]
@@ -544,6 +551,15 @@ class StageRunner:
         if failures:
             self.machine.fire("mismatch")
         return not failures
+
+    def _expect(self) -> Expect:
+        """The stage's expectations with ``${...}`` filled in from what the stages before
+        captured (nothing is captured during a stage): resolved once, when first read."""
+        if self._resolved is None:
+            self._resolved = (
+                resolve_expect(self.stage.expect, self.conversation.variables)
+                if self.case_run.loaded.document.may_interpolate else self.stage.expect)
+        return self._resolved
 
     def _parallel_calls(self, outcome: Outcome) -> list[Failure]:
         """``parallel_tool_calls: false`` asked the server for one call a reply at most."""
@@ -577,7 +593,10 @@ class StageRunner:
         """What the tool sources find wrong with the stage (BFCL's turn check)."""
         if attempt.failures:
             return
-        for found in self.toolset.end_stage(self.stage):
+        expect = self._expect()
+        stage = self.stage if expect is self.stage.expect else \
+            self.stage.model_copy(update={"expect": expect})
+        for found in self.toolset.end_stage(stage):
             failure = self._failure(found.message, found.path)
             failure.expected, failure.actual = found.expected, found.actual
             attempt.failures.append(failure)
