@@ -38,6 +38,7 @@ from .scrubbing import SCRUBBED, Scrubber, is_credential, mask_urls
 from .session import CaseSetup, SessionRuntime
 from .transport.cassette import Cassette
 from .transport.errors import ReplayError
+from .transport.replay import Replayer
 
 if TYPE_CHECKING:
     from .casefile.schema import Tool
@@ -99,8 +100,10 @@ def plan_items(runtime: SessionRuntime, items: list[tuple[CaseRun, str | None]],
 async def plan_case(runtime: SessionRuntime, case_run: CaseRun, invalid: str | None,
                     indent: bool = False) -> Plan:
     """What ``case_run`` would send first and what it lacks; ``invalid``: its problems."""
-    if invalid is not None:
-        return Plan(case_run.nodeid, case_run.api, "", missing=[f"a valid case: {invalid}"])
+    if invalid is not None:  # "N problems in case file", then one line each
+        problems = [line.strip() for line in invalid.splitlines()[1:]] or [invalid]
+        return Plan(case_run.nodeid, case_run.api, "",
+                    missing=[f"a valid case: {'; '.join(problems)}"])
     replaying = runtime.replays(case_run)
     if case_run.api == AGENT:  # its requests are its own code's: none is known before it runs
         path = runtime.cassette_path(case_run)
@@ -127,11 +130,25 @@ async def plan_case(runtime: SessionRuntime, case_run: CaseRun, invalid: str | N
         result = await run_case(case_run, context)
     except FirstRequest as first:
         plan.request = shown_request(first.request, setup.scrubber, indent)
+        if replaying and cassette is not None:
+            await _check_replays(first.request, cassette, setup.scrubber, plan)
+    except Exception as error:  # noqa: BLE001 - the case's own code (a tool source) broke
+        plan.missing.append(f"a run that starts: {type(error).__name__}: {error}")
     else:
         plan.missing += _why_nothing_sent(result)
     finally:
         await client.aclose()
     return plan
+
+
+async def _check_replays(request: httpx2.Request, cassette: Cassette, scrubber: Scrubber,
+                         plan: Plan) -> None:
+    """Whether the cassette answers ``request`` as replay matches it (the route, the body):
+    a case changed since it was recorded lacks a cassette that fits."""
+    try:
+        await Replayer(cassette, scrubber).handle(request)
+    except ReplayError as error:
+        plan.missing.append(str(error))
 
 
 def _answers(setup: CaseSetup, replaying: bool) -> str:
@@ -277,11 +294,12 @@ class _Unlisted:
 
 def render(plan: Plan, write: Callable[[str], None], quiet: bool) -> None:
     """One line an item (``quiet``), else its request in full under its verdict."""
-    verdict = "ready" if plan.ready else "missing: " + "; ".join(plan.missing)
+    verdict = "ready" if plan.ready else "missing: " + "; ".join(
+        need.splitlines()[0] for need in plan.missing)
     request = plan.request
     where = f"{plan.api} {request.method} {request.url}" if request else plan.api
     if quiet:
-        write(f"{plan.nodeid}: {where}: {_one_line(verdict)}")
+        write(f"{plan.nodeid}: {where}: {verdict}")
         return
     write(f"{plan.nodeid}: {'ready' if plan.ready else 'NOT READY'}")
     if plan.answers:
@@ -297,10 +315,6 @@ def render(plan: Plan, write: Callable[[str], None], quiet: bool) -> None:
     for name, value in request.headers:
         write(f"    {name}: {value}")
     write(_indented(request.body))
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
 
 
 def _indented(text: str) -> str:

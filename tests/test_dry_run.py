@@ -221,3 +221,42 @@ def test_the_dry_run_refuses_xdist(pytester: pytest.Pytester) -> None:
 
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--toolbench-dry-run runs in one process: leave out -n*"])
+
+
+def test_a_case_changed_since_its_recording_lacks_a_cassette_that_fits(
+        pytester: pytest.Pytester, counting_server: CountingServer) -> None:
+    example_suite(pytester)
+    case = pytester.path / "cases" / "text.case.yaml"
+    text = case.read_text(encoding="utf-8")
+    assert text.count("Say hello.") == 2
+    case.write_text(text.replace("Say hello.", "Say goodbye.", 1), encoding="utf-8")
+
+    result = pytester.runpytest("--toolbench-dry-run", "-q", "cases/text.case.yaml")
+
+    assert result.ret == 1
+    result.stdout.fnmatch_lines([
+        ("cases/text.case.yaml::plain_text[[]gemma-3-270m[]]: chat POST *: missing: *request 1"
+        " differs from the one recorded in *plain_text*; re-record with: pytest *"),
+        "cases/text.case.yaml::streamed_text[[]gemma-3-270m[]]: chat POST *: ready",
+        "toolbench dry run: 2 items ready, 1 missing something; nothing was sent"])
+    verbose = pytester.runpytest("--toolbench-dry-run", "cases/text.case.yaml::plain_text")
+    verbose.stdout.fnmatch_lines(["*::plain_text[[]gemma-3-270m[]]: NOT READY",
+                                  "    missing: *request 1 differs *",
+                                  "*Say goodbye.*"])
+    assert counting_server.connections == 0
+
+
+def test_a_toolbox_that_does_not_import_is_a_collection_error_as_in_a_run(
+        pytester: pytest.Pytester, counting_server: CountingServer) -> None:
+    pytester.makefile(".case.yaml", box="""\
+name: box
+model: m
+tools: [{toolbox: {python: "no_such_module_for_dry_run:Account"}}]
+stages: [{name: ask, user: hi}]
+""")
+    result = pytester.runpytest("--toolbench-dry-run")
+
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*box.case.yaml:3:*no_such_module_for_dry_run*"])
+    assert "toolbench dry run" not in result.stdout.str()
+    assert counting_server.connections == 0
