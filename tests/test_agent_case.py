@@ -15,6 +15,7 @@ import yaml
 from support.chat_server import (
     ChatServer,
     RecordedRequest,
+    SSEPause,
     chunks_for,
     completion,
     json_reply,
@@ -303,3 +304,93 @@ def test_the_fixture_records_and_replays_a_plain_test(pytester: pytest.Pytester)
         result.stdout.fnmatch_lines([
             "E*test_refund.py:12: test_refund: expect.text: *WEEKS*",
             "E*--- stage 'check 2': failed ---"])
+
+
+STREAM_WATCHER = '''
+import os
+import time
+
+import httpx2
+
+
+def make():
+    def agent(user):
+        body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": user}]}
+        arrivals = []
+        with httpx2.Client(timeout=30) as client:
+            with client.stream("POST", os.environ["OPENAI_BASE_URL"] + "/chat/completions",
+                               json=body) as response:
+                for line in response.iter_lines():
+                    if line.startswith("data: {"):
+                        arrivals.append(time.monotonic())
+        return "apart" if arrivals[-1] - arrivals[0] > 0.8 else "together"
+    return agent
+'''
+
+
+def test_a_stream_reaches_the_agent_chunk_by_chunk_as_the_server_sends_it(
+        pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(watcher=STREAM_WATCHER)
+    pytester.syspathinsert()
+    chunks = chunks_for(text="first and then the rest", split=6)
+    with start_chat_server() as server:
+        server.enqueue(sse_reply([chunks[0], chunks[1], SSEPause(1.2), *chunks[2:]]))
+        pytester.makefile(".case.yaml", watch=(
+            f"name: watch\nagent: {{python: 'watcher:make'}}\n"
+            f"endpoint: {{base_url: '{server.base_url}'}}\n"
+            "stages:\n  - name: ask\n    user: hi\n    expect:\n      text: apart\n"
+            "      stream: {done: true, chunks: {$gte: 5}}\n"))
+        run(pytester, "--toolbench-record").assert_outcomes(passed=1)
+    path = pytester.path / "__cassettes__" / "watch" / "watch.yaml"
+    events = yaml.safe_load(path.read_text())["interactions"][0]["response"]["events"]
+    assert events[2]["at_ms"] - events[1]["at_ms"] >= 1000  # kept as they came
+    # Replayed with the recorded timing, the agent sees the same pause.
+    run(pytester, "--toolbench-replay-speed", "1").assert_outcomes(passed=1)
+
+
+CHECKS = '''
+def no_date_promised(outcome, agent):
+    assert "monday" not in outcome.text.lower(), "the agent promised a date: " + outcome.text
+    assert outcome.stage == "when"
+    assert agent is None or agent.refunds == 1
+
+
+def calls_named(outcome, agent):
+    assert [call.name for call in outcome.tool_calls] == ["lookup_order"], outcome.tool_calls
+    assert outcome.tool_calls[0].arguments == {"order_id": "913"}
+    assert len(outcome.requests) == 1 and agent is None
+
+
+async def broken(outcome, agent):
+    return {}["missing"]
+'''
+
+
+def test_expect_python_checks_an_agents_stage_and_a_loops_stage(
+        pytester: pytest.Pytester, support_bot: None) -> None:
+    pytester.makepyfile(support_checks=CHECKS)
+    monday = (REFUND_SCRIPT[0], ["It arrives on Monday."])
+    with start_chat_server() as server:
+        play(server, *monday)
+        write_case(pytester, server.base_url, REFUND_CASE.replace(
+            "      text: {$contains: days}\n",
+            "      python: support_checks:no_date_promised\n"))
+        pytester.makefile(".case.yaml", loop=(
+            f"name: loop\nendpoint: {{base_url: '{server.base_url}'}}\n"
+            "tools: [{name: lookup_order, parameters: {type: object}}]\n"
+            "stages:\n  - name: ask\n    user: Refund order 913\n"
+            "    expect:\n      python: support_checks:calls_named\n      requests: 1\n"
+            "---\nname: broken\n"
+            f"endpoint: {{base_url: '{server.base_url}'}}\n"
+            "stages:\n  - name: ask\n    user: Refund order 913\n"
+            "    expect: {python: 'support_checks:broken'}\n"))
+        result = run(pytester, "--toolbench-live")
+    result.assert_outcomes(passed=1, failed=2)
+    result.stdout.fnmatch_lines([
+        "*refund.case.yaml:18: refund_order: stages[[]1].expect.python:"
+        " support_checks:no_date_promised: the agent promised a date: It arrives on Monday.",
+    ])
+    result.stdout.fnmatch_lines([
+        "*loop.case.yaml:16: broken: stages[[]0].expect.python: support_checks:broken raised"
+        " KeyError: 'missing'",
+        '*support_checks.py", line 14, in broken*'])

@@ -40,6 +40,7 @@ from ..wire import RequestParts, WireApi, wire_api
 from .check import Outcome, check, check_agent
 from .interpolate import InterpolationError, capture, interpolate, resolve_expect
 from .machine import StageMachine, StageState
+from .outcome_check import python_check, stage_outcome
 from .toolbox import ToolboxSource
 from .tools import CaseTools, tool_message
 from .toolset import Restore, Toolset, ToolSource, ToolSourceFault, WorldState
@@ -369,6 +370,7 @@ class StageRunner:
             self.conversation = carried
             await world_carried()  # and the toolboxes, as the first variant left them
         self._compare(attempt, outcomes)
+        await self._python_check(attempt, outcomes[0])
         self._check_sources(attempt)
         await self._judge(attempt)
         self._capture(attempt, outcomes[0])
@@ -588,6 +590,18 @@ class StageRunner:
                     f"streamed and non-streamed replies differ in {key}",
                     (*self.base[:-1], "stream"), self._line_of(("stages", self.index, "stream")),
                     expected=plain[key], actual=streamed[key]))
+
+    async def _python_check(self, attempt: StageAttempt, outcome: Outcome) -> None:
+        """``expect.python``: the team's own check of the stage (no agent object here)."""
+        python = self.stage.expect.python
+        if python is None or attempt.failures:
+            return
+        record = stage_outcome(self.stage.name, outcome,
+                               [turn.request for turn in attempt.turns])
+        failures = await python_check(python, record, None, (*self.base, "python"),
+                                      self._line_of, self.ctx.client.config.limits.deadline_s,
+                                      None)
+        attempt.failures.extend(failures)
 
     def _check_sources(self, attempt: StageAttempt) -> None:
         """What the tool sources find wrong with the stage (BFCL's turn check)."""
