@@ -7,6 +7,7 @@ runs reach the loopback chat server through the proxy; replays run with it stopp
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -153,8 +154,13 @@ def test_an_agent_case_is_recorded_then_replayed_with_the_server_stopped(
     assert [item["api"] for item in kept["interactions"]] == ["chat"] * 4
     assert [item["request"]["path"] for item in kept["interactions"]] == [
         "/openai/v1/chat/completions"] * 4
-    replayed = run(pytester)  # the server is gone: every answer is the cassette's
+    replayed = run(pytester, "--toolbench-report", "report.json", "--toolbench-html",
+                   "report.html")  # the server is gone: every answer is the cassette's
     replayed.assert_outcomes(passed=1)
+    report = json.loads((pytester.path / "report.json").read_text())
+    [record] = report["cases"]
+    assert (record["api"], record["outcome"], record["turns"]) == ("agent", "passed", 4)
+    assert "refund_order" in (pytester.path / "report.html").read_text()
 
 
 def test_a_wrong_expectation_fails_the_same_live_and_replayed(

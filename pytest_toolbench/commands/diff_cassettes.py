@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..apis import AGENT
 from ..defaults import CASSETTE_FOLDER
 from ..records import Interaction, Reply, total_tokens
 from ..report.json_report import (
@@ -115,10 +116,13 @@ def read_cassette_case(path: Path, relative: str) -> CassetteCase:
         cassette = Cassette.load(path, shown=relative, api=None)
     except ReplayError as error:  # no re-record hint given: none in its message
         return CassetteCase(relative, None, error.message)
-    wire = wire_api(cassette.api)
-    # The judge's and the simulated user's exchanges are not the case's turns.
-    own = [interaction for interaction in cassette.interactions if interaction.role == "model"]
-    replies = [_reply(wire, interaction) for interaction in own]
+    # The judge's and the simulated user's exchanges are not the case's turns; an agent
+    # case's cassette mixes APIs, each exchange naming its own, and its exchanges with
+    # paths that are no model API (none named) are no replies.
+    own = [interaction for interaction in cassette.interactions if interaction.role == "model"
+           and (cassette.api != AGENT or interaction.api is not None)]
+    replies = [_reply(wire_api(interaction.api or cassette.api), interaction)
+               for interaction in own]
     requests = [interaction.request for interaction in own]
     return CassetteCase(relative, _record(relative, cassette.api, replies, requests),
                         api=cassette.api)

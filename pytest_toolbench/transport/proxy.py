@@ -243,6 +243,8 @@ class ProxyServer:
         except (ConnectionError, h11.ProtocolError, asyncio.TimeoutError,
                 asyncio.IncompleteReadError):
             pass  # the agent went away, or spoke no HTTP: nothing to answer
+        except Exception:  # noqa: BLE001, S110 - a fault of ours mid-reply: the agent sees it cut
+            pass
         except asyncio.CancelledError:
             # The proxy is closing. Ended here rather than passed on: asyncio's stream
             # callback would log a cancelled connection task as an error.
@@ -265,7 +267,11 @@ class ProxyServer:
             response = refused(403, "pytest-toolbench: no agent case is running, so this"
                                      " request has nowhere to go", request.family.error_shape)
         else:
-            response = await handler.handle(request)
+            try:
+                response = await handler.handle(request)
+            except Exception as error:  # noqa: BLE001 - said to the agent, not raised here
+                response = refused(502, f"pytest-toolbench: the proxy failed: {error!r}",
+                                   request.family.error_shape)
         await connection.respond(response)
         return connection.state.our_state is h11.DONE and connection.state.their_state is h11.DONE
 
