@@ -127,6 +127,17 @@ def base_urls_text() -> str:
                      for (envs, url), names in groups.items())
 
 
+def with_version_path(api: str, base_url: str) -> str:
+    """``base_url`` for API ``api``: as given when it has a path; a bare host (``http://
+    127.0.0.1:8080``) gets the path of the API's own default base URL, its version segment
+    (``/v1``; Gemini's ``/v1beta``), so one host serves every API at its own version."""
+    _scheme, sep, rest = base_url.partition("://")
+    if not sep or rest.rstrip("/").count("/"):
+        return base_url
+    default = REGISTRY[api].base_url
+    return base_url.rstrip("/") + "/" + default.partition("://")[2].partition("/")[2]
+
+
 def case_label(name: str, model: str | None, api: str) -> str:
     """The name of a case's item for one model and API, and of its cassette: ``name``,
     ``name[model]``, ``name[model-api]`` or ``name[api]``. Chat, the default API, adds

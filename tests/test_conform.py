@@ -471,3 +471,45 @@ def test_the_gemini_column_judges_by_gemini_rules(
     assert gemini["plain_text"]["verdict"] == gemini["tool_round_trip"]["verdict"] == "pass"
     assert code == 1
     assert "stream_done" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------- base URLs
+
+
+def test_each_api_may_answer_at_a_base_url_of_its_own(
+        chat_server: ChatServer, gemini_server: GeminiServer, tmp_path: Path) -> None:
+    """A chat server at one URL, a Gemini one at another given as a bare host: Gemini's
+    requests go to its own version path, /v1beta."""
+    serve(chat_server)
+    serve_gemini(gemini_server)
+    host = gemini_server.base_url.removesuffix("/v1beta")
+    report = tmp_path / "matrix.json"
+    code = toolbench(["conform", "--base-url", chat_server.base_url, "--base-url",
+                      f"gemini={host}", "--api", "chat,gemini", "--model", "m1",
+                      "--report", str(report), "--timeout", "5"])
+    matrix = json.loads(report.read_text(encoding="utf-8"))
+    assert code == 0
+    assert matrix["base_urls"] == {"chat": chat_server.base_url,
+                                   "gemini": gemini_server.base_url}
+    assert matrix["base_url"] == (f"{chat_server.base_url} (chat);"
+                                  f" {gemini_server.base_url} (gemini)")
+    for api in ("chat", "gemini"):
+        assert cells(matrix, api)["forced_call"]["verdict"] == "pass", cells(matrix, api)
+    assert {request.path.split("?")[0] for request in gemini_server.requests} == {
+        "/v1beta/models/m1:generateContent", "/v1beta/models/m1:streamGenerateContent"}
+    assert all(request.path.startswith("/v1/chat/") for request in chat_server.requests)
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["--base-url", "soap=http://127.0.0.1:9/v1"], "unknown API 'soap'"),
+    (["--base-url", "gemini=http://127.0.0.1:9", "--api", "chat,gemini"],
+     "no base URL for chat: give --base-url URL, or --base-url chat=URL"),
+    (["--base-url", "http://127.0.0.1:9/v1", "--base-url", "gemini=http://127.0.0.1:9"],
+     "--base-url gemini=... names an API not probed; add it to --api (now chat)"),
+    (["--base-url", "http://127.0.0.1:9/v1", "--base-url", "http://127.0.0.1:8/v1"],
+     "--base-url gives more than one URL for every API"),
+])
+def test_base_urls_that_cannot_be_used_are_refused(
+        argv: list[str], said: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert toolbench(["conform", *argv]) == 2
+    assert said in capsys.readouterr().err

@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import io
 import json
+import re
 import shutil
 import socket
 import sys
@@ -25,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from ..apis import API_NAMES, DEFAULT_API, api_names
+from ..apis import API_NAMES, DEFAULT_API, api_names, api_row, with_version_path
 from ..atomic import write_atomic
 from ..report.json_report import CaseRecord, read_report
 from ..transport.cassette import Cassette
@@ -44,7 +45,7 @@ from .conform_matrix import (
     render_table,
 )
 
-__all__ = ["PROBES_DIR", "build_parser", "main", "probe_files"]
+__all__ = ["PROBES_DIR", "build_parser", "main", "probe_files", "urls_by_api"]
 
 PROBES_DIR = Path(__file__).resolve().parent.parent / "conform" / "probes"
 """The shipped probe case files: read them, copy them, run them with pytest."""
@@ -65,8 +66,13 @@ def build_parser() -> argparse.ArgumentParser:
         "or model) or not supported, with the reason. Exit 0 when every supported probe passes, 1 otherwise, 2 on a "
         f"wrong command line. The probes are case files: {PROBES_DIR}",
     )
-    parser.add_argument("--base-url", required=True, metavar="URL",
-                        help="the API's base URL, e.g. http://127.0.0.1:8080/v1")
+    parser.add_argument("--base-url", required=True, action="append", type=_base_url,
+                        metavar="[API=]URL",
+                        help="the base URL every probed API answers at, e.g. "
+                        "http://127.0.0.1:8080/v1; API=URL gives one API its own (repeat the "
+                        "option: --base-url http://127.0.0.1:8080/v1 --base-url "
+                        "gemini=https://generativelanguage.googleapis.com/v1beta). A URL "
+                        "with no path gets each API's version path (/v1; gemini /v1beta)")
     parser.add_argument("--model", metavar="M", help="the model to ask (sent as 'model'; "
                         "default: none sent, the server's own)")
     parser.add_argument("--repeat", type=positive_int, default=1, metavar="N",
@@ -98,17 +104,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exit_:
         return exit_.code if isinstance(exit_.code, int) else 2
-    unreachable = _unreachable(args.base_url, min(args.timeout or REACH_TIMEOUT_S,
-                                                  REACH_TIMEOUT_S))
-    if unreachable:
-        print(f"toolbench conform: error: {unreachable}; is the server running?",
-              file=sys.stderr)
+    try:
+        urls = urls_by_api(args.base_url, args.api)
+    except ValueError as error:
+        print(f"toolbench conform: error: {error}", file=sys.stderr)
         return 2
+    for url in dict.fromkeys(urls.values()):
+        unreachable = _unreachable(url, min(args.timeout or REACH_TIMEOUT_S, REACH_TIMEOUT_S))
+        if unreachable:
+            print(f"toolbench conform: error: {unreachable}; is the server running?",
+                  file=sys.stderr)
+            return 2
     with tempfile.TemporaryDirectory(prefix="toolbench-conform-") as scratch:
-        rows = run_probes(args, Path(scratch))
+        rows = run_probes(args, urls, Path(scratch))
     if rows is None:
         return 2
-    about = {"base_url": args.base_url, "model": args.model, "repeat": args.repeat}
+    about = {"base_url": _urls_text(urls), "base_urls": urls, "model": args.model,
+             "repeat": args.repeat}
     document = matrix_json(rows, about)
     if args.report is not None and not _write(args.report, json.dumps(document, indent=2)
                                               + "\n"):
@@ -144,34 +156,94 @@ def _unreachable(base_url: str, timeout_s: float) -> str:
     return ""
 
 
-def run_probes(args: argparse.Namespace, scratch: Path) -> list[Row] | None:
-    """Run every probe through pytest; one row per probe, or None when pytest could not."""
+def _base_url(value: str) -> tuple[str | None, str]:
+    """``URL`` (every API's) or ``API=URL`` (that API's): (the API or None, the URL)."""
+    named = _API_URL.fullmatch(value)
+    if named is None:
+        return None, value
+    try:
+        api_row(named[1])
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return named[1], named[2]
+
+
+_API_URL = re.compile(r"([A-Za-z][A-Za-z0-9_-]*)=(.+)")
+"""``gemini=https://...``: an API's name before the URL (a URL starts with its scheme)."""
+
+
+def urls_by_api(given: Sequence[tuple[str | None, str]], apis: Sequence[str]
+                ) -> dict[str, str]:
+    """Each probed API's base URL: its own ``API=URL``, else the one plain ``URL``, a bare
+    host given that API's version path; ValueError saying what is wrong."""
+    plain = [url for api, url in given if api is None]
+    own: dict[str, str] = {}
+    for api, url in given:
+        if api is not None:
+            if api in own:
+                raise ValueError(f"--base-url names {api} twice")
+            if api not in apis:
+                raise ValueError(f"--base-url {api}=... names an API not probed; add it to"
+                                 f" --api (now {','.join(apis)})")
+            own[api] = url
+    if len(plain) > 1:
+        raise ValueError("--base-url gives more than one URL for every API; give one, and"
+                         " API=URL for the APIs that answer elsewhere")
+    missing = [api for api in apis if api not in own and not plain]
+    if missing:
+        raise ValueError(f"no base URL for {', '.join(missing)}: give --base-url URL, or"
+                         f" --base-url {missing[0]}=URL")
+    return {api: with_version_path(api, own.get(api) or plain[0]) for api in apis}
+
+
+def _urls_text(urls: Mapping[str, str]) -> str:
+    """One URL, or each with the APIs that answer there: ``URL (chat); URL2 (gemini)``."""
+    groups = _groups(urls)
+    if len(groups) == 1:
+        return next(iter(groups))
+    return "; ".join(f"{url} ({', '.join(apis)})" for url, apis in groups.items())
+
+
+def _groups(urls: Mapping[str, str]) -> dict[str, list[str]]:
+    groups: dict[str, list[str]] = {}
+    for api, url in urls.items():
+        groups.setdefault(url, []).append(api)
+    return groups
+
+
+def run_probes(args: argparse.Namespace, urls: Mapping[str, str],
+               scratch: Path) -> list[Row] | None:
+    """Run every probe through pytest, once per base URL with the APIs that answer there;
+    one row per probe, or None when pytest could not."""
     for file in probe_files():
         shutil.copy(file, scratch / file.name)
     # An empty ini of its own: the user's addopts, conftest.py files and ini settings stay
     # out of the probe run, wherever the command is started.
     (scratch / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
-    report = scratch / "report.json"
-    output = io.StringIO()
-    with contextlib.redirect_stdout(output):
-        code = pytest.main(_pytest_args(args, scratch, report))
-    if args.verbose:
-        sys.stderr.write(output.getvalue())
-    if not report.is_file():
-        sys.stderr.write(output.getvalue())
-        print(f"toolbench conform: error: the probe run wrote no report (pytest exit code "
-              f"{int(code)}); its output is above", file=sys.stderr)
-        return None
-    return _rows(read_report(report), scratch / "cassettes",
-                 args.api)
+    records: list[CaseRecord] = []
+    for number, (url, apis) in enumerate(_groups(urls).items()):
+        report = scratch / f"report-{number}.json"
+        output = io.StringIO()
+        with contextlib.redirect_stdout(output):
+            code = pytest.main(_pytest_args(args, url, apis, scratch, report))
+        if args.verbose:
+            sys.stderr.write(output.getvalue())
+        if not report.is_file():
+            sys.stderr.write(output.getvalue())
+            print(f"toolbench conform: error: the probe run wrote no report (pytest exit"
+                  f" code {int(code)}); its output is above", file=sys.stderr)
+            return None
+        records += read_report(report)
+    return _rows(records, scratch / "cassettes", args.api)
 
 
-def _pytest_args(args: argparse.Namespace, scratch: Path, report: Path) -> list[str]:
+def _pytest_args(args: argparse.Namespace, url: str, apis: Sequence[str], scratch: Path,
+                 report: Path) -> list[str]:
     options = {
-        "--toolbench-base-url": args.base_url, "--toolbench-model": args.model,
+        "--toolbench-base-url": url, "--toolbench-model": args.model,
         "--toolbench-repeat": str(args.repeat), "--toolbench-api-key-env": args.api_key_env,
         "--toolbench-timeout": None if args.timeout is None else str(args.timeout),
-        "--toolbench-api": ",".join(args.api),
+        "--toolbench-api": ",".join(apis),
     }
     given = [part for key, value in options.items() if value is not None
              for part in (key, value)]
