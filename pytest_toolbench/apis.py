@@ -138,11 +138,12 @@ def with_version_path(api: str, base_url: str) -> str:
     return base_url.rstrip("/") + "/" + default.partition("://")[2].partition("/")[2]
 
 
-def case_label(name: str, model: str | None, api: str) -> str:
-    """The name of a case's item for one model and API, and of its cassette: ``name``,
-    ``name[model]``, ``name[model-api]`` or ``name[api]``. Chat, the default API, adds
+def case_label(name: str, model: str | None, api: str, row: str | None = None) -> str:
+    """The name of a case's item for one model and API (and ``parametrize`` row), and of
+    its cassette: ``name``, ``name[model]``, ``name[model-api]``, ``name[api]``, with the
+    row's id first in the brackets (``name[Paris-model]``). Chat, the default API, adds
     nothing, so ids and cassettes of chat cases stay as they were before a case could
     speak another API."""
     shown = None if api in (DEFAULT_API, AGENT) else api
-    params = [part for part in (model, shown) if part is not None]
+    params = [part for part in (row, model, shown) if part is not None]
     return f"{name}[{'-'.join(params)}]" if params else name

@@ -86,8 +86,9 @@ class CaseFile(pytest.File):
                     self._check_apis(case, apis, settings.models)
                 if case.outline.wants_judge and settings.judge_model_for(None) is None:
                     raise self.CollectError(self._no_judge(case))
-                for model in settings.models or outline.models:
-                    items.extend(self._item(case, model, api) for api in apis)
+                for row in outline.rows or (None,):
+                    for model in settings.models or outline.models:
+                        items.extend(self._item(case, model, api, row) for api in apis)
         except CaseFileErrors as errors:  # an outlined case validated for other models
             raise self.CollectError(self.described(errors)) from None
         finally:
@@ -99,11 +100,12 @@ class CaseFile(pytest.File):
         return describe_errors(CaseFileErrors([replace(error, file=self.shown)
                                                for error in errors.errors]))
 
-    def _item(self, case: LoadedCase, model: str | None, api: str) -> CaseItem:
-        name = case_label(case.outline.name, model, api)
+    def _item(self, case: LoadedCase, model: str | None, api: str, row: str | None
+              ) -> CaseItem:
+        name = case_label(case.outline.name, model, api, row)
         try:
             return CaseItem.from_parent(self, name=name, loaded=case, model=model, api=api,
-                                        nodeid=_item_nodeid(self, name))
+                                        row=row, nodeid=_item_nodeid(self, name))
         except MarkRefused as refusal:
             raise self.CollectError(f"{self.shown}:{refusal.line}: {refusal}") from None
 
@@ -111,7 +113,7 @@ class CaseFile(pytest.File):
         """Each place a case needs a judge model, none being configured anywhere: the judge
         is never silently the model under test."""
         return "\n".join(
-            f"{self.shown}:{case.document.line_of(path)}: case {case.outline.name!r}:"
+            f"{self.shown}:{case.line_at(path)}: case {case.outline.name!r}:"
             f" {'a judge criterion' if path[-1] == 'judge' else 'simulate_user without a model'}"
             " needs a judge model, and none is configured: give the case `judge: {model:"
             " ...}`, --toolbench-judge-model or the ini key toolbench_judge_model"
@@ -122,7 +124,7 @@ class CaseFile(pytest.File):
         """What the case, run with ``models`` (none given: its own), asks that one of its
         APIs cannot express: a collection error at its line. With its own models, what an
         API says is noted in the case's outline, which a later run reads instead."""
-        problems = [f"{self.shown}:{case.document.line_of(path)}:"
+        problems = [f"{self.shown}:{case.line_at(path)}:"
                     f" case {case.outline.name!r}: {message}"
                     for api in apis for message, path in _unsupported(case, api, models)]
         if problems:
@@ -141,14 +143,16 @@ def _unsupported(case: LoadedCase, api: str, models: Sequence[str | None]
 
 
 class CaseItem(pytest.Item):
-    """One case against one model over one wire API."""
+    """One case (one row of its table) against one model over one wire API."""
 
     def __init__(self, *, loaded: LoadedCase, model: str | None, api: str = "chat",
-                 **kwargs: Any) -> None:
+                 row: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.loaded = loaded
         self.model = model
         self.api = api
+        self.row = row
+        """The id of the ``parametrize`` row the item runs (None: the case has none)."""
         self.result: CaseResult | None = None
         for mark in case_marks(self.config, loaded):
             self.add_marker(mark)
@@ -159,7 +163,8 @@ class CaseItem(pytest.Item):
 
         file = self.parent
         assert isinstance(file, CaseFile)  # only case files make case items
-        return CaseRun(self.loaded, self.model, self.nodeid, str(file.shown), self.api)
+        return CaseRun(self.loaded, self.model, self.nodeid, str(file.shown), self.api,
+                       self.row)
 
     @functools.cached_property
     def invalid(self) -> str | None:

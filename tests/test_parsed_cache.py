@@ -22,6 +22,7 @@ GOOD = textwrap.dedent("""\
     name: weather
     model: [small, large]
     marks: [slow]
+    tools: [{name: get_weather}]
     stages:
       - name: ask
         user: hi

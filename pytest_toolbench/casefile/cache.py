@@ -11,7 +11,9 @@ cassettes keep their entries in folders of their own (``PARSED_FOLDER``,
 ``CASSETTE_FOLDER``).
 
 A case file's entry also holds, once its cases validated, their outlines
-(``outline.Outline``): what collection asks of each. A run that reads them back makes the
+(``outline.Outline``): what collection asks of each, and the digests of the files a case
+read beside it (a table of rows, a system prompt): an entry is used only while those
+files, too, hold the same bytes. A run that reads them back makes the
 items from the outlines, and each case is validated when it first runs, as it would have
 been at collection; an entry changes how fast a file loads, never what it loads to.
 
@@ -34,6 +36,7 @@ from typing import Any
 
 import yaml
 
+from .files import reads_unchanged
 from .loader import Document
 from .outline import SHARED_SERVERS, Outline
 
@@ -128,9 +131,15 @@ class ParsedCache(KeptParses):
         entries = self.data(file, _encoded(source), _well_formed)
         if entries is None:
             return None
-        return [Document(None, start_line, source, index, may_interpolate, packed,
-                         _outline(outline))
-                for packed, start_line, index, may_interpolate, outline in entries]
+        documents = [Document(None, start_line, source, index, may_interpolate, packed,
+                              _outline(outline))
+                     for packed, start_line, index, may_interpolate, outline in entries]
+        if not all(reads_unchanged(document.outline.reads) for document in documents
+                   if isinstance(document.outline, Outline)):
+            self.hits -= 1  # a file a case reads changed: parsed and validated again
+            self.misses += 1
+            return None
+        return documents
 
     def put(self, file: Path, source: str, documents: list[Document]) -> None:
         """Keep ``documents`` for ``source``, with the outlines they hold."""

@@ -12,12 +12,15 @@ from __future__ import annotations
 import difflib
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..keypaths import KeyedError, KeyPath, format_key_path
+from .files import Reads
+from .inherit import DEFAULTS, Inheritance, allowed_keys, inherit, is_file_level
 from .loader import CaseFileError, Document, ParsedDocuments, load_documents
+from .names import names_checked, names_known_at_load, offered_at_load, unoffered
 from .outline import SHARED_SERVERS, Outline
 from .placeholders import did_you_mean, undefined_names
 
@@ -34,13 +37,16 @@ class LoadedCase:
 
     def __init__(self, file: Path, document: Document, outline: Outline, *,
                  case: Case | None = None, mcp_servers: Mapping[str, McpServer] | None = None,
-                 later: _Validation | None = None) -> None:
+                 later: _Validation | None = None, inheritance: Inheritance | None = None
+                 ) -> None:
         self.file = file
         self.document = document
         self.outline = outline
         self._case = case
         self._mcp_servers = mcp_servers
         self._later = later
+        self.inheritance = inheritance
+        """Where the file's defaults were written, when it has them."""
 
     @property
     def case(self) -> Case:
@@ -60,6 +66,13 @@ class LoadedCase:
         return self._mcp_servers
 
     def line_of(self, *path: str | int) -> int:
+        """The line of ``path`` of the case: in its document, or in the file's defaults."""
+        return self.line_at(path)
+
+    def line_at(self, path: KeyPath) -> int:
+        """``line_of``, of a key path given whole."""
+        if self.inheritance is not None:
+            return self.inheritance.line_of(path)
         return self.document.line_of(path)
 
     def problems(self) -> CaseFileErrors | None:
@@ -129,8 +142,11 @@ def load_case_file(file: Path, kept: ParsedDocuments | None = None) -> LoadedFil
     if kept is not None and documents and all(
             document.outline is not None for document in documents):
         later = _Validation(file, documents)
+        defaults = _defaults_document(documents)
         return LoadedFile(file, documents, [
-            LoadedCase(file, document, document.outline, later=later)
+            LoadedCase(file, document, document.outline, later=later,
+                       inheritance=None if defaults is None else Inheritance(
+                           document, defaults, None))
             for document in documents if isinstance(document.outline, Outline)])
     return LoadedFile(file, documents, _validated(file, documents, outline=kept is not None))
 
@@ -176,27 +192,48 @@ def _validated(file: Path, documents: Sequence[Document], outline: bool) -> list
     loaded: list[LoadedCase] = []
     errors: list[CaseFileError] = []
     shared: dict[str, McpServer] = {}
+    defaults_document = _defaults_document(documents)
+    defaults = _defaults_of(defaults_document, file, errors)
     for document in documents:
         data = document.unpacked()
+        if is_file_level(data):
+            if DEFAULTS in data and defaults_document not in (None, document):
+                assert defaults_document is not None
+                errors.append(CaseFileError(file, document.line_of((DEFAULTS,)), (
+                    "a second defaults document: a file has one, which every case of it"
+                    f" starts from (line {defaults_document.line_of((DEFAULTS,))})"),
+                    (DEFAULTS,)))
+            try:
+                shared.update(SharedMcpServers.model_validate(
+                    {"mcp_servers": data.get("mcp_servers", {})}).mcp_servers)
+            except ValidationError as exc:
+                errors.extend(_describe(exc, data, _located(document), file))
+            if outline:
+                document.outline = SHARED_SERVERS
+            continue
+        inheritance = None
+        if defaults_document is not None:
+            data, origins = inherit(defaults, data)
+            inheritance = Inheritance(document, defaults_document, origins)
         try:
-            if _is_shared_servers(data):
-                shared.update(SharedMcpServers.model_validate(data).mcp_servers)
-                if outline:
-                    document.outline = SHARED_SERVERS
-            else:
-                case = _validate(document)
-                known = document.outline  # read back from the cache: the case's own
-                loaded.append(LoadedCase(file, document, known if isinstance(known, Outline)
-                                         else _outline_of(case), case=case))
+            reads = Reads(file.parent)
+            case = _validate(data, reads)
         except ValidationError as exc:
-            errors.extend(_describe(exc, document, file))
+            locate = inheritance.locate if inheritance is not None else _located(document)
+            errors.extend(_describe(exc, data, locate, file))
+            continue
+        known = document.outline  # read back from the cache: the case's own
+        loaded.append(LoadedCase(file, document, known if isinstance(known, Outline)
+                                 else _outline_of(case, reads), case=case,
+                                 inheritance=inheritance))
     for item in loaded:
         _with_servers(item, shared)
     errors.extend(_duplicate_names(loaded))
     errors.extend(error for item in loaded for error in _undefined_servers(item))
     errors.extend(error for item in loaded for error in _undefined_variables(item))
-    if errors:
-        raise CaseFileErrors(sorted(errors, key=lambda error: error.line or 0))
+    errors.extend(error for item in loaded for error in _unoffered_tools(item))
+    if errors:  # a problem of the defaults is every case's: told once
+        raise CaseFileErrors(sorted(dict.fromkeys(errors), key=lambda error: error.line or 0))
     for item in loaded:
         if outline:
             item.document.outline = item.outline
@@ -214,22 +251,23 @@ def _validated(file: Path, documents: Sequence[Document], outline: bool) -> list
     return loaded
 
 
-def _outline_of(case: Case) -> Outline:
+def _outline_of(case: Case, reads: Reads) -> Outline:
     from .schema import BfclTools, Toolbox
 
     imports_code = any(isinstance(entry, (Toolbox, BfclTools)) for entry in case.tools) or any(
         tool.python for tool in case.function_tools) or case.agent is not None or any(
         stage.expect.python for stage in case.stages)
+    rows = tuple(case.parametrize.ids) if case.parametrize else ()
     return Outline(case.name, tuple(case.models), case.api, tuple(case.marks),
-                   keepable=not imports_code, wants_judge=tuple(case.wants_judge))
+                   rows=rows, reads=tuple(reads.read), keepable=not imports_code,
+                   wants_judge=tuple(case.wants_judge))
 
 
-def _validate(document: Document) -> Case:
+def _validate(data: Any, reads: Reads) -> Case:
     from pydantic import ValidationError
 
     from .schema import Case
 
-    data = document.unpacked()
     if not isinstance(data, dict):
         kind = type(data).__name__ if data is not None else "empty"
         raise ValidationError.from_exception_data(
@@ -237,12 +275,33 @@ def _validate(document: Document) -> Case:
             [{"type": "model_type", "loc": (), "input": data,
               "ctx": {"class_name": f"a mapping (got {kind})"}}],
         )
-    return Case.model_validate(data)
+    return Case.model_validate(data, context=reads)
 
 
-def _is_shared_servers(data: Any) -> bool:
-    """A document holding ``mcp_servers`` alone: the servers every case of the file may use."""
-    return isinstance(data, dict) and set(data) == {"mcp_servers"}
+def _defaults_document(documents: Sequence[Document]) -> Document | None:
+    """The file's first document that holds ``defaults``."""
+    return next((document for document in documents
+                 if is_file_level(data := document.unpacked()) and DEFAULTS in data), None)
+
+
+def _defaults_of(document: Document | None, file: Path, errors: list[CaseFileError]
+                 ) -> dict[str, Any]:
+    """The keys the file's cases start from; what cannot be a default is told in
+    ``errors`` (a second defaults document, a key that is not a default's)."""
+    if document is None:
+        return {}
+    defaults = document.unpacked()[DEFAULTS]
+    path: KeyPath = (DEFAULTS,)
+    if not isinstance(defaults, dict):
+        errors.append(CaseFileError(file, document.line_of(path), "defaults is a mapping of"
+                                    f" case keys ({', '.join(allowed_keys())})", path))
+        return {}
+    for key in defaults:
+        if key not in allowed_keys():
+            errors.append(CaseFileError(file, document.line_of((*path, key)), (
+                f"{key!r} cannot be a default{_not_default(key)}: defaults hold"
+                f" {', '.join(allowed_keys())}"), (*path, key)))
+    return {key: value for key, value in defaults.items() if key in allowed_keys()}
 
 
 def _with_servers(item: LoadedCase, shared: Mapping[str, McpServer]) -> None:
@@ -277,6 +336,16 @@ def _duplicate_names(loaded: list[LoadedCase]) -> list[CaseFileError]:
     return errors
 
 
+def _unoffered_tools(item: LoadedCase) -> list[CaseFileError]:
+    """Tool names the case refers to that none of its tools has (known here unless an MCP
+    server offers tools: then the run checks, before its first request)."""
+    case = item.case
+    if not (names_checked(case) and names_known_at_load(case)):
+        return []
+    return [CaseFileError(item.file, item.line_of(*path), message, path)
+            for path, message in unoffered(case, offered_at_load(case))]
+
+
 def _undefined_variables(item: LoadedCase) -> list[CaseFileError]:
     """``${name}``s that no earlier stage captures: each would fail every run of the case."""
     if not item.document.may_interpolate:
@@ -285,16 +354,34 @@ def _undefined_variables(item: LoadedCase) -> list[CaseFileError]:
             for path, message in undefined_names(item.case)]
 
 
-def _describe(exc: ValidationError, document: Document, file: Path) -> list[CaseFileError]:
+def _located(document: Document) -> Callable[[KeyPath], tuple[int, KeyPath]]:
+    return lambda path: (document.line_of(path), path)
+
+
+def _not_default(key: str) -> str:
+    from .schema import Case, Stage
+
+    if key in Case.model_fields:
+        return " (each case has its own)"
+    if key in Stage.model_fields:
+        return " (it is a stage key)"
+    close = difflib.get_close_matches(key, allowed_keys(), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _describe(exc: ValidationError, data: Any,
+              locate: Callable[[KeyPath], tuple[int, KeyPath]], file: Path
+              ) -> list[CaseFileError]:
     errors = []
     for detail in exc.errors():
-        path = _data_path(detail, document.data)
+        path = _data_path(detail, data)
         message = _message(detail, path)
         keyed = (detail.get("ctx") or {}).get("error")
         if isinstance(keyed, KeyedError):
             path = (*path, *keyed.path)
             message = keyed.message
-        errors.append(CaseFileError(file, document.line_of(path), message, path))
+        line, shown = locate(path)
+        errors.append(CaseFileError(file, line, message, shown))
     return errors
 
 
@@ -320,10 +407,25 @@ def _data_path(detail: ErrorDetails, data: Any) -> KeyPath:
 def _message(detail: ErrorDetails, path: KeyPath) -> str:
     if detail["type"] == "extra_forbidden":
         key = str(path[-1]) if path else "?"
-        return f"unknown key {key!r}{_suggestion(key, path[:-1])}"
+        return f"unknown key {key!r}{_misplaced(key, path[:-1]) or _suggestion(key, path[:-1])}"
     if detail["type"] == "missing":
         return f"missing required key {format_key_path(detail['loc'][-1:])!r}"
     return detail["msg"].removeprefix("Value error, ")
+
+
+def _misplaced(key: str, parent: KeyPath) -> str:
+    """Why a key of a stage is not one of a case, or a case's key not one of a stage."""
+    from .schema import Case, Stage
+
+    if parent == () and key == DEFAULTS:
+        return (": a file's defaults are a document of their own, `defaults:` alone (beside"
+                " mcp_servers), `---` apart from the cases")
+    if parent == () and key in Stage.model_fields:
+        return (f": this is a stage key: move it under a stage"
+                f" (stages: [{{name: ..., {key}: ...}}])")
+    if len(parent) == 2 and parent[0] == "stages" and key in Case.model_fields:
+        return ": this is a case key: move it out of the stage, to the case's top level"
+    return ""
 
 
 def _suggestion(key: str, parent: KeyPath) -> str:

@@ -43,6 +43,11 @@ class Outline:
     unsupported: dict[str, Problems] = field(default_factory=dict)
     """Per wire API checked so far: what it cannot express of the case run with its own
     models (empty: nothing)."""
+    rows: tuple[str, ...] = ()
+    """The ids of the case's ``parametrize`` rows, each an item (none: one item)."""
+    reads: tuple[tuple[str, bytes], ...] = ()
+    """The files the case read beside it (``files.py``), each with its bytes' digest: the
+    outline holds while they are unchanged."""
     keepable: bool = True
     """Whether a later run may use the outline: False when validating the case depends on
     more than its text (it imports code)."""
@@ -64,14 +69,15 @@ class Outline:
         """Plain data, for the cache."""
         return (self.name, self.models, self.api, self.marks,
                 {api: [(message, tuple(path)) for message, path in problems]
-                 for api, problems in self.unsupported.items()}, self.wants_judge)
+                 for api, problems in self.unsupported.items()}, self.wants_judge, self.rows,
+                self.reads)
 
     @classmethod
     def from_data(cls, data: Any) -> Outline | None:
         """The outline ``to_data`` gave, or None when ``data`` is not one."""
-        if not (isinstance(data, tuple) and len(data) == 6):
+        if not (isinstance(data, tuple) and len(data) == 8):
             return None
-        name, models, api, marks, unsupported, wants_judge = data
+        name, models, api, marks, unsupported, wants_judge, rows, reads = data
         if not (isinstance(wants_judge, tuple)
                 and all(isinstance(path, tuple) for path in wants_judge)):
             return None
@@ -83,6 +89,11 @@ class Outline:
                         isinstance(problem, tuple) and len(problem) == 2
                         and isinstance(problem[0], str) and isinstance(problem[1], tuple)
                         for problem in problems)
-                    for problems in unsupported.values())):
+                    for problems in unsupported.values())
+                and isinstance(rows, tuple) and all(isinstance(row, str) for row in rows)
+                and isinstance(reads, tuple) and all(
+                    isinstance(read, tuple) and len(read) == 2 and isinstance(read[0], str)
+                    and isinstance(read[1], bytes) for read in reads)):
             return None
-        return cls(name, models, api, marks, unsupported, wants_judge=wants_judge)
+        return cls(name, models, api, marks, unsupported, rows=rows, reads=reads,
+                   wants_judge=wants_judge)

@@ -47,10 +47,11 @@ def did_you_mean(name: str, known: Any) -> str:
 def undefined_names(case: Case) -> Iterator[tuple[KeyPath, str]]:
     """Each ``${name}`` that no earlier stage captures: its key path in the case, and why.
 
-    A stage's own ``capture`` runs after its checks, so it serves later stages only.
+    A stage's own ``capture`` runs after its checks, so it serves later stages only; the
+    names of ``parametrize`` serve every stage.
     ``${env.NAME}`` is read when the stage runs and is not checked here.
     """
-    captured: list[str] = []
+    captured: list[str] = case.parametrize.names if case.parametrize else []
     for index, stage in enumerate(case.stages):
         for path, value in _interpolated(stage):
             for where, name in _placeholders(value, ("stages", index, *path)):

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Discriminator,
     Field,
@@ -26,6 +27,7 @@ from pydantic import (
     PlainSerializer,
     PrivateAttr,
     Tag,
+    ValidationInfo,
     WithJsonSchema,
     field_validator,
     model_validator,
@@ -36,7 +38,10 @@ from pydantic_core import core_schema
 from ..apis import AGENT, API_NAMES
 from ..keypaths import KeyedError, KeyPath
 from ..matchers import Matcher, compile_matcher, compile_tool_calls, compile_trajectory
+from .files import read_beside
+from .operands import check_expectation
 from .strict import strict_schema_gaps
+from .tables import row_ids, table_rows
 from .toolbox import MethodTool, describe_methods, public_methods
 
 if TYPE_CHECKING:
@@ -516,6 +521,22 @@ class Retry(StrictModel):
     """Total attempts, the first included."""
 
 
+def _can_hold_check(cls: type[BaseModel], value: Any, info: ValidationInfo) -> Any:
+    """The expectation given is not empty and can hold (``operands.py``)."""
+    assert info.field_name is not None
+    spec = value.spec if hasattr(value, "spec") else value  # a matcher, or a model
+    check_expectation(info.field_name, spec)
+    return value
+
+
+def _not_empty(value: Any) -> Any:
+    """``expect:`` with nothing under it (YAML's null): a typo, not "expect nothing"."""
+    if value is None:
+        raise ValueError("`expect:` is empty: give at least one expectation under it, or"
+                         " leave the key out")
+    return value
+
+
 class Repeat(StrictModel):
     runs: int = Field(ge=1)
     min_pass_rate: float = Field(default=1.0, ge=0, le=1)
@@ -532,6 +553,8 @@ class StreamExpect(StrictModel):
     """Matcher on the time to the first content or tool-call delta."""
     usage: bool | None = None
     """True: a usage object must arrive; false: none may."""
+
+    _can_hold = field_validator("*")(classmethod(_can_hold_check))
 
 
 class BfclExpect(StrictModel):
@@ -585,6 +608,8 @@ class AgentExpect(StrictModel):
     """Calls made after the agent loop, each with the answer it must get."""
     trajectory: TrajectoryField = None
     """Matcher on every call the agent loop made, in order."""
+
+    _can_hold = field_validator("*")(classmethod(_can_hold_check))
 
 
 class Criterion(StrictModel):
@@ -697,7 +722,7 @@ class Stage(StrictModel):
     max_turns: int = Field(default=5, ge=1)
     params: dict[str, JsonValue] = Field(default_factory=dict)
     """Merged over the case's params for this stage's requests."""
-    expect: Expect = Field(default_factory=Expect)
+    expect: Annotated[Expect, BeforeValidator(_not_empty)] = Field(default_factory=Expect)
     capture: dict[str, str] = Field(default_factory=dict)
     """Name -> path (``tool_calls.0.arguments.city``) saved for ``${name}`` in later stages."""
     retry: Retry | None = None
@@ -721,6 +746,56 @@ class Stage(StrictModel):
         return self
 
 
+class Table(StrictModel):
+    """``parametrize`` read: its rows, each an item, and their ids (``tables.py``)."""
+
+    rows: list[dict[str, JsonValue]]
+    ids: list[str]
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.rows[0]) if self.rows else []
+
+    def row(self, row_id: str) -> dict[str, JsonValue]:
+        """The values of the row ``row_id`` names (KeyError: no such row)."""
+        if row_id not in self.ids:
+            raise KeyError(row_id)
+        return self.rows[self.ids.index(row_id)]
+
+
+def _read_table(value: Any, info: ValidationInfo) -> Any:
+    if value is None or isinstance(value, Table):
+        return value
+    rows = table_rows(value, info.context)
+    return {"rows": rows, "ids": row_ids(rows)}
+
+
+def _read_system(value: Any, info: ValidationInfo) -> Any:
+    """``system: {file: prompts/support.md}``: the prompt, read beside the case file."""
+    if isinstance(value, dict) and set(value) == {"file"}:
+        return read_beside(info.context, value["file"], "a system prompt")[1]
+    if isinstance(value, dict):
+        raise ValueError(  # noqa: TRY004 - pydantic reports ValueError only
+            "system is the prompt's text, or {file: PATH} (relative to the case file)")
+    return value
+
+
+_TABLE_SCHEMA = {
+    "description": "A table of inputs, one item per row, its values filled in as ${name}:"
+                   " a mapping of name -> list of values (the cross product), a list of rows"
+                   " (mappings of name -> value), or {file: rows.csv|.jsonl|.yaml}.",
+    "anyOf": [{"type": "object", "additionalProperties": {"type": "array", "minItems": 1}},
+              {"type": "array", "minItems": 1, "items": {"type": "object"}},
+              {"type": "object", "properties": {"file": {"type": "string"}},
+               "required": ["file"], "additionalProperties": False}]}
+_SYSTEM_SCHEMA = {
+    "description": "The first system message: its text, or {file: PATH} to read it from a"
+                   " file (relative to the case file).",
+    "anyOf": [{"type": "string"}, {"type": "null"},
+              {"type": "object", "properties": {"file": {"type": "string"}},
+               "required": ["file"], "additionalProperties": False}]}
+
+
 class Case(StrictModel):
     """One conversation with a model, checked stage by stage."""
 
@@ -730,14 +805,18 @@ class Case(StrictModel):
     model: str | list[str] | None = None
     endpoint: Endpoint = Field(default_factory=Endpoint)
     params: dict[str, JsonValue] = Field(default_factory=dict)
-    system: str | None = None
+    system: Annotated[str | None, BeforeValidator(_read_system),
+                      WithJsonSchema(_SYSTEM_SCHEMA)] = None
+    parametrize: Annotated[Table | None, BeforeValidator(_read_table),
+                           WithJsonSchema(_TABLE_SCHEMA)] = None
+    """A table of inputs: one item per row, its values filled in as ``${name}``."""
     mcp_servers: dict[Name, McpServer] = Field(default_factory=dict)
     """MCP servers whose tools ``{mcp: NAME}`` entries of ``tools`` offer; a name the file's
     shared ``mcp_servers`` document defines too is this case's own."""
     tools: list[ToolEntry] = Field(default_factory=list)
     repeat: Repeat | None = None
     stages: list[Stage] = Field(min_length=1)
-    expect: AgentExpect | None = None
+    expect: Annotated[AgentExpect | None, BeforeValidator(_not_empty)] = None
     """Checked when the last stage has passed: the state, probes, and every call of the
     case (all its stages) as the trajectory."""
     agent: Agent | None = None
@@ -868,38 +947,14 @@ class Case(StrictModel):
         return self
 
     @model_validator(mode="after")
-    def _allowed_tools_exist(self) -> Case:
-        if self.mcp_tools or self.bfcl_tools:  # names known once the tools are opened
-            return self
-        names = {tool.name for tool in self.offered_tools}
-        for index, stage in enumerate(self.stages):
-            if not isinstance(stage.tool_choice, AllowedTools):
-                continue
-            for position, name in enumerate(stage.tool_choice.allowed_tools.tools):
-                if name not in names:
-                    raise KeyedError(
-                        f"allowed tool {name!r} is not one of the case's tools"
-                        f" ({', '.join(sorted(names)) or 'none'})",
-                        ("stages", index, "tool_choice", "allowed_tools", "tools", position))
-        return self
-
-    @model_validator(mode="after")
     def _agent_expectations_fit(self) -> Case:
-        """``state`` needs a toolbox; a probe calls a tool the case offers."""
-        names = {tool.name for tool in self.offered_tools}
+        """``state`` needs a toolbox (the tools a probe calls: ``names.py``)."""
         boxes = [box.label for box in self.toolboxes]
         for path, expect in self._agent_expects():
             if "state" in expect.model_fields_set and not boxes and self.agent is None:
                 raise KeyedError("expect.state reads the state of the case's toolboxes, and"
                                  " it has none (tools: [{toolbox: {python: module:Class}}])",
                                  (*path, "state"))
-            if self.mcp_tools:  # an MCP server's tool names are known once it is started
-                continue
-            for index, probe in enumerate(expect.probe or []):
-                if probe.call.name not in names:
-                    raise KeyedError(f"probe calls {probe.call.name!r}, which is not one of the"
-                                     f" case's tools ({', '.join(sorted(names)) or 'none'})",
-                                     (*path, "probe", index, "call", "name"))
         return self
 
     def _agent_expects(self) -> Iterator[tuple[KeyPath, AgentExpect]]:

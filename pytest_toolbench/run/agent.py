@@ -271,7 +271,7 @@ class AgentRun:
         return Failure(message, path, self._line_of(path))
 
     def _line_of(self, path: KeyPath) -> int:
-        return self.case_run.loaded.document.line_of(path)
+        return self.case_run.loaded.line_at(path)
 
 
 def _is_json(value: Any) -> bool:

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from ..apis import case_label
 from ..casefile.load import LoadedCase
+from ..casefile.names import names_checked, names_known_at_load, offered_at_load, unoffered
 from ..casefile.schema import AgentExpect, BfclTools, Expect, McpTools, Stage, Toolbox
 from ..judge.second import SecondModel
 from ..keypaths import KeyPath
@@ -59,13 +60,29 @@ class CaseRun:
     """The case file as messages show it: relative to where pytest was started."""
     api: str = "chat"
     """The wire API the run speaks (``chat``, ``responses``, ``messages``)."""
+    row: str | None = None
+    """The id of the case's ``parametrize`` row the run fills in (None: it has none)."""
 
     @property
     def label(self) -> str:
         """``name``, ``name[model]``, ``name[model-api]`` or ``name[api]``: the item's name,
         and its cassette's. Chat, the default API, adds nothing, so ids and cassettes of
         chat cases stay as they were before a case could speak another API."""
-        return case_label(self.loaded.outline.name, self.model, self.api)
+        return case_label(self.loaded.outline.name, self.model, self.api, self.row)
+
+    @property
+    def case_name(self) -> str:
+        """The case's name, with its row's id when it has one (``name[Paris]``): what
+        reports name the case by, beside the model and the API."""
+        name = self.loaded.outline.name
+        return name if self.row is None else f"{name}[{self.row}]"
+
+    def row_values(self) -> dict[str, Any]:
+        """The values of the run's ``parametrize`` row, by name (none: no row)."""
+        table = self.loaded.case.parametrize
+        if self.row is None or table is None:
+            return {}
+        return dict(table.row(self.row))
 
     @property
     def wire(self) -> WireApi:
@@ -76,7 +93,7 @@ class CaseRun:
         """The case's result: no runs (skipped), its runs, or one run that could not start."""
         repeat = None if self.loaded.problems() else self.loaded.case.repeat
         return CaseResult(
-            case=self.loaded.outline.name, model=self.model, api=self.api,
+            case=self.case_name, model=self.model, api=self.api,
             file=self.display_file, line=self.loaded.document.start_line, runs=runs or [],
             min_pass_rate=repeat.min_pass_rate if repeat else 1.0, error=error)
 
@@ -162,6 +179,10 @@ async def run_case(case_run: CaseRun, ctx: RunContext) -> CaseResult:
             toolset = await open_toolset(case_run, ctx)
         except ToolSourceFault as fault:
             return case_run.result([_setup_failed(case_run, fault)])
+        unknown = _unoffered_names(case_run, toolset)
+        if unknown is not None:
+            await toolset.aclose()
+            return case_run.result([unknown])
         try:
             runs = [await run_once(case_run, ctx, number, toolset)
                     for number in range(1, ctx.runs + 1)]
@@ -200,10 +221,26 @@ async def open_toolset(case_run: CaseRun, ctx: RunContext) -> Toolset:
         raise
 
 
+def _unoffered_names(case_run: CaseRun, toolset: Toolset) -> RunResult | None:
+    """A case with an MCP server's tools, whose names were not known at load: the tool
+    names it refers to that no tool offers, failed before the first request (None: all
+    are offered)."""
+    case = case_run.loaded.case
+    if names_known_at_load(case) or not names_checked(case):
+        return None
+    offered = [*offered_at_load(case), *(tool.name for tool in toolset.tools)]
+    failures = [Failure(message, path, case_run.loaded.line_at(path))
+                for path, message in unoffered(case, offered)]
+    if not failures:
+        return None
+    first = case.stages[0].name
+    return RunResult(1, stages=[StageResult(first, [StageAttempt(first, 1, failures=failures)])])
+
+
 def _setup_failed(case_run: CaseRun, fault: ToolSourceFault, number: int = 1) -> RunResult:
     """A run that could not start, its failure at the line of what declared the tools."""
     first = case_run.loaded.case.stages[0].name
-    failure = Failure(fault.message, fault.path, case_run.loaded.document.line_of(fault.path))
+    failure = Failure(fault.message, fault.path, case_run.loaded.line_at(fault.path))
     attempt = StageAttempt(first, 1, failures=[failure])
     return RunResult(number, stages=[StageResult(first, [attempt])])
 
@@ -219,7 +256,7 @@ async def run_once(case_run: CaseRun, ctx: RunContext, number: int,
         return _setup_failed(case_run, ToolSourceFault(
             f"the tools could not start: {type(error).__name__}: {error}", ("tools",)), number)
     run = RunResult(number)
-    conversation = Conversation()
+    conversation = Conversation(variables=case_run.row_values())
     if case.system:
         conversation.messages.append({"role": "system", "content": case.system})
     with StageMachine() as machine:
@@ -243,7 +280,7 @@ async def check_case_end(case_run: CaseRun, ctx: RunContext, run: RunResult,
     attempt = StageAttempt(CASE_END, 1)
     attempt.trajectory = [call for stage in run.stages
                           for call in stage.attempts[-1].trajectory]
-    line_of = case_run.loaded.document.line_of
+    line_of = case_run.loaded.line_at
     try:
         if case_run.loaded.document.may_interpolate:
             expect = resolve_expect(expect, variables)
@@ -256,7 +293,7 @@ async def check_case_end(case_run: CaseRun, ctx: RunContext, run: RunResult,
         return StageResult(CASE_END, [attempt])
     attempt.state = world.states if toolset.stateful else None
     attempt.failures = check_agent(expect, attempt.trajectory, world, attempt.probes,
-                                   ("expect",), case_run.loaded.document.line_of,
+                                   ("expect",), case_run.loaded.line_at,
                                    ctx.match_timeout_s)
     return StageResult(CASE_END, [attempt])
 
@@ -294,7 +331,7 @@ def _broken_attempt(case_run: CaseRun, stage: Stage, number: int,
                     fault: ToolSourceFault) -> StageAttempt:
     """An attempt that could not start: a tool source broke (a state that cannot be put
     back), at the line of what declared it."""
-    failure = Failure(fault.message, fault.path, case_run.loaded.document.line_of(fault.path))
+    failure = Failure(fault.message, fault.path, case_run.loaded.line_at(fault.path))
     return StageAttempt(stage.name, number, failures=[failure])
 
 
@@ -629,7 +666,7 @@ class StageRunner:
         return Failure(message, full, self._line_of(full))
 
     def _line_of(self, path: tuple[str | int, ...]) -> int:
-        return self.case_run.loaded.document.line_of(path)
+        return self.case_run.loaded.line_at(path)
 
 
 async def observe(toolset: Toolset, expect: AgentExpect, scrubber: Scrubber
