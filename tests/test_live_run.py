@@ -75,6 +75,7 @@ def test_expectations_that_hold_pass(pytester: pytest.Pytester, chat_server: Cha
               latency_ms: {$gt: 0, $lt: 5000}
         """, """\
         name: calls_in_any_order
+        tools: [{name: get_weather}, {name: get_time}]
         stages:
           - name: ask
             user: two calls
@@ -85,6 +86,7 @@ def test_expectations_that_hold_pass(pytester: pytest.Pytester, chat_server: Cha
                 - {name: get_weather, arguments: {city: {$regex: "(?i)^paris$"}}}
         """, """\
         name: calls_in_order
+        tools: [{name: get_weather}, {name: get_time}]
         stages:
           - name: ask
             user: two calls
@@ -92,6 +94,7 @@ def test_expectations_that_hold_pass(pytester: pytest.Pytester, chat_server: Cha
               tool_calls: {$ordered: [{name: get_weather}, {name: get_time}]}
         """, """\
         name: calls_include
+        tools: [{name: get_weather}, {name: get_time}]
         stages:
           - name: ask
             user: two calls
@@ -105,6 +108,7 @@ def test_expectations_that_hold_pass(pytester: pytest.Pytester, chat_server: Cha
             expect: {tool_calls: [], text: {$icontains: "cannot"}}
         """, """\
         name: streamed_calls
+        tools: [{name: get_weather}, {name: get_time}]
         stages:
           - name: ask
             user: stream calls
@@ -142,6 +146,7 @@ def test_failing_expectations_name_their_line(pytester: pytest.Pytester,
     }))
     pytester.makefile(".case.yaml", bad=cases(chat_server.base_url, """\
         name: wrong_order
+        tools: [{name: get_weather}, {name: get_time}]
         stages:
           - name: ask
             user: two calls
@@ -156,6 +161,7 @@ def test_failing_expectations_name_their_line(pytester: pytest.Pytester,
               tool_calls: []
         """, """\
         name: missing_call
+        tools: [{name: get_weather}, {name: get_time}]
         stages:
           - name: ask
             user: no calls
@@ -181,15 +187,15 @@ def test_failing_expectations_name_their_line(pytester: pytest.Pytester,
     result.assert_outcomes(failed=5)
     # The verdict lines: file:line of the failing expectation, key path, then the reason.
     result.stdout.fnmatch_lines_random([
-        ("*bad.case.yaml:7: wrong_order: stages[[]0[]].expect.tool_calls[[]0[]].name: expected"
+        ("*bad.case.yaml:8: wrong_order: stages[[]0[]].expect.tool_calls[[]0[]].name: expected"
          " 'get_time', got 'get_weather'"),
-        "*bad.case.yaml:15: called_but_should_not: stages[[]0[]].expect.tool_calls: *",
-        "*bad.case.yaml:23: missing_call: stages[[]0[]].expect.tool_calls: *",
-        ("*bad.case.yaml:28: unexpected_status: stages[[]0[]].expect.status: expected 200,"
+        "*bad.case.yaml:16: called_but_should_not: stages[[]0[]].expect.tool_calls: *",
+        "*bad.case.yaml:25: missing_call: stages[[]0[]].expect.tool_calls: *",
+        ("*bad.case.yaml:30: unexpected_status: stages[[]0[]].expect.status: expected 200,"
         " got 404; the server said: model 'nope' does not exist"),
-        ("*bad.case.yaml:38: stream_checks: stages[[]0[]].expect.stream.done: stream ended"
+        ("*bad.case.yaml:40: stream_checks: stages[[]0[]].expect.stream.done: stream ended"
         " without data: [[]DONE[]]"),
-        "bad.case.yaml:38: stages[[]0[]].expect.stream.chunks: expected >= 50, got 4",
+        "bad.case.yaml:40: stages[[]0[]].expect.stream.chunks: expected >= 50, got 4",
     ])
     result.stdout.fnmatch_lines(["  < 404 finish_reason=None (*)",
                                  "    error: model 'nope' does not exist"])

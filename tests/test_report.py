@@ -256,6 +256,7 @@ def test_a_failing_tool_call_diff_compares_what_the_case_named(
     pytester.makefile(".case.yaml", suite=f"""\
         name: calls
         endpoint: {{base_url: '{chat_server.base_url}'}}
+        tools: [{{name: get_weather}}, {{name: get_time}}]
         stages:
           - name: ask
             user: Weather in Paris?

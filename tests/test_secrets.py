@@ -80,6 +80,7 @@ def leaky_suite(base_url: str) -> str:
         "name: plain_text\nstages: [{name: ask, user: hi, expect: {text: nothing}}]\n",
         textwrap.dedent("""\
             name: tool_arguments
+            tools: [{name: lookup}]
             stages:
               - {name: ask, user: tool, stream: both, tool_choice: required,
                  expect: {tool_calls: [{name: lookup, arguments: {token: nothing}}]}}

@@ -22,7 +22,6 @@ import io
 import itertools
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -204,6 +203,3 @@ def _id_part(name: str, value: Any, index: int) -> str:
         return str(value)
     return f"{name}{index}"
 
-
-def names_of(rows: list[Row]) -> Iterator[str]:
-    return iter(rows[0]) if rows else iter(())

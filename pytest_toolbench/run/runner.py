@@ -255,8 +255,14 @@ async def run_once(case_run: CaseRun, ctx: RunContext, number: int,
     except Exception as error:  # noqa: BLE001 - a tool source's own code failed to start
         return _setup_failed(case_run, ToolSourceFault(
             f"the tools could not start: {type(error).__name__}: {error}", ("tools",)), number)
+    try:
+        variables = case_run.row_values()
+    except KeyError:  # its file changed between collection and now
+        return _setup_failed(case_run, ToolSourceFault(
+            f"row {case_run.row!r} is no longer one of the case's table: collect again",
+            ("parametrize",)), number)
     run = RunResult(number)
-    conversation = Conversation(variables=case_run.row_values())
+    conversation = Conversation(variables=variables)
     if case.system:
         conversation.messages.append({"role": "system", "content": case.system})
     with StageMachine() as machine:
