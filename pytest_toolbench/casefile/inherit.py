@@ -13,7 +13,9 @@ stages: [...]
 
 A case's own value of a key wins; mappings (``endpoint``, ``params``, ``judge``) are merged
 key by key, nested mappings too; ``tools`` are the defaults' then the case's, a case's tool
-replacing the default of the same name; ``marks`` are the defaults' then the case's. The
+replacing the default of the same name; ``marks`` are the defaults' then the case's. An
+agent case takes none of the keys only the plugin's own loop uses (its agent builds its
+own requests). The
 merge is of plain data, before validation, so a case validates as if it had written the
 keys itself; ``Inheritance.line_of`` says in which document, and at which line, a key
 path of the merged case was written.
@@ -46,6 +48,12 @@ def is_file_level(data: Any) -> bool:
     return isinstance(data, dict) and bool(data) and set(data) <= FILE_LEVEL
 
 
+def _loop_only() -> tuple[str, ...]:
+    from .schema import LOOP_ONLY_KEYS
+
+    return LOOP_ONLY_KEYS
+
+
 def allowed_keys() -> list[str]:
     from .schema import Case
 
@@ -59,6 +67,8 @@ def inherit(defaults: Mapping[str, Any], case: Any) -> tuple[Any, Origins]:
     merged = dict(case)
     origins: Origins = {}
     for key, value in defaults.items():
+        if "agent" in case and key in _loop_only():
+            continue  # an agent case's agent builds its own requests
         own = case.get(key)
         if key not in case:
             merged[key] = value
