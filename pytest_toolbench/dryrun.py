@@ -35,7 +35,7 @@ from .records import CaseResult
 from .run.runner import CaseRun, RunContext, run_case
 from .run.toolset import ToolSource
 from .scrubbing import SCRUBBED, Scrubber, is_credential, mask_urls
-from .session import CaseSetup, SessionRuntime
+from .session import CaseSetup, SecondModels, SessionRuntime
 from .transport.cassette import Cassette
 from .transport.errors import ReplayError
 from .transport.replay import Replayer
@@ -123,9 +123,12 @@ async def plan_case(runtime: SessionRuntime, case_run: CaseRun, invalid: str | N
     if not replaying:
         _check_key(plan, setup, case_run.api)
     client = runtime.local_client(setup.endpoint, httpx2.MockTransport(_take))
+    # A simulated user's first message may be the first request: the second models too.
+    seconds = SecondModels(runtime, case_run, setup.cassette).on(client)
     context = RunContext(client, api_key=None if replaying else setup.api_key,
                          scrubber=setup.scrubber,
-                         mcp=PlannedMcp(replaying, cassette, setup.scrubber, plan))
+                         mcp=PlannedMcp(replaying, cassette, setup.scrubber, plan),
+                         judge=seconds.get("judge"), simulator=seconds.get("simulator"))
     try:
         result = await run_case(case_run, context)
     except FirstRequest as first:

@@ -483,6 +483,10 @@ class SecondModels:
             resolved = replace(resolved, api_key_env=given.api_key_env, key_env_fallbacks=())
         self.endpoint = resolved
 
+    def on(self, client: ApiClient) -> dict[str, SecondModel]:
+        """Each role on ``client`` (the dry run's, which keeps the first request)."""
+        return {role: self._model(role, client) for role in self.roles}
+
     def live(self, sink: InteractionSink | None) -> dict[str, SecondModel]:
         """Each role on the endpoint's live client, its exchanges into ``sink``."""
         return {role: self._model(role, self.runtime._live_client(self.endpoint), sink)
