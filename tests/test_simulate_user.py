@@ -185,3 +185,22 @@ def test_simulate_user_beside_user_is_a_collection_error(pytester: pytest.Pytest
     result = pytester.runpytest("-p", "no:cacheprovider")
     assert ("talk.case.yaml:16: stages[0].user: give simulate_user or user, not both"
             in result.stdout.str())
+
+
+def test_the_html_report_shows_the_conversation_and_the_verdicts(
+        pytester: pytest.Pytester, chat_server: ChatServer) -> None:
+    expect = STOPS + "      judge: [The agent confirmed the refund <before> the user left]\n"
+    chat_server.set_handler(Script(simulator=user_replies("chat"), model=agent_replies(),
+                                   judge=[verdict("chat", "fail", "It never said <done>.")]))
+    pytester.makefile(".case.yaml", talk=conversation_case(chat_server.base_url,
+                                                           expect=expect))
+    page = pytester.path / "report.html"
+    run(pytester, chat_server, "--toolbench-live", "--toolbench-html",
+        str(page)).assert_outcomes(failed=1)
+    html = page.read_text()
+    assert "simulated conversation (ended: stop)" in html
+    assert "<b>user</b>: Yes please.</div>" in html
+    assert "<b>agent</b>: Done: 40 euros are refunded.</div>" in html
+    assert ("judge (judge-model, judge-v1): <b>The agent confirmed the refund &lt;before&gt;"
+            " the user left</b>: fail<ul><li>fail: It never said &lt;done&gt;.</li></ul>"
+            in html)

@@ -2,8 +2,10 @@
 
 Each turn shows what was sent (collapsed), the reply (text, reasoning, tool calls, both
 finish reasons, protocol problems, a stream's timeline), the tools' answers; each attempt
-its state trail, its trajectory (every call, in order), its probes, the toolboxes' state
-afterwards (collapsed), and failing expectations with expected vs actual as a diff.
+its state trail, a simulated conversation message by message, its trajectory (every call,
+in order), its probes, the criteria a judge checked (verdict, split, each sample's
+reasoning), the toolboxes' state afterwards (collapsed), and failing expectations with
+expected vs actual as a diff.
 Everything is read from the case's typed record (``report/json_report.py``), and every
 text is escaped (``e``). Only what a server or a tool sent as it was (a request body, a
 usage object, a toolbox's state) is read as JSON data.
@@ -26,6 +28,7 @@ from .json_report import (
     AttemptRecord,
     CaseRecord,
     FailureRecord,
+    JudgementRecord,
     ReplyRecord,
     RunRecord,
     StageRecord,
@@ -101,12 +104,39 @@ def _attempt(case: CaseRecord, attempt: AttemptRecord, attempts: int) -> str:
     parts = [head, f'<div class="trail">states: {trail}</div>']
     parts.extend(_tool_run(run, "answers a call left open") for run in attempt.answered_first)
     parts.extend(_turn(turn, number) for number, turn in enumerate(attempt.turns, 1))
+    parts.append(_conversation(attempt))
     parts.append(_trajectory(attempt.trajectory))
     parts.extend(_tool_run(run, "probe") for run in attempt.probes)
+    parts.extend(_judgement(judgement) for judgement in attempt.judgements)
     if attempt.state is not None:
         parts.append(_state(attempt.state))
     parts.extend(_failure(case, failure) for failure in attempt.failures)
     return f'<div class="attempt {state}">{"".join(parts)}</div>'
+
+
+# ---------------------------------------------------------------------------- second models
+
+
+def _conversation(attempt: AttemptRecord) -> str:
+    """A simulated conversation, message by message, and how it ended."""
+    if not attempt.conversation:
+        return ""
+    ended = f"ended: {e(attempt.ended)}" if attempt.ended else "broke off"
+    rows = "".join(f'<div class="said {e(message.role)}"><b>{e(message.role)}</b>:'
+                   f" {e(message.text)}</div>" for message in attempt.conversation)
+    return (f'<div class="conversation"><div class="head">simulated conversation'
+            f" ({ended})</div>{rows}</div>")
+
+
+def _judgement(judgement: JudgementRecord) -> str:
+    """One criterion as judged: the verdict and split, each sample's reasoning or error."""
+    state = "passed" if judgement.passed else "failed"
+    samples = "".join(
+        f"<li>{e(sample.verdict)}: {e(sample.reasoning)}</li>" if sample.error is None
+        else f"<li>judge error: {e(sample.error)}</li>" for sample in judgement.samples)
+    return (f'<div class="judgement {state}">judge ({e(judgement.model)},'
+            f" {e(judgement.template)}): <b>{e(judgement.criterion)}</b>:"
+            f" {e(judgement.verdict)}<ul>{samples}</ul></div>")
 
 
 # ---------------------------------------------------------------------------- the world
