@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .agent_cases import AgentCases
+from .agent_cases import AgentCases, Seconds
 from .apis import AGENT, API_NAMES, DEFAULT_API
 from .budget import TokenBudget
 from .casefile.cache import KeptParses
@@ -146,7 +146,23 @@ class SessionRuntime:
         path, shown = self._cassettes.locate(case_run.loaded.file, case_run.label)
         return self._run_here(self.agent_cases.execute(
             case_run, path, shown, _printable(self._record_command(case_run)),
-            self.replays(case_run)))
+            self.replays(case_run), lambda cassette: self._agent_seconds(case_run, cassette)))
+
+    def _agent_seconds(self, case_run: CaseRun, cassette: Cassette) -> Seconds:
+        """An agent case's judge: replayed from its cassette, or live on a client of its
+        own (an agent case runs on pytest's own loop, not the live cases' loop)."""
+        seconds = SecondModels(self, case_run, cassette)
+        if not seconds.roles:
+            return Seconds()
+        if self.replays(case_run):
+            endpoint = seconds.endpoint
+            replayed = seconds.replayed(self._scrubber(endpoint, endpoint.api_key()),
+                                        live_judge=self._rejudges(case_run))
+            return Seconds(replayed.models, replayed.verdicts, replayed.clients)
+        recording = self.settings.mode in (Mode.RECORD, Mode.MISSING)
+        client = ApiClient(_client_config(seconds.endpoint))
+        return Seconds(seconds.live(cassette.interactions.append if recording else None,
+                                    client), [], [client])
 
     @property
     def agent_cases(self) -> AgentCases:
@@ -487,10 +503,12 @@ class SecondModels:
         """Each role on ``client`` (the dry run's, which keeps the first request)."""
         return {role: self._model(role, client) for role in self.roles}
 
-    def live(self, sink: InteractionSink | None) -> dict[str, SecondModel]:
-        """Each role on the endpoint's live client, its exchanges into ``sink``."""
-        return {role: self._model(role, self.runtime._live_client(self.endpoint), sink)
-                for role in self.roles}
+    def live(self, sink: InteractionSink | None, client: ApiClient | None = None
+             ) -> dict[str, SecondModel]:
+        """Each role on the endpoint's live client (or ``client``), its exchanges into
+        ``sink``."""
+        client = client or self.runtime._live_client(self.endpoint)
+        return {role: self._model(role, client, sink) for role in self.roles}
 
     def replayed(self, scrubber: Scrubber, live_judge: bool) -> ReplayedSeconds:
         """Each role answered from the cassette by a replayer of its own; the judge live

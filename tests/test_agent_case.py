@@ -8,6 +8,7 @@ runs reach the loopback chat server through the proxy; replays run with it stopp
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +93,7 @@ stages:
 """
 
 
-def play(server: ChatServer, *answers: list[Any]) -> None:
+def play(server: ChatServer, *answers: list[Any]) -> Callable[[RecordedRequest], Any]:
     """Each stage's requests get the next steps of its list: tool calls, then the text.
     The stage is told by the number of user messages so far."""
     def answer(request: RecordedRequest) -> Any:
@@ -107,6 +108,7 @@ def play(server: ChatServer, *answers: list[Any]) -> None:
                              else chunks_for(tool_calls=[step]))
         return json_reply(body)
     server.set_handler(answer)
+    return answer
 
 
 REFUND_SCRIPT = (
@@ -393,10 +395,37 @@ def test_expect_python_checks_an_agents_stage_and_a_loops_stage(
         result = run(pytester, "--toolbench-live")
     result.assert_outcomes(passed=1, failed=2)
     result.stdout.fnmatch_lines([
-        "*refund.case.yaml:18: refund_order: stages[[]1].expect.python:"
-        " support_checks:no_date_promised: the agent promised a date: It arrives on Monday.",
+        ("*refund.case.yaml:18: refund_order: stages[[]1].expect.python:"
+        " support_checks:no_date_promised: the agent promised a date: It arrives on Monday."),
     ])
     result.stdout.fnmatch_lines([
-        "*loop.case.yaml:16: broken: stages[[]0].expect.python: support_checks:broken raised"
-        " KeyError: 'missing'",
+        ("*loop.case.yaml:16: broken: stages[[]0].expect.python: support_checks:broken raised"
+        " KeyError: 'missing'"),
         '*support_checks.py", line 14, in broken*'])
+
+
+def test_an_agents_stage_is_judged_live_and_the_verdict_replays(
+        pytester: pytest.Pytester, support_bot: None) -> None:
+    from support.second_models import verdict
+
+    case = REFUND_CASE.replace("name: refund_order\n", "name: refund_order\njudge:\n"
+                               "  model: judge-model\n").replace(
+        "      text: {$contains: days}\n",
+        "      judge: [Says when the money arrives]\n")
+    with start_chat_server() as server:
+        agent = play(server, *REFUND_SCRIPT)
+        judged: list[str] = []
+
+        def answer(request: RecordedRequest) -> Any:
+            if request.json().get("model") == "judge-model":
+                judged.append(json.dumps(request.json()))
+                return verdict("chat", "pass", "It says five days.")
+            return agent(request)
+        server.set_handler(answer)
+        write_case(pytester, server.base_url, case)
+        run(pytester, "--toolbench-record").assert_outcomes(passed=1)
+    assert len(judged) == 1 and "It arrives within 5 days." in judged[0]
+    kept = cassette(pytester)
+    assert [item.get("role", "model") for item in kept["interactions"]] == [
+        "model"] * 4 + ["judge"]
+    run(pytester).assert_outcomes(passed=1)

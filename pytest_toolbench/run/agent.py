@@ -22,8 +22,9 @@ from typing import Any, Protocol
 
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from ..casefile.schema import AGENT_PARAMETERS, AgentExpect, Stage
+from ..casefile.schema import AGENT_PARAMETERS, AgentExpect, Expect, Stage
 from ..casefile.toolbox import STATE_METHOD
+from ..judge.second import SecondModel
 from ..keypaths import KeyPath
 from ..records import CASE_END, CaseResult, Failure, RunResult, StageAttempt, StageResult, Turn
 from ..scrubbing import Scrubber
@@ -31,7 +32,7 @@ from ..transport.agent_tap import Exchange
 from .check import Outcome, check, check_agent
 from .interpolate import InterpolationError, capture, interpolate, resolve_expect
 from .outcome_check import python_check, stage_outcome
-from .runner import CaseRun
+from .runner import CaseRun, judgement_failure
 from .toolset import ToolFailed, WorldState
 from .usercode import UserCodeFailed, UserLoop, call_user
 
@@ -65,6 +66,8 @@ class AgentContext:
     scrubber: Scrubber | None = None
     verdict: Callable[[], str | None] | None = None
     """Asked once the runs are over: recorded exchanges left unplayed, or None."""
+    judge: SecondModel | None = None
+    """Judges ``expect.judge`` criteria; None: the case has none."""
 
 
 class Toolbench:
@@ -105,6 +108,8 @@ class AgentRun:
         self.agent: Any = None
         self.abandoned = False
         self.variables: dict[str, Any] = {}
+        self.conversation: list[dict[str, Any]] = []
+        """The stages' user texts and the agent's answers, as the judge reads them."""
 
     async def run(self) -> tuple[RunResult, bool]:
         run = RunResult(self.number)
@@ -212,6 +217,11 @@ class AgentRun:
             attempt.failures += await python_check(
                 expect.python, record, self.agent, (*base, "python"), self._line_of,
                 self.ctx.stage_timeout_s, self.loop)
+        if isinstance(answer, str):
+            self.conversation += [{"role": "user", "content": text},
+                                  {"role": "assistant", "content": answer}]
+        if not attempt.failures and expect.judge:
+            await self._judge(attempt, expect, base)
         if not attempt.failures and stage.capture:
             try:
                 self.variables.update(capture(stage.capture, outcome.reply, calls))
@@ -219,6 +229,24 @@ class AgentRun:
                 attempt.failures.append(self._failure(error.message,
                                                       ("stages", index, *error.path)))
         return attempt
+
+    async def _judge(self, attempt: StageAttempt, expect: Expect, base: KeyPath) -> None:
+        """``expect.judge``: each criterion judged over the conversation so far (what the
+        agent was told and answered), once the other expectations held."""
+        from ..judge.verdicts import judge
+
+        if self.ctx.judge is None:
+            attempt.failures.append(self._failure("judge error: no judge model configured",
+                                                  (*base, "judge")))
+            return
+        for index, criterion in enumerate(expect.criteria):
+            judgement, turns = await judge(self.ctx.judge, self.conversation,
+                                           criterion.criterion, criterion.samples)
+            attempt.side_turns += turns
+            attempt.judgements.append(judgement)
+            if not judgement.passed:
+                attempt.failures.append(self._failure(judgement_failure(judgement),
+                                                      (*base, "judge", index)))
 
     async def _ask(self, attempt: StageAttempt, index: int, text: str) -> Any:
         """Call the agent with the stage's text; what it returned, or None when it failed

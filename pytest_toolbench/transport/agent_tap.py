@@ -369,8 +369,10 @@ class ReplayTap(Tap):
         super().__init__(cassette, scrubber)
         self.speed = speed
         self._used: set[int] = set()
-        self._canonical = [_canonical(interaction.request)
-                           for interaction in cassette.interactions]
+        self._recorded = [interaction for interaction in cassette.interactions
+                           if interaction.role == "model"]
+        """The agent's exchanges (the judge's and the simulated user's are answered apart)."""
+        self._canonical = [_canonical(interaction.request) for interaction in self._recorded]
         self.refusals: list[str] = []
         """Why each refused request matched nothing, in order."""
 
@@ -388,7 +390,7 @@ class ReplayTap(Tap):
             self.refusals.append(found)
             self._end(exchange)
             return refused(400, f"pytest-toolbench replay: {found}", shape)
-        recorded = self.cassette.interactions[found]
+        recorded = self._recorded[found]
         started = time.perf_counter()
         reader = ReplyReader(recorded.api, recorded.status, recorded.content_type, "", started)
         headers = [("content-type", recorded.content_type)] if recorded.content_type else []
@@ -400,7 +402,7 @@ class ReplayTap(Tap):
         else why none is."""
         canonical = _canonical(exchange.request)
         with self._lock:
-            for index, recorded in enumerate(self.cassette.interactions):
+            for index, recorded in enumerate(self._recorded):
                 if (index not in self._used and recorded.method == exchange.method
                         and recorded.path == exchange.path
                         and self._canonical[index] == canonical):
@@ -409,18 +411,16 @@ class ReplayTap(Tap):
         return self._mismatch(exchange)
 
     def _mismatch(self, exchange: Exchange) -> str:
-        cassette = self.cassette
-        unused = [index for index in range(len(cassette.interactions))
-                  if index not in self._used]
+        cassette, recorded = self.cassette, self._recorded
+        unused = [index for index in range(len(recorded)) if index not in self._used]
         hint = f"; re-record it with: {cassette.rerecord_hint}"
         request = f"{exchange.method} {exchange.path}"
         if not unused:
             return (f"the agent sent a request ({request}) that {cassette.shown} does not"
-                    f" hold: its {len(cassette.interactions)} recorded requests were all"
+                    f" hold: its {len(recorded)} recorded requests were all"
                     f" answered{hint}")
-        same_path = [index for index in unused
-                     if cassette.interactions[index].path == exchange.path]
-        nearest = cassette.interactions[(same_path or unused)[0]]
+        same_path = [index for index in unused if recorded[index].path == exchange.path]
+        nearest = recorded[(same_path or unused)[0]]
         if not same_path:
             return (f"the agent sent {request}, which no unused request of {cassette.shown}"
                     f" matches; the next recorded one is {nearest.method} {nearest.path}{hint}")
@@ -447,12 +447,12 @@ class ReplayTap(Tap):
     def unused(self) -> str | None:
         """Why the case fails when recorded exchanges were left unplayed, or None."""
         cassette = self.cassette
-        left = len(cassette.interactions) - len(self._used)
+        left = len(self._recorded) - len(self._used)
         if not left or self.refusals:
             return None
         sent = len(self._used)
         return (f"the agent sent {sent} request{'' if sent == 1 else 's'}, but"
-                f" {cassette.shown} holds {len(cassette.interactions)}: the agent changed"
+                f" {cassette.shown} holds {len(self._recorded)}: the agent changed"
                 f" since it was recorded; re-record it with: {cassette.rerecord_hint}")
 
 
