@@ -493,3 +493,49 @@ def test_recording_keeps_no_cassette_of_a_case_whose_server_broke(
     case = write_case(pytester, chat_server, broken_case("crash_call"))
     run(pytester, "--toolbench-record").assert_outcomes(failed=1)
     assert not (case.parent / "__cassettes__" / "mcp" / "crash_call[m].yaml").exists()
+
+
+@pytest.mark.parametrize(("scope", "retried"), [("case", "call 2"), ("session", "call 3")])
+def test_a_case_scoped_server_is_put_back_for_a_retried_stage(
+        pytester: pytest.Pytester, chat_server: ChatServer, scope: str,
+        retried: str) -> None:
+    """The counter's state is its number of calls. The retried stage's second attempt finds
+    the server as the stage found it (restarted, and sent the first stage's call again);
+    a session's server, which other cases share, is left as it is."""
+    attempts = {"again": 0}
+
+    def answer(request: RecordedRequest) -> Any:
+        messages = request.json()["messages"]
+        last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
+        results = [m["content"] for m in messages[last_user:] if m["role"] == "tool"]
+        if not results:
+            return json_reply(completion(tool_calls=[("echo", {"text": "x"})]))
+        if messages[last_user]["content"] == "again":
+            attempts["again"] += 1
+            if attempts["again"] == 1:
+                return json_reply(completion(text="not yet"))  # fails: retried
+        return json_reply(completion(text=f"saw {results[-1]}"))
+    chat_server.set_handler(answer)
+    tag = f"toolbench-test-rewind-{scope}"
+    write_case(pytester, chat_server, f"""name: rewound
+model: m
+mcp_servers:
+  counter: {{command: [{PYTHON}, {BROKEN}, count, {tag}], scope: {scope}}}
+tools: [{{mcp: counter}}]
+stages:
+  - {{name: first, user: count, run_tools: true, expect: {{text: saw call 1}}}}
+  - name: second
+    user: again
+    run_tools: true
+    retry: {{attempts: 2}}
+    expect: {{text: {{$regex: "^saw "}}}}
+""")
+    for mode in ("--toolbench-record", "--toolbench-mode=replay"):  # replay: no server
+        result = run(pytester, mode, "--toolbench-report=r.json")
+        result.assert_outcomes(passed=1)
+        stages = json.loads((pytester.path / "r.json").read_text())["cases"][0]["runs"][0][
+            "stages"]
+        contents = [[run["content"] for turn in attempt["turns"] for run in turn["tool_runs"]]
+                    for attempt in stages[1]["attempts"]]
+        assert contents == [["call 2"], [retried]]
+        assert processes_tagged(tag) == []

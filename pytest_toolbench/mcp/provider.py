@@ -16,7 +16,7 @@ from ..casefile.load import LoadedCase
 from ..casefile.schema import McpTools
 from ..keypaths import KeyPath
 from ..records import McpExchange
-from ..run.toolset import ToolSourceFault
+from ..run.toolset import Restore, ToolSourceFault
 from ..scrubbing import Scrubber
 from .connection import McpConnection, McpFault
 from .servers import ResolvedServer, resolve
@@ -80,26 +80,30 @@ class LiveMcp:
     async def source(self, case_run: CaseRun, index: int, entry: McpTools) -> McpSource:
         server = resolved(case_run.loaded, index, entry)
         path: KeyPath = ("tools", index)
+        own: CaseServer | None = None
+        connection: McpConnection | CaseServer
         try:
             if server.scope == "session":
                 connection, listing = await self._shared.get(server)
-                closer = None
             else:
-                connection = McpConnection(server)
-                listing = await connection.start()
-                closer = connection.aclose
+                own = CaseServer(server, path, self._scrubber)
+                connection, listing = own, await own.start()
         except McpFault as fault:
             raise ToolSourceFault(self._scrubber.text(str(fault)), path) from None
         self._keep(McpExchange(server.name, "tools/list", kept_listing(listing)))
         try:
             return McpSource(server.name, listing, entry, path,
-                             self._caller(server.name, connection, path), closer)
+                             self._caller(server.name, connection, path),
+                             None if own is None else own.aclose,
+                             # Only a server the plugin starts is its to start again.
+                             None if own is None or server.command is None
+                             else own.checkpoint)
         except BaseException:
-            if closer is not None:
-                await closer()
+            if own is not None:
+                await own.aclose()
             raise
 
-    def _caller(self, name: str, connection: McpConnection, path: KeyPath
+    def _caller(self, name: str, connection: McpConnection | CaseServer, path: KeyPath
                 ) -> Any:
         async def call(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
             started = time.perf_counter()
@@ -116,6 +120,48 @@ class LiveMcp:
     def _keep(self, exchange: McpExchange) -> None:
         if self._sink is not None:
             self._sink(self._scrubber.data(exchange))
+
+
+class CaseServer:
+    """A ``scope: case`` server: started for the case, and put back for a retried stage
+    the way a toolbox is. Its state cannot be read or copied, so it is rebuilt: the server
+    is started afresh and sent again, in order, every ``tools/call`` the case made of it
+    before the stage (what a fresh run sends up to there). Those calls are not recorded:
+    replay starts no server, and answers the retried stage's calls from the cassette."""
+
+    def __init__(self, server: ResolvedServer, path: KeyPath, scrubber: Scrubber) -> None:
+        self._server, self._path, self._scrubber = server, path, scrubber
+        self._connection = McpConnection(server)
+        self._calls: list[tuple[str, dict[str, Any]]] = []
+        """Every call made of this server since it started: what rebuilds its state."""
+
+    async def start(self) -> dict[str, Any]:
+        return await self._connection.start()
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        self._calls.append((name, arguments))
+        return await self._connection.call(name, arguments)
+
+    async def checkpoint(self) -> Restore:
+        """A function that puts the server back as it is now: started afresh and sent the
+        calls made so far (``ToolSourceFault`` when it cannot start or answer again)."""
+        made = list(self._calls)
+
+        async def restore() -> None:
+            await self._connection.aclose()
+            self._connection, self._calls = McpConnection(self._server), []
+            try:
+                await self._connection.start()
+                for name, arguments in made:
+                    await self.call(name, arguments)
+            except McpFault as fault:
+                raise ToolSourceFault(
+                    f"{self._scrubber.text(str(fault))} (restarting it for a retried stage)",
+                    self._path) from None
+        return restore
+
+    async def aclose(self) -> None:
+        await self._connection.aclose()
 
 
 class ReplayedMcp:

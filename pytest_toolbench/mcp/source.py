@@ -15,7 +15,7 @@ from typing import Any
 from ..casefile.schema import McpTools, Tool
 from ..keypaths import KeyPath
 from ..records import McpExchange, ToolCall
-from ..run.toolset import ToolAnswer, ToolSourceFault
+from ..run.toolset import Restore, ToolAnswer, ToolSourceFault
 from ..scrubbing import Scrubber
 from ..transport.replay import request_diff
 
@@ -27,13 +27,17 @@ class McpSource:
     """The tools one ``{mcp: NAME}`` entry takes from its server (a ``ToolSource``)."""
 
     def __init__(self, server: str, listing: dict[str, Any], entry: McpTools, path: KeyPath,
-                 caller: Caller, closer: Callable[[], Awaitable[None]] | None = None) -> None:
-        """``listing``: the server's ``tools/list`` result; ``path``: the entry's key path."""
+                 caller: Caller, closer: Callable[[], Awaitable[None]] | None = None,
+                 checkpoint: Callable[[], Awaitable[Restore]] | None = None) -> None:
+        """``listing``: the server's ``tools/list`` result; ``path``: the entry's key path;
+        ``checkpoint``: how a ``scope: case`` server is put back for a retried stage (none
+        for a shared server, whose state other cases hold too, or a replayed one)."""
         self.server = server
         self.owner = f"MCP server {server!r}"
         self._path = path
         self._caller = caller
         self._closer = closer
+        self.checkpoint = checkpoint
         self.tools = _offered(server, listing, entry, path)
 
     async def call(self, call: ToolCall) -> ToolAnswer:

@@ -343,7 +343,7 @@ def _broken_attempt(case_run: CaseRun, stage: Stage, number: int,
 
 async def _checkpoint(toolset: Toolset, needed: bool) -> Restore:
     """What puts the toolboxes back as they are now; nothing to copy unless ``needed``."""
-    return await toolset.checkpoint() if needed and toolset.stateful else _nothing
+    return await toolset.checkpoint() if needed and toolset.rewinds else _nothing
 
 
 async def _nothing() -> None:

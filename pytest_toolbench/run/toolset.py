@@ -9,7 +9,9 @@ request offers, and each call routed to the source that offers its tool. A sourc
 before the case's first stage and closed when the case ends.
 
 A source that is also ``Stateful`` (a toolbox) starts afresh for every run of the case,
-shows its state after each stage, and can be put back as it was (a retried stage). A source
+shows its state after each stage, and can be put back as it was (a retried stage). A
+source with a ``checkpoint`` but no state to show (an MCP server started for the case) is
+put back too. A source
 whose tools change from stage to stage, or that checks a stage itself, is a
 ``StagedSource``: the runner tells it when a run and each stage begin, and asks it, once a
 stage's agent loop is over, what it finds wrong with the stage.
@@ -152,6 +154,11 @@ class Toolset:
                         " both offer it; leave one out (MCP servers: `include`)", path)
                 self._by_name[tool.name] = source
         self.stateful = [source for source in restarting if isinstance(source, Stateful)]
+        self._rewinding: list[Callable[[], Awaitable[Restore]]] = [
+            source.checkpoint for source in sources  # type: ignore[attr-defined]
+            if source not in self.stateful and getattr(source, "checkpoint", None)]
+        """The checkpoints of the sources that are put back but show no state (an MCP
+        server started for the case)."""
         self._restarted = [cast("StagedSource | Stateful", source) for source in restarting
                            if source in self.staged or source in self.stateful]
         """What starts afresh for every run: the staged and the stateful sources."""
@@ -192,9 +199,16 @@ class Toolset:
                 world.errors[source.label] = str(failure)
         return world
 
+    @property
+    def rewinds(self) -> bool:
+        """Whether a retried stage has anything to put back (a toolbox, an MCP server)."""
+        return bool(self.stateful or self._rewinding)
+
     async def checkpoint(self) -> Restore:
-        """A function that puts every stateful source back as it is now."""
+        """A function that puts every stateful source, and every source started for the
+        case, back as it is now."""
         restores = [await source.checkpoint() for source in self.stateful]
+        restores += [await checkpoint() for checkpoint in self._rewinding]
 
         async def restore() -> None:
             for each in restores:
