@@ -93,8 +93,27 @@ def validate(pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str],
     return code, capsys.readouterr().out.splitlines()
 
 
+ENUMS = """\
+name: orders
+endpoint: {api: chats}
+stages:
+  - name: ask
+    user: Where is order 42?
+    tool_choice: requird
+    stream: bothh
+"""
+
+ENUM_LINES = [
+    ("orders.case.yaml:2: endpoint.api: Input should be 'chat', 'responses', 'messages'"),
+    ("orders.case.yaml:6: stages[0].tool_choice: Input should be 'auto', 'none' or 'required'"
+    " (did you mean 'required'?)"),
+    "orders.case.yaml:7: stages[0].stream: Input should be 'both' (did you mean 'both'?)",
+]
+
+
 @pytest.mark.parametrize(("text", "starts"), [pytest.param(TYPOS, TYPO_LINES, id="keys"),
-                                               pytest.param(NAMES, NAME_LINES, id="names")])
+                                               pytest.param(NAMES, NAME_LINES, id="names"),
+                                               pytest.param(ENUMS, ENUM_LINES, id="enums")])
 def test_each_typo_is_an_error_at_its_line_in_validate_and_collection(
         pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str], text: str,
         starts: list[str]) -> None:

@@ -10,9 +10,11 @@ neither.
 from __future__ import annotations
 
 import difflib
+import re
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -373,6 +375,9 @@ def _describe(exc: ValidationError, data: Any,
               locate: Callable[[KeyPath], tuple[int, KeyPath]], file: Path
               ) -> list[CaseFileError]:
     errors = []
+    # A value one of its key's forms nearly names (``requird``): that form's message alone
+    # is told, not those of every other form the value is not either.
+    near: set[KeyPath] = set()
     for detail in exc.errors():
         path = _data_path(detail, data)
         message = _message(detail, path)
@@ -381,8 +386,26 @@ def _describe(exc: ValidationError, data: Any,
             path = (*path, *keyed.path)
             message = keyed.message
         line, shown = locate(path)
-        errors.append(CaseFileError(file, line, message, shown))
-    return errors
+        error = CaseFileError(file, line, message, shown)
+        if _nearly_named(detail):
+            near.add(shown)
+            error = replace(error, message=f"{message} (did you mean"
+                            f" {_closest(detail['input'], detail)!r}?)")
+        errors.append((error, _nearly_named(detail)))
+    return [error for error, nearly in errors if nearly or error.key_path not in near]
+
+
+def _nearly_named(detail: ErrorDetails) -> bool:
+    return detail["type"] == "literal_error" and isinstance(detail.get("input"), str) and (
+        _closest(detail["input"], detail) is not None)
+
+
+def _closest(given: str, detail: ErrorDetails) -> str | None:
+    """The nearest of the values a literal allows (pydantic lists them quoted)."""
+    expected = str((detail.get("ctx") or {}).get("expected", ""))
+    close = difflib.get_close_matches(given, re.findall(r"'([^']*)'", expected), n=1,
+                                      cutoff=0.6)
+    return close[0] if close else None
 
 
 def _data_path(detail: ErrorDetails, data: Any) -> KeyPath:
