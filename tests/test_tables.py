@@ -60,10 +60,14 @@ def test_three_rows_record_three_cassettes_and_replay(pytester: pytest.Pytester,
     assert sorted(path.name for path in folder.iterdir()) == [
         "weather[Oslo-c].yaml", "weather[Paris-c].yaml", "weather[Rome-f].yaml"]
 
-    replayed = pytester.runpytest("-p", "no:cacheprovider", "-v")
+    replayed = pytester.runpytest("-p", "no:cacheprovider", "-v",
+                                  "--toolbench-report=report.json")
 
     replayed.assert_outcomes(passed=3)
     assert len(chat_server.requests) == 3  # replay sends nothing
+    report = json.loads((pytester.path / "report.json").read_text(encoding="utf-8"))
+    assert sorted(case["case"] for case in report["cases"]) == [
+        "weather[Oslo-c]", "weather[Paris-c]", "weather[Rome-f]"]
     selected = pytester.runpytest("-p", "no:cacheprovider", "-k", "Rome", "-v")
     selected.assert_outcomes(passed=1, deselected=2)
     selected.stdout.fnmatch_lines(["*weather?Rome-f? PASSED*"])
