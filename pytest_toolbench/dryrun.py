@@ -47,14 +47,19 @@ if TYPE_CHECKING:
 class FirstRequest(Exception):
     """Raised by the dry run's transport with the first request a case's client sends."""
 
-    def __init__(self, request: httpx2.Request) -> None:
+    def __init__(self, request: httpx2.Request, role: str) -> None:
         super().__init__(request.url)
         self.request = request
+        self.role = role
+        """Whose request: the ``model``'s, or the ``simulator``'s (a simulated user that
+        speaks first)."""
 
 
-def _take(request: httpx2.Request) -> httpx2.Response:
-    """The dry run's transport: the request goes no further than here."""
-    raise FirstRequest(request)
+def _taking(role: str) -> httpx2.MockTransport:
+    """The dry run's transport for ``role``'s client: a request goes no further."""
+    def take(request: httpx2.Request) -> httpx2.Response:
+        raise FirstRequest(request, role)
+    return httpx2.MockTransport(take)
 
 
 @dataclass(frozen=True)
@@ -106,12 +111,7 @@ async def plan_case(runtime: SessionRuntime, case_run: CaseRun, invalid: str | N
                     missing=[f"a valid case: {'; '.join(problems)}"])
     replaying = runtime.replays(case_run)
     if case_run.api == AGENT:  # its requests are its own code's: none is known before it runs
-        path = runtime.cassette_path(case_run)
-        lacks = [] if not replaying or path.exists() else [f"a cassette at {path}"]
-        note = ("an agent case: its agent's code sends its own requests, through the"
-                " proxy, once it runs")
-        return Plan(case_run.nodeid, case_run.api, "the cassette" if replaying else "live",
-                    missing=lacks, notes=[note])
+        return _agent_plan(runtime, case_run, replaying)
     missing: list[str] = []
     try:
         setup = runtime.prepare(case_run, replaying)
@@ -122,34 +122,57 @@ async def plan_case(runtime: SessionRuntime, case_run: CaseRun, invalid: str | N
     plan = Plan(case_run.nodeid, case_run.api, _answers(setup, replaying), missing=missing)
     if not replaying:
         _check_key(plan, setup, case_run.api)
-    client = runtime.local_client(setup.endpoint, httpx2.MockTransport(_take))
-    # A simulated user's first message may be the first request: the second models too.
-    seconds = SecondModels(runtime, case_run, setup.cassette).on(client)
-    context = RunContext(client, api_key=None if replaying else setup.api_key,
+    clients = [runtime.local_client(setup.endpoint, _taking("model"))]
+    seconds = SecondModels(runtime, case_run, setup.cassette)
+    if seconds.roles:  # the judge asks after a reply; a simulated user may speak first
+        clients.append(runtime.local_client(seconds.endpoint, _taking("simulator")))
+    on_seconds = seconds.on(clients[-1]) if seconds.roles else {}
+    context = RunContext(clients[0], api_key=None if replaying else setup.api_key,
                          scrubber=setup.scrubber,
                          mcp=PlannedMcp(replaying, cassette, setup.scrubber, plan),
-                         judge=seconds.get("judge"), simulator=seconds.get("simulator"))
+                         judge=on_seconds.get("judge"), simulator=on_seconds.get("simulator"))
     try:
         result = await run_case(case_run, context)
     except FirstRequest as first:
         plan.request = shown_request(first.request, setup.scrubber, indent)
+        if first.role != "model":
+            plan.notes.append(f"the first request is the {first.role}'s")
         if replaying and cassette is not None:
-            await _check_replays(first.request, cassette, setup.scrubber, plan)
+            await _check_replays(first, cassette, setup.scrubber, plan)
     except Exception as error:  # noqa: BLE001 - the case's own code (a tool source) broke
         plan.missing.append(f"a run that starts: {type(error).__name__}: {error}")
     else:
         plan.missing += _why_nothing_sent(result)
     finally:
-        await client.aclose()
+        for client in clients:
+            await client.aclose()
     return plan
 
 
-async def _check_replays(request: httpx2.Request, cassette: Cassette, scrubber: Scrubber,
+def _agent_plan(runtime: SessionRuntime, case_run: CaseRun, replaying: bool) -> Plan:
+    """An agent case: its agent's code sends its own requests, through the proxy, once it
+    runs, so none is known before; what it needs to run."""
+    path, shown, hint = runtime.cassette_location(case_run)
+    agent = case_run.loaded.case.agent
+    plan = Plan(case_run.nodeid, AGENT, f"the cassette {shown}" if replaying
+                else "the APIs its requests name, through the plugin's proxy (live)")
+    plan.notes.append("an agent case: its agent builds its own requests, known once"
+                      f" {agent.python if agent else 'its factory'} runs (it imports)")
+    if replaying:
+        try:
+            runtime.agent_cases.cassette(path, shown, hint, replaying=True)
+        except ReplayError as error:
+            plan.missing.append(str(error))
+    return plan
+
+
+async def _check_replays(first: FirstRequest, cassette: Cassette, scrubber: Scrubber,
                          plan: Plan) -> None:
-    """Whether the cassette answers ``request`` as replay matches it (the route, the body):
-    a case changed since it was recorded lacks a cassette that fits."""
+    """Whether the cassette answers the first request as replay matches it (the route,
+    the body, among its role's exchanges): a case changed since it was recorded lacks a
+    cassette that fits."""
     try:
-        await Replayer(cassette, scrubber).handle(request)
+        await Replayer(cassette, scrubber, role=first.role).handle(first.request)
     except ReplayError as error:
         plan.missing.append(str(error))
 

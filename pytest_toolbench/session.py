@@ -143,10 +143,10 @@ class SessionRuntime:
         """Run an agent case on pytest's own thread, once every case started ahead has
         ended: while it runs, the environment points every SDK at the proxy."""
         self.settle()
-        path, shown = self._cassettes.locate(case_run.loaded.file, case_run.label)
+        path, shown, hint = self.cassette_location(case_run)
         return self._run_here(self.agent_cases.execute(
-            case_run, path, shown, _printable(self._record_command(case_run)),
-            self.replays(case_run), lambda cassette: self._agent_seconds(case_run, cassette)))
+            case_run, path, shown, hint, self.replays(case_run),
+            lambda cassette: self._agent_seconds(case_run, cassette)))
 
     def _agent_seconds(self, case_run: CaseRun, cassette: Cassette) -> Seconds:
         """An agent case's judge: replayed from its cassette, or live on a client of its
@@ -454,6 +454,12 @@ class SessionRuntime:
     def cassette_path(self, case_run: CaseRun) -> Path:
         """Where ``case_run``'s cassette is (``CassettePaths``)."""
         return self._cassettes.locate(case_run.loaded.file, case_run.label)[0]
+
+    def cassette_location(self, case_run: CaseRun) -> tuple[Path, str, str]:
+        """Where ``case_run``'s cassette is, that path as messages show it, and the
+        command that records it."""
+        path, shown = self._cassettes.locate(case_run.loaded.file, case_run.label)
+        return path, shown, _printable(self._record_command(case_run))
 
 
 def _is_agent(case_run: CaseRun) -> bool:

@@ -260,3 +260,59 @@ stages: [{name: ask, user: hi}]
     result.stdout.fnmatch_lines(["*box.case.yaml:3:*no_such_module_for_dry_run*"])
     assert "toolbench dry run" not in result.stdout.str()
     assert counting_server.connections == 0
+
+
+SIMULATED = """\
+name: simulated
+model: agent-model
+endpoint: {base_url: "%(model)s/v1"}
+judge:
+  model: judge-model
+  endpoint: {base_url: "%(user)s/v1"}
+stages:
+  - name: talk
+    simulate_user: {instructions: You are Ana and want a refund., max_turns: 2}
+"""
+
+
+def test_a_simulated_user_that_speaks_first_sends_the_first_request_to_its_endpoint(
+        pytester: pytest.Pytester, counting_server: CountingServer) -> None:
+    other = CountingServer()
+    try:
+        pytester.makefile(".case.yaml", simulated=SIMULATED % {
+            "model": counting_server.url, "user": other.url})
+        result = pytester.runpytest("--toolbench-dry-run", "--toolbench-live")
+    finally:
+        other.close()
+
+    assert result.ret == 0, result.outlines
+    result.stdout.fnmatch_lines(["*::simulated[[]agent-model[]]: ready",
+                                 "    note: the first request is the simulator's",
+                                 f"    POST {other.url}/v1/chat/completions  (chat)",
+                                 '*You are Ana*"model": "judge-model"*'])
+    assert counting_server.connections == 0 and other.connections == 0
+
+
+AGENT_MODULE = "def make():\n    return lambda text: 'hello'\n"
+
+
+def test_an_agent_case_says_its_agent_builds_its_requests_and_what_it_needs(
+        pytester: pytest.Pytester, counting_server: CountingServer) -> None:
+    pytester.makepyfile(dry_bot=AGENT_MODULE)
+    pytester.makefile(".case.yaml", bot="name: bot\nagent: {python: 'dry_bot:make'}\n"
+                                        "stages: [{name: ask, user: hi}]\n")
+    pytester.syspathinsert()
+
+    replayed = pytester.runpytest("--toolbench-dry-run")
+    live = pytester.runpytest("--toolbench-dry-run", "--toolbench-live", "-q")
+
+    assert replayed.ret == 1
+    replayed.stdout.fnmatch_lines([
+        "bot.case.yaml::bot: NOT READY",
+        "    answers from the cassette __cassettes__/bot/bot.yaml",
+        "    missing: *no cassette*record it with: pytest 'bot.case.yaml::bot' --toolbench-record",
+        ("    note: an agent case: its agent builds its own requests, known once dry_bot:make"
+        " runs (it imports)")])
+    assert live.ret == 0
+    live.stdout.fnmatch_lines(["bot.case.yaml::bot: agent: ready"])
+    assert counting_server.connections == 0
