@@ -5,10 +5,12 @@ beside the case, and the problems of a defaults document at their lines."""
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 from support.chat_server import ChatServer, RecordedRequest, Reply, completion, json_reply
 
+from pytest_toolbench.casefile.load import load_case_file
 from pytest_toolbench.commands.cli import main
 
 
@@ -146,3 +148,44 @@ def test_problems_of_the_defaults_are_at_their_lines(pytester: pytest.Pytester,
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(errors=1)
     assert any(line.strip().startswith(expected) for line in result.outlines), result.outlines
+
+
+def test_a_judge_default_merges_key_by_key(tmp_path: Path) -> None:
+    """``judge`` merges as ``endpoint`` does: the case names its own judge model and keeps
+    the default judge's endpoint."""
+    path = tmp_path / "judged.case.yaml"
+    path.write_text(textwrap.dedent("""\
+        defaults:
+          judge: {model: big-judge, endpoint: {base_url: "http://127.0.0.1:9/v1"}}
+        ---
+        name: own_model
+        judge: {model: small-judge}
+        stages: [{name: s, user: hi}]
+        ---
+        name: inherited
+        stages: [{name: s, user: hi}]
+        """), encoding="utf-8")
+
+    own, inherited = load_case_file(path)
+
+    assert own.case.judge is not None and inherited.case.judge is not None
+    assert (own.case.judge.model, own.case.judge.endpoint.base_url) == (
+        "small-judge", "http://127.0.0.1:9/v1")
+    assert inherited.case.judge.model == "big-judge"
+
+
+def test_a_second_defaults_document_is_refused(pytester: pytest.Pytester,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    pytester.makefile(".case.yaml", orders=textwrap.dedent("""\
+        defaults: {model: a}
+        ---
+        name: one
+        stages: [{name: s, user: hi}]
+        ---
+        defaults: {model: b}
+        """))
+    pytester.chdir()
+
+    assert main(["validate", "orders.case.yaml"]) == 1
+    assert ("  orders.case.yaml:6: defaults: a second defaults document: a file has one,"
+            " which every case of it starts from (line 1)") in capsys.readouterr().out
