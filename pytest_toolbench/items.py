@@ -16,7 +16,7 @@ import contextlib
 import functools
 import gc
 from collections.abc import Callable, Generator, Iterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -81,14 +81,16 @@ class CaseFile(pytest.File):
                 outline = case.outline
                 if outline.api == AGENT:  # its agent's requests say which APIs
                     apis: tuple[str, ...] = (AGENT,)
+                    refusals: dict[str, Refusal | None] = {AGENT: None}
                 else:
-                    apis = settings.apis_for(outline.api)
-                    self._check_apis(case, apis, settings.models)
+                    apis = settings.apis_for(outline.api, outline.only)
+                    refusals = {api: self._refusal(case, api, settings.models) for api in apis}
                 if case.outline.wants_judge and settings.judge_model_for(None) is None:
                     raise self.CollectError(self._no_judge(case))
                 for row in outline.rows or (None,):
                     for model in settings.models or outline.models:
-                        items.extend(self._item(case, model, api, row) for api in apis)
+                        items.extend(self._item(case, model, api, row, refusals[api])
+                                     for api in apis)
         except CaseFileErrors as errors:  # an outlined case validated for other models
             raise self.CollectError(self.described(errors)) from None
         finally:
@@ -100,14 +102,19 @@ class CaseFile(pytest.File):
         return describe_errors(CaseFileErrors([replace(error, file=self.shown)
                                                for error in errors.errors]))
 
-    def _item(self, case: LoadedCase, model: str | None, api: str, row: str | None
-              ) -> CaseItem:
+    def _item(self, case: LoadedCase, model: str | None, api: str, row: str | None,
+              refusal: Refusal | None) -> CaseItem:
         name = case_label(case.outline.name, model, api, row)
         try:
-            return CaseItem.from_parent(self, name=name, loaded=case, model=model, api=api,
+            item = CaseItem.from_parent(self, name=name, loaded=case, model=model, api=api,
                                         row=row, nodeid=_item_nodeid(self, name))
-        except MarkRefused as refusal:
-            raise self.CollectError(f"{self.shown}:{refusal.line}: {refusal}") from None
+        except MarkRefused as refused:
+            raise self.CollectError(f"{self.shown}:{refused.line}: {refused}") from None
+        if refusal is not None and refusal.skip:
+            item.add_marker(pytest.mark.skip(reason="; ".join(refusal.problems)))
+        elif refusal is not None:
+            item.refused = refusal.problems
+        return item
 
     def _no_judge(self, case: LoadedCase) -> str:
         """Each place a case needs a judge model, none being configured anywhere: the judge
@@ -119,16 +126,34 @@ class CaseFile(pytest.File):
             " ...}`, --toolbench-judge-model or the ini key toolbench_judge_model"
             for path in case.outline.wants_judge)
 
-    def _check_apis(self, case: LoadedCase, apis: tuple[str, ...],
-                    models: Sequence[str | None]) -> None:
-        """What the case, run with ``models`` (none given: its own), asks that one of its
-        APIs cannot express: a collection error at its line. With its own models, what an
-        API says is noted in the case's outline, which a later run reads instead."""
+    def _refusal(self, case: LoadedCase, api: str, models: Sequence[str | None]
+                 ) -> Refusal | None:
+        """Why the case's items over ``api`` do not run, if they do not: the case's
+        ``endpoint.apis`` leaves the API out (skipped), or the case, run with ``models``
+        (none given: its own), asks what the API cannot express (failed, or skipped when
+        the case says ``endpoint.unsupported: skip``), each problem at its line. With its
+        own models, what an API says is noted in the case's outline, which a later run
+        reads instead."""
+        outline = case.outline
+        if outline.only and api not in outline.only:
+            line = case.line_at(("endpoint", "apis"))
+            said = (f"{self.shown}:{line}: case {outline.name!r} runs over"
+                    f" {', '.join(outline.only)} only (endpoint.apis)")
+            return Refusal([said], skip=True)
         problems = [f"{self.shown}:{case.line_at(path)}:"
-                    f" case {case.outline.name!r}: {message}"
-                    for api in apis for message, path in _unsupported(case, api, models)]
-        if problems:
-            raise self.CollectError("\n".join(problems))
+                    f" case {outline.name!r}: {message}"
+                    for message, path in _unsupported(case, api, models)]
+        return Refusal(problems, outline.skips_unsupported) if problems else None
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a case's items over one API do not run."""
+
+    problems: list[str]
+    """Each reason, as ``file:line: case 'name' ...: message``."""
+    skip: bool
+    """Skipped (the case says so); else failed."""
 
 
 def _unsupported(case: LoadedCase, api: str, models: Sequence[str | None]
@@ -153,6 +178,9 @@ class CaseItem(pytest.Item):
         self.api = api
         self.row = row
         """The id of the ``parametrize`` row the item runs (None: the case has none)."""
+        self.refused: list[str] = []
+        """What the item's API cannot express of the case (``file:line: case 'name':
+        message`` each): the item fails with it, sending nothing."""
         self.result: CaseResult | None = None
         for mark in case_marks(self.config, loaded):
             self.add_marker(mark)
@@ -182,8 +210,9 @@ class CaseItem(pytest.Item):
         return file.described(errors)
 
     def runtest(self) -> None:
-        if self.invalid is not None:
-            self.result = self.case_run.result(error=self.invalid)
+        problems = self.invalid or self._refused_text()
+        if problems is not None:
+            self.result = self.case_run.result(error=problems)
             raise CaseFailed(self.result)
         runtime = _runtime(self.config)
         refill = self._start_ahead(runtime)
@@ -194,6 +223,13 @@ class CaseItem(pytest.Item):
             raise pytest.skip.Exception(str(spent), _use_item_location=True) from None
         if not self.result.passed:
             raise CaseFailed(self.result)
+
+    def _refused_text(self) -> str | None:
+        if not self.refused:
+            return None
+        header = (f"the {self.api} API cannot express the case; nothing was sent (the case's"
+                  " endpoint.unsupported: skip would skip this item):")
+        return "\n".join([header, *self.refused])
 
     def teardown(self) -> None:
         """Its reports made, the case is let go (validated again if it runs again)."""
@@ -222,7 +258,8 @@ class CaseItem(pytest.Item):
                 if free <= 0:
                     return
                 if (isinstance(item, CaseItem) and item.get_closest_marker("skip") is None
-                        and item.invalid is None and runtime.start(item.case_run)):
+                        and item.invalid is None and not item.refused
+                        and runtime.start(item.case_run)):
                     free -= 1
 
         refill()

@@ -333,6 +333,7 @@ class SessionRuntime:
         worked out once per distinct ``endpoint`` mapping and API."""
         case = case_run.loaded.case.endpoint
         key = (case_run.api, *(tuple(sorted(value.items())) if isinstance(value, dict)
+                               else tuple(value) if isinstance(value, list)
                                else value for _name, value in case))
         if key not in self._endpoints:
             self._endpoints[key] = self.settings.endpoint_for(case, case_run.api)

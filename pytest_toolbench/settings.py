@@ -290,10 +290,14 @@ class Settings:
         model: str | None = _first(self.judge_model, case_judge, self.ini_judge_model)
         return model
 
-    def apis_for(self, case_api: str | None) -> tuple[str, ...]:
-        """The wire APIs a case runs over: CLI > the case's ``endpoint.api`` > ini > chat."""
+    def apis_for(self, case_api: str | None, only: tuple[str, ...] = ()) -> tuple[str, ...]:
+        """The wire APIs a case makes items for: CLI > the case's ``endpoint.apis`` (``only``)
+        or ``endpoint.api`` > ini > chat. Under the flag, the items of APIs a case's
+        ``endpoint.apis`` leaves out are made, and skipped (``items.py``)."""
         if self.apis:
             return self.apis
+        if only:
+            return only
         if case_api is not None:
             return (case_api,)
         return self.ini_apis or (DEFAULT_API,)

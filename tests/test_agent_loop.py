@@ -238,6 +238,116 @@ stages:
     ])
 
 
+def forced_or_answer(request: RecordedRequest) -> Any:
+    """A model that calls the tool whenever the request forces it, else answers with the
+    result it was sent (or calls the tool when it has none yet)."""
+    body = request.json()
+    results = [message["content"] for message in body["messages"] if message["role"] == "tool"]
+    if "tool_choice" in body or not results:
+        return json_reply(completion(tool_calls=[("get_weather", {"city": "Paris"})]))
+    return json_reply(completion(text=f"It is {json.loads(results[-1])['temp_c']} degrees"))
+
+
+FORCED_ONCE = """name: forced_once
+tools:
+  - name: get_weather
+    result: {temp_c: 21}
+stages:
+  - name: ask
+    user: Weather in Paris?
+    tool_choice: {name: get_weather}
+    run_tools: once
+    expect:
+      tool_calls: [{name: get_weather, arguments: {city: Paris}}]
+      text: {$contains: "21"}
+"""
+
+
+def test_run_tools_once_runs_the_forced_call_and_takes_the_answer(
+    pytester: pytest.Pytester, chat_server: ChatServer
+) -> None:
+    """The forced-tool pattern in one stage: the call, its result sent back without the
+    forcing tool choice (sent again, it would force another call), the answer checked."""
+    chat_server.set_handler(forced_or_answer)
+    write_case(pytester, chat_server, FORCED_ONCE)
+    run_live(pytester).assert_outcomes(passed=1)
+    first, second = (request.json() for request in chat_server.requests)
+    assert first["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
+    assert "tool_choice" not in second
+    assert second["messages"][-1] == {"role": "tool", "tool_call_id": "call_0",
+                                      "content": '{"temp_c": 21}'}
+
+
+def test_run_tools_true_with_the_forced_tool_loops_until_max_turns(
+    pytester: pytest.Pytester, chat_server: ChatServer
+) -> None:
+    """What ``once`` is for: the full loop sends the forced choice every time."""
+    chat_server.set_handler(forced_or_answer)
+    write_case(pytester, chat_server, FORCED_ONCE.replace("run_tools: once",
+                                                          "run_tools: true\n    max_turns: 3"))
+    result = run_live(pytester)
+    result.assert_outcomes(failed=1)
+    assert len(chat_server.requests) == 3
+    result.stdout.fnmatch_lines(["*max_turns (3) reached and the model still calls tools*"])
+
+
+def test_run_tools_once_stops_at_the_reply_to_the_results_whatever_it_asks(
+    pytester: pytest.Pytester, chat_server: ChatServer
+) -> None:
+    """A reply that calls again ends the stage all the same; its calls stay open, and the
+    next stage answers them first."""
+    chat_server.set_default(json_reply(completion(tool_calls=[("get_weather", {"city": "X"})])))
+    write_case(pytester, chat_server, """name: once_only
+tools:
+  - name: get_weather
+    result: sunny
+stages:
+  - name: ask
+    user: Go
+    run_tools: once
+    expect:
+      tool_calls: {$len: 2}
+      finish_reason: tool_calls
+  - name: next
+    expect:
+      tool_calls: [{name: get_weather}]
+""")
+    result = run_live(pytester, "-rA")
+    result.assert_outcomes(passed=1)
+    assert len(chat_server.requests) == 3
+    assert [len(tool_messages(request)) for request in chat_server.requests] == [0, 1, 2]
+
+
+def test_run_tools_once_without_a_call_sends_one_request(
+    pytester: pytest.Pytester, chat_server: ChatServer
+) -> None:
+    chat_server.enqueue(json_reply(completion(text="no tools needed")))
+    write_case(pytester, chat_server, """name: no_call
+tools: [{name: get_weather, result: sunny}]
+stages:
+  - name: ask
+    user: Hi
+    run_tools: once
+    expect: {text: {$contains: "no tools"}, tool_calls: []}
+""")
+    run_live(pytester).assert_outcomes(passed=1)
+    assert len(chat_server.requests) == 1
+
+
+def test_run_tools_takes_true_false_or_once(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".case.yaml", loop="""name: twice
+stages:
+  - name: ask
+    user: Hi
+    run_tools: twice
+""")
+    result = pytester.runpytest("--collect-only", "-p", "no:cacheprovider")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([("*loop.case.yaml:5: stages[[]0[]].run_tools: run_tools takes"
+                                  " true (the agent loop), once (one round of tool runs) or"
+                                  " false; got 'twice'")])
+
+
 def test_pending_calls_are_answered_before_the_next_stage(
     pytester: pytest.Pytester, chat_server: ChatServer
 ) -> None:

@@ -222,6 +222,23 @@ def test_validate_works_where_warnings_are_errors(pytester: pytest.Pytester) -> 
     assert (code, out[:4]) == (0, ["---", 'title: "paris_weather"', "---", "stateDiagram-v2"])
 
 
+def test_validate_names_what_a_cases_api_cannot_express(
+        pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]) -> None:
+    """The items over that API would fail (sending nothing): a problem at its line, once
+    for all the case's models; with endpoint.unsupported: skip, the case says it is fine."""
+    case = ("name: seeded\nmodel: [a, b]\nendpoint: {apis: [chat, responses]%s}\n"
+            "params: {temperature: 0, seed: 7}\nstages: [{name: ask, user: hi}]\n")
+    pytester.makefile(".case.yaml", seeded=case % "")
+    code, out, _ = run(capsys, "validate", "seeded.case.yaml")
+    assert code == 1
+    assert out == ("seeded.case.yaml:4: case 'seeded': the Responses API's request has no field"
+                   " 'seed', and the service refuses a field it does not know: give it only to"
+                   " the APIs that take it (params: {chat: {seed: 7}}), or leave this API out"
+                   " (endpoint.apis)\n1 file, 1 case: 1 problem in 1 file\n")
+    pytester.makefile(".case.yaml", seeded=case % ", unsupported: skip")
+    assert run(capsys, "validate", "seeded.case.yaml") == (0, "1 file, 1 case: ok\n", "")
+
+
 def test_validate_reads_the_ini_as_pytest_does(pytester: pytest.Pytester,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     """The case-file globs of ``toolbench_files``; Python test modules are not imported."""

@@ -96,6 +96,32 @@ def test_the_quick_start_passes_with_the_local_model_as_written(
     pytester.runpytest("weather.case.yaml").assert_outcomes(passed=1)
 
 
+def test_the_quick_start_runs_over_three_apis_in_one_session(
+        pytester: pytest.Pytester, chat_server: ChatServer,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its params hold ``seed``, which only chat's request takes: the Responses and Messages
+    items fail on it alone, at its line and sending nothing; chat's item runs."""
+    chat_server.set_handler(like_the_local_model)
+    case = quick_start_case()
+    seed_line = next(number for number, line in enumerate(case.splitlines(), start=1)
+                     if line.startswith("params:") and "seed" in line)
+    pytester.path.joinpath("weather.case.yaml").write_text(case, encoding="utf-8")
+    monkeypatch.setenv("TOOLBENCH_BASE_URL", chat_server.base_url)
+
+    result = pytester.runpytest("weather.case.yaml", "--toolbench-record",
+                                "--toolbench-api", "chat,responses,messages",
+                                "--toolbench-concurrency", "1")
+
+    result.assert_outcomes(passed=1, failed=2)
+    for title in ("Responses", "Messages"):
+        result.stdout.fnmatch_lines([(
+            f"weather.case.yaml:{seed_line}: case 'paris_weather': the {title} API's request"
+            " has no field 'seed', and the service refuses a field it does not know: give it"
+            " only to the APIs that take it (params: {chat: {seed: 7}}), or leave this API"
+            " out (endpoint.apis)")])
+    assert {request.path for request in chat_server.requests} == {"/v1/chat/completions"}
+
+
 def test_the_quick_starts_mcp_case_is_valid_and_starts_no_server_to_say_so(
         pytester: pytest.Pytester) -> None:
     from pytest_toolbench.commands.cli import main

@@ -322,21 +322,172 @@ stages:
 """
 
 
+def answer_each_api(request: RecordedRequest) -> Reply:
+    """A plain text reply in the words of the API the request was sent to."""
+    if request.path.endswith("/messages"):
+        return json_reply(anthropic_message("hi"))
+    if request.path.endswith("/responses"):
+        return json_reply({"id": "resp_1", "object": "response", "status": "completed",
+                           "output": [{"type": "message", "id": "msg_1", "role": "assistant",
+                                       "status": "completed", "content": [
+                                           {"type": "output_text", "text": "hi",
+                                            "annotations": []}]}],
+                           "usage": {"input_tokens": 5, "output_tokens": 1, "total_tokens": 6}})
+    return json_reply(completion("hi"))
+
+
 @pytest.mark.parametrize("api", ["responses", "messages"])
-def test_a_params_key_the_apis_request_lacks_is_a_collection_error_at_its_line(
-        pytester: pytest.Pytester, api: str) -> None:
+def test_a_params_key_the_apis_request_lacks_fails_that_apis_item_alone_at_its_line(
+        pytester: pytest.Pytester, chat_server: ChatServer, api: str) -> None:
     """The service answers 400 to a field it does not know (the Responses API: "Unknown
-    parameter: 'seed'"); the case says so when collected for that API, at the key's line."""
-    write_case(pytester, PARAMS_CASE)
-    result = run(pytester, f"--toolbench-api={api}")
-    result.assert_outcomes(errors=1)
+    parameter: 'seed'"): the case's item over that API fails at the key's line, sending
+    nothing, while its item over chat runs."""
+    chat_server.set_handler(answer_each_api)
+    write_case(pytester, PARAMS_CASE, chat_server.base_url)
+    result = run(pytester, "--toolbench-live", f"--toolbench-api=chat,{api}")
+    result.assert_outcomes(passed=1, failed=1)
     title = {"responses": "Responses API", "messages": "Messages API"}[api]
     result.stdout.fnmatch_lines([
-        f"*wire.case.yaml:2: case 'params': the {title}'s request has no field 'seed',*",
-        (f"*wire.case.yaml:8: case 'params': the {title}'s request has no field"
+        (f"wire.case.yaml:1: params[[]{api}[]]: the {api} API cannot express the case; nothing"
+         " was sent*"),
+        (f"wire.case.yaml:4: case 'params': the {title}'s request has no field 'seed', and the"
+         " service refuses a field it does not know: give it only to the APIs that take it"
+         " (params: {chat: {seed: 7}}), or leave this API out (endpoint.apis)"),
+        (f"wire.case.yaml:10: case 'params': the {title}'s request has no field"
          " 'frequency_penalty',*")])
     assert "'temperature'" not in result.stdout.str()
     assert "'top_p'" not in result.stdout.str()
+    assert [request.path for request in chat_server.requests] == ["/v1/chat/completions"]
+
+
+def test_unsupported_skip_skips_the_apis_item_with_the_reason(
+        pytester: pytest.Pytester, chat_server: ChatServer) -> None:
+    chat_server.set_handler(answer_each_api)
+    write_case(pytester, f"endpoint: {{base_url: '{chat_server.base_url}', unsupported: skip}}\n"
+               + PARAMS_CASE)
+    result = run(pytester, "--toolbench-live", "--toolbench-api=chat,responses,messages", "-rs")
+    result.assert_outcomes(passed=1, skipped=2)
+    result.stdout.fnmatch_lines([(
+        "SKIPPED [[]1[]] wire.case.yaml*: wire.case.yaml:4: case 'params': the Responses"
+        " API's request has no field 'seed'*; wire.case.yaml:10: case 'params': the Responses"
+        " API's request has no field 'frequency_penalty'*")])
+    assert [request.path for request in chat_server.requests] == ["/v1/chat/completions"]
+
+
+def test_unsupported_takes_fail_or_skip(pytester: pytest.Pytester) -> None:
+    write_case(pytester, "endpoint: {unsupported: ignore}\n" + TEXT_CASE)
+    result = run(pytester, "--collect-only")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*wire.case.yaml:1: endpoint.unsupported: *'fail' or 'skip'*"])
+
+
+NARROWED_CASE = """name: narrowed
+stages:
+  - name: ask
+    user: Say hi
+    expect: {text: {$contains: hi}}
+"""
+
+
+def test_endpoint_apis_gives_the_cases_apis(pytester: pytest.Pytester) -> None:
+    write_case(pytester, "endpoint: {apis: [chat, messages]}\n" + NARROWED_CASE)
+    pytester.makeini("[pytest]\ntoolbench_api = responses\n")  # the case's own win
+    result = run(pytester, "--collect-only", "-q")
+    result.stdout.fnmatch_lines(["wire.case.yaml::narrowed", "wire.case.yaml::narrowed[[]messages[]]",
+                                 "2 tests collected*"])
+
+
+def test_endpoint_apis_narrows_the_flags_apis(pytester: pytest.Pytester,
+                                              chat_server: ChatServer) -> None:
+    """Under --toolbench-api, the items of the flag's APIs the case leaves out are skipped,
+    saying why; the others run."""
+    chat_server.set_handler(answer_each_api)
+    write_case(pytester, f"endpoint: {{apis: [chat, messages], base_url: '{chat_server.base_url}'}}\n"
+               + NARROWED_CASE)
+    result = run(pytester, "--toolbench-live", "--toolbench-api=chat,responses,messages", "-rs")
+    result.assert_outcomes(passed=2, skipped=1)
+    result.stdout.fnmatch_lines([(
+        "SKIPPED [[]1[]] wire.case.yaml*: wire.case.yaml:1: case 'narrowed' runs over chat,"
+        " messages only (endpoint.apis)")])
+    assert sorted(request.path for request in chat_server.requests) == [
+        "/v1/chat/completions", "/v1/messages"]
+
+
+@pytest.mark.parametrize(("endpoint", "says"), [
+    ("{api: chat, apis: [chat]}", "endpoint.apis: give api (*) or apis (*), not both"),
+    ("{apis: [chat, chat]}", "endpoint.apis[[]1[]]: duplicate API name 'chat'"),
+    ("{apis: []}", "endpoint.apis: *at least 1 item*"),
+    ("{apis: [chat, grpc]}", "endpoint.apis[[]1[]]: *'chat'*"),
+], ids=["both", "twice", "empty", "unknown"])
+def test_endpoint_apis_is_checked_at_its_line(pytester: pytest.Pytester, endpoint: str,
+                                              says: str) -> None:
+    write_case(pytester, f"endpoint: {endpoint}\n" + TEXT_CASE)
+    result = run(pytester, "--collect-only")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([f"*wire.case.yaml:1: {says}*"])
+
+
+PER_API_CASE = """
+name: per_api
+params:
+  temperature: 0
+  chat: {seed: 7}
+  responses: {max_output_tokens: 16, store: false}
+  messages: {top_k: 3}
+stages:
+  - name: ask
+    user: Say hi
+    params:
+      top_p: 1
+      chat: {seed: 8}
+    expect: {text: {$contains: hi}}
+"""
+
+
+def test_params_named_like_an_api_go_to_that_api_alone(pytester: pytest.Pytester,
+                                                        chat_server: ChatServer) -> None:
+    """Shared params, the case's for the API over them, the stage's shared over those, the
+    stage's for the API last; another API's never."""
+    chat_server.set_handler(answer_each_api)
+    write_case(pytester, PER_API_CASE, chat_server.base_url)
+    result = run(pytester, "--toolbench-live", "--toolbench-api=chat,responses,messages")
+    result.assert_outcomes(passed=3)
+    sent = {request.path.rsplit("/", 1)[1]: request.json() for request in chat_server.requests}
+    settings = {api: {key: value for key, value in body.items()
+                      if key not in ("messages", "input", "model")}
+                for api, body in sent.items()}
+    assert settings == {
+        "completions": {"temperature": 0, "seed": 8, "top_p": 1},
+        "responses": {"temperature": 0, "max_output_tokens": 16, "store": False, "top_p": 1},
+        "messages": {"temperature": 0, "top_k": 3, "top_p": 1, "max_tokens": 1024}}
+
+
+def test_a_params_key_in_an_apis_own_params_is_named_at_its_line(
+        pytester: pytest.Pytester) -> None:
+    write_case(pytester, PER_API_CASE.replace("{max_output_tokens: 16, store: false}",
+                                              "{max_output_tokens: 16, seed: 7}"))
+    result = run(pytester, "--toolbench-api=responses")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([("wire.case.yaml:5: case 'per_api': the Responses API's"
+                                  " request has no field 'seed', and the service refuses a field"
+                                  " it does not know: leave it out of params.responses")])
+
+
+def test_a_list_under_messages_still_replaces_chats_conversation(
+        pytester: pytest.Pytester, chat_server: ChatServer) -> None:
+    """Only a mapping named like an API is that API's params: ``params: {messages: [...]}``
+    is chat's request field, as before."""
+    chat_server.set_handler(answer_each_api)
+    write_case(pytester, """
+name: written
+stages:
+  - name: ask
+    user: ignored
+    params: {messages: [{role: user, content: Say hi}]}
+    expect: {text: {$contains: hi}}
+""", chat_server.base_url)
+    run(pytester, "--toolbench-live").assert_outcomes(passed=1)
+    assert chat_server.requests[0].json()["messages"] == [{"role": "user", "content": "Say hi"}]
 
 
 def test_chat_passes_any_params_key_through(pytester: pytest.Pytester) -> None:
@@ -352,16 +503,25 @@ stages: [{{name: ask, user: Is 17 prime?}}]
 """
 
 
-def test_messages_thinking_with_the_default_token_limit_is_a_collection_error(
+def test_messages_thinking_with_the_default_token_limit_fails_the_item(
         pytester: pytest.Pytester) -> None:
     """budget_tokens must be at least 1024 and below max_tokens, whose default over the
     Messages API is 1024: no budget fits."""
     write_case(pytester, THINKING_CASE.format(limit=""))
     result = run(pytester, "--toolbench-api=messages")
-    result.assert_outcomes(errors=1)
+    result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        ("*wire.case.yaml:2: case 'thinking': *needs thinking.budget_tokens of at least 1024 and"
+        ("wire.case.yaml:2: case 'thinking': *needs thinking.budget_tokens of at least 1024 and"
          " below max_tokens; here budget_tokens is 1024 and max_tokens 1024 (the default*")])
+
+
+def test_messages_thinking_given_to_messages_alone_is_judged_with_its_own_limit(
+        pytester: pytest.Pytester) -> None:
+    write_case(pytester, THINKING_CASE.format(limit=", max_tokens: 100, messages: {max_tokens: 4096}"))
+    run(pytester, "--collect-only", "--toolbench-api=messages").assert_outcomes()
+    result = run(pytester, "--toolbench-api=messages")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*no cassette*"])  # nothing refused
 
 
 def test_messages_thinking_with_room_for_its_budget_collects(pytester: pytest.Pytester) -> None:

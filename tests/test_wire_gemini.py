@@ -421,7 +421,7 @@ stages:
      "thinkingBudget together with thinkingLevel"),
     ("{presence_penalty: 0.5}", "gemini-2.5-flash", "presencePenalty on gemini-2.5-flash"),
 ])
-def test_requests_the_service_refuses_are_collection_errors(
+def test_requests_the_service_refuses_fail_their_item_unsent(
         pytester: pytest.Pytester, params: str, model: str, says: str) -> None:
     pytester.makefile(".case.yaml", g=f"""
 name: refused
@@ -432,9 +432,11 @@ stages:
   - name: ask
     user: hi
 """)
-    result = pytester.runpytest("--collect-only", "-p", "no:cacheprovider")
-    result.stdout.fnmatch_lines([f"*g.case.yaml:4: case 'refused': *{says}*"])
-    assert result.ret != 0
+    result = pytester.runpytest("-p", "no:cacheprovider", "--toolbench-live",
+                                "--toolbench-base-url", "http://127.0.0.1:9/v1")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"g.case.yaml:4: case 'refused': *{says}*"])
+    assert "ConnectError" not in result.stdout.str()  # nothing was sent
 
 
 def test_the_command_lines_model_is_the_one_collection_checks(pytester: pytest.Pytester) -> None:
@@ -448,14 +450,13 @@ stages:
   - name: ask
     user: hi
 """)
-    without = pytester.runpytest("--collect-only", "-p", "no:cacheprovider")
-    without.stdout.fnmatch_lines(["*g.case.yaml:1: case 'penalised': *give the case a model*"])
-    newer = pytester.runpytest("--collect-only", "-q", "-p", "no:cacheprovider",
-                               "--toolbench-model", "gemini-3-pro")
-    newer.stdout.fnmatch_lines(["*penalised*gemini-3-pro*", "1 test collected*"])
-    assert newer.ret == 0
-    older = pytester.runpytest("--collect-only", "-p", "no:cacheprovider",
-                               "--toolbench-model", "gemini-2.5-flash")
+    without = pytester.runpytest("-p", "no:cacheprovider")
+    without.assert_outcomes(failed=1)
+    without.stdout.fnmatch_lines(["g.case.yaml:1: case 'penalised': *give the case a model*"])
+    newer = pytester.runpytest("-p", "no:cacheprovider", "--toolbench-model", "gemini-3-pro")
+    newer.assert_outcomes(failed=1)
+    newer.stdout.fnmatch_lines(["*penalised?gemini-3-pro-gemini?: no cassette*"])
+    older = pytester.runpytest("-p", "no:cacheprovider", "--toolbench-model", "gemini-2.5-flash")
+    older.assert_outcomes(failed=1)
     older.stdout.fnmatch_lines(
-        ["*g.case.yaml:3: case 'penalised': *presencePenalty on gemini-2.5-flash*"])
-    assert older.ret != 0
+        ["g.case.yaml:3: case 'penalised': *presencePenalty on gemini-2.5-flash*"])

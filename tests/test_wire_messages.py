@@ -10,7 +10,14 @@ from typing import Any
 
 import pytest
 from support.anthropic_rules import refusal
-from support.chat_server import ChatServer, RecordedRequest, json_reply, named_event, sse_reply
+from support.chat_server import (
+    ChatServer,
+    RecordedRequest,
+    completion,
+    json_reply,
+    named_event,
+    sse_reply,
+)
 
 from pytest_toolbench.casefile.schema import Case, Tool, ToolChoiceFunction
 from pytest_toolbench.records import Reply, StreamEvent
@@ -1137,18 +1144,24 @@ stages:
     result.stdout.fnmatch_lines(["*the server said: messages: roles must alternate*"])
 
 
-def test_allowed_tools_is_a_collection_error(pytester: pytest.Pytester,
-                                             chat_server: ChatServer) -> None:
+def test_allowed_tools_fails_the_messages_item_alone(pytester: pytest.Pytester,
+                                                    chat_server: ChatServer) -> None:
+    """Messages cannot say it: its item fails at the line, sending nothing; chat's runs."""
+    chat_server.enqueue(json_reply(completion("Hi there")))
     write_case(pytester, chat_server, "name: weather\n" + TOOLS + """stages:
   - name: ask
     user: Hi
     tool_choice: {allowed_tools: {mode: auto, tools: [get_weather]}}
 """)
-    result = run_messages(pytester, chat_server)
-    result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines([("*messages.case.yaml:*: case 'weather': the messages API"
+    result = pytester.runpytest("-p", "no:cacheprovider", "--toolbench-live",
+                                "--toolbench-api=chat,messages", "-rA")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "PASSED messages.case.yaml::weather[[]claude-test[]]",
+        "FAILED messages.case.yaml::weather[[]claude-test-messages[]]*"])
+    result.stdout.fnmatch_lines([("messages.case.yaml:13: case 'weather': the messages API"
                                   " (Anthropic Messages) has no allowed_tools tool_choice;*")])
-    assert chat_server.requests == []
+    assert [request.path for request in chat_server.requests] == ["/v1/chat/completions"]
 
 
 def test_streamed_calls_complete_when_their_block_stops() -> None:

@@ -260,7 +260,10 @@ def _outline_of(case: Case, reads: Reads) -> Outline:
         tool.python for tool in case.function_tools) or case.agent is not None or any(
         stage.expect.python for stage in case.stages)
     rows = tuple(case.parametrize.ids) if case.parametrize else ()
+    endpoint = case.endpoint
     return Outline(case.name, tuple(case.models), case.api, tuple(case.marks),
+                   only=tuple(endpoint.apis or ()),
+                   skips_unsupported=endpoint.unsupported == "skip",
                    rows=rows, reads=tuple(reads.read), keepable=not imports_code,
                    wants_judge=tuple(case.wants_judge))
 

@@ -1,8 +1,9 @@
 """What collection asks of a validated case, kept so a later run can collect the case
 without validating it again.
 
-Collecting a case makes its items: their names (the case's name, models and wire API),
-their marks, and the collection errors of an API that cannot express the case. That is
+Collecting a case makes its items: their names (the case's name, models and wire APIs),
+their marks, and what each API cannot express of the case (which fails or skips that
+API's items). That is
 all an ``Outline`` holds. A case file whose cases validated leaves their outlines in its
 entry of the parsed-file cache (``cache.ParsedCache``), beside its parsed data; a run that
 reads back that entry (the file's exact bytes, the same plugin code and the same versions
@@ -40,6 +41,11 @@ class Outline:
     """The case's ``endpoint.api``, if it names one."""
     marks: tuple[Any, ...]
     """The case's ``marks`` as written (validated): names and one-key mappings."""
+    only: tuple[str, ...] = ()
+    """The case's ``endpoint.apis``: the only APIs it runs over (empty: any)."""
+    skips_unsupported: bool = False
+    """``endpoint.unsupported: skip``: the item of an API that cannot express the case is
+    skipped, not failed."""
     unsupported: dict[str, Problems] = field(default_factory=dict)
     """Per wire API checked so far: what it cannot express of the case run with its own
     models (empty: nothing)."""
@@ -70,18 +76,20 @@ class Outline:
         return (self.name, self.models, self.api, self.marks,
                 {api: [(message, tuple(path)) for message, path in problems]
                  for api, problems in self.unsupported.items()}, self.wants_judge, self.rows,
-                self.reads)
+                self.reads, self.only, self.skips_unsupported)
 
     @classmethod
     def from_data(cls, data: Any) -> Outline | None:
         """The outline ``to_data`` gave, or None when ``data`` is not one."""
-        if not (isinstance(data, tuple) and len(data) == 8):
+        if not (isinstance(data, tuple) and len(data) == 10):
             return None
-        name, models, api, marks, unsupported, wants_judge, rows, reads = data
+        name, models, api, marks, unsupported, wants_judge, rows, reads, only, skips = data
         if not (isinstance(wants_judge, tuple)
                 and all(isinstance(path, tuple) for path in wants_judge)):
             return None
         if not (isinstance(name, str) and isinstance(models, tuple)
+                and isinstance(only, tuple) and all(isinstance(each, str) for each in only)
+                and isinstance(skips, bool)
                 and all(model is None or isinstance(model, str) for model in models)
                 and (api is None or isinstance(api, str)) and isinstance(marks, tuple)
                 and isinstance(unsupported, dict) and all(
@@ -95,5 +103,5 @@ class Outline:
                     isinstance(read, tuple) and len(read) == 2 and isinstance(read[0], str)
                     and isinstance(read[1], bytes) for read in reads)):
             return None
-        return cls(name, models, api, marks, unsupported, rows=rows, reads=reads,
-                   wants_judge=wants_judge)
+        return cls(name, models, api, marks, only=only, skips_unsupported=skips,
+                   unsupported=unsupported, rows=rows, reads=reads, wants_judge=wants_judge)

@@ -137,7 +137,29 @@ class Endpoint(StrictModel):
     """Retries of transient failures (connect errors, 429, 5xx)."""
     api: ApiName | None = None
     """The wire API the case speaks: ``chat`` (chat completions, the default) or another
-    of those the enum lists (docs/case-format.md, Wire APIs, says what each one sends)."""
+    of those the enum lists (docs/case-format.md, Wire APIs, says what each one sends).
+    ``--toolbench-api`` overrides it."""
+    apis: list[ApiName] | None = Field(default=None, min_length=1)
+    """The wire APIs the case runs over, and the only ones: one item each, and under
+    ``--toolbench-api`` the items of the flag's other APIs are skipped."""
+    unsupported: Literal["fail", "skip"] = "fail"
+    """What the item of an API that cannot express the case does (a params key its
+    request lacks, ``allowed_tools`` over Messages...): ``fail`` (the default), saying
+    why at the line, or ``skip`` with that reason. The case's other APIs' items run."""
+
+    @field_validator("apis")
+    @classmethod
+    def _unique_apis(cls, apis: list[str] | None) -> list[str] | None:
+        if apis is not None:
+            _reject_duplicates("API", apis, key=None)
+        return apis
+
+    @model_validator(mode="after")
+    def _api_or_apis(self) -> Endpoint:
+        if self.api is not None and self.apis is not None:
+            raise KeyedError("give api (the case's API, which --toolbench-api overrides) or"
+                             " apis (the only APIs it runs over), not both", ("apis",))
+        return self
 
 
 def _any_object() -> dict[str, JsonValue]:
@@ -718,7 +740,10 @@ class Stage(StrictModel):
     tool_choice: (Literal["auto", "none", "required"] | ToolChoiceFunction | AllowedTools
                   | None) = None
     stream: bool | Literal["both"] = False
-    run_tools: bool = False
+    run_tools: bool | Literal["once"] = False
+    """``true``: the agent loop, until a reply calls no tool (or ``max_turns``); ``once``:
+    the calls of the first reply are run and their results sent, and the reply to them
+    ends the stage; ``false``: one request."""
     max_turns: int = Field(default=5, ge=1)
     params: dict[str, JsonValue] = Field(default_factory=dict)
     """Merged over the case's params for this stage's requests."""
@@ -744,6 +769,14 @@ class Stage(StrictModel):
             raise KeyedError("stream: both runs a stage twice; a simulated conversation runs"
                              " once: give true or false", ("stream",))
         return self
+
+    @field_validator("run_tools", mode="before")
+    @classmethod
+    def _run_tools_choice(cls, value: Any) -> Any:
+        if value is True or value is False or value == "once":
+            return value
+        raise ValueError(f"run_tools takes true (the agent loop), once (one round of tool"
+                         f" runs) or false; got {value!r}")
 
 
 class Table(StrictModel):

@@ -93,6 +93,7 @@ class _Gather:
     def __init__(self, named: set[Path]) -> None:
         self.named = named
         self.collected = Collected()
+        self._refusals: set[str] = set()
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_ignore_collect(self, collection_path: Path, config: pytest.Config) -> bool | None:
@@ -125,6 +126,12 @@ class _Gather:
                                           for problem in self.collected.problems):
             self.collected.problems.append(Problem(where, str(item.invalid),
                                                    len(errors.errors)))
+        elif errors is None and item.refused and item.refused[0] not in self._refusals:
+            # What an API cannot express fails the case's items over it: a problem of the
+            # file, said once for all the case's models.
+            self._refusals.update(item.refused)
+            self.collected.problems.append(Problem(where, "\n".join(item.refused),
+                                                   len(item.refused)))
 
     def pytest_exception_interact(self, node: pytest.Collector | pytest.Item,
                                   call: pytest.CallInfo[Any],

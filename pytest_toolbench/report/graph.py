@@ -34,8 +34,10 @@ class StageFlow:
         stage = self.stage
         conditional = {
             "answer_pending": self.answers_pending,
-            "tool_use": stage.run_tools,
-            "max_turns": stage.run_tools,
+            "tool_use": bool(stage.run_tools),
+            # ``once`` sends two requests at most: max_turns 1 alone stops it earlier.
+            "max_turns": stage.run_tools is True or (bool(stage.run_tools)
+                                                     and stage.max_turns < 2),
             "other_variant": stage.stream == "both",
             "retry": stage.retry is not None and stage.retry.attempts > 1,
         }
@@ -44,7 +46,8 @@ class StageFlow:
     def label(self, trigger: str) -> str:
         stage = self.stage
         labels = {
-            "tool_use": f"tool_use (max {stage.max_turns} turns)",
+            "tool_use": ("tool_use (once)" if stage.run_tools == "once"
+                         else f"tool_use (max {stage.max_turns} turns)"),
             "max_turns": f"max_turns ({stage.max_turns} sent)",
             "other_variant": "other_variant (now not streamed)",
             "retry": f"retry (up to {stage.retry.attempts} attempts)" if stage.retry else "retry",
@@ -58,7 +61,10 @@ def stage_flows(case: Case) -> list[StageFlow]:
     for index, stage in enumerate(case.stages):
         previous = case.stages[index - 1] if index else None
         sends_tool_messages = any(message.get("role") == "tool" for message in stage.messages)
-        pending = previous is not None and not previous.run_tools and not sends_tool_messages
+        # Only the full loop never leaves calls open: ``once`` stops at the reply to the
+        # results, whatever it asks.
+        pending = (previous is not None and previous.run_tools is not True
+                   and not sends_tool_messages)
         flows.append(StageFlow(stage, pending))
     return flows
 

@@ -16,7 +16,17 @@ from typing import Any, Protocol
 from ..apis import case_label
 from ..casefile.load import LoadedCase
 from ..casefile.names import names_checked, names_known_at_load, offered_at_load, unoffered
-from ..casefile.schema import AgentExpect, BfclTools, Expect, McpTools, Stage, Toolbox
+from ..casefile.params import api_params, stage_params
+from ..casefile.schema import (
+    AgentExpect,
+    AllowedTools,
+    BfclTools,
+    Expect,
+    McpTools,
+    Stage,
+    Toolbox,
+    ToolChoiceFunction,
+)
 from ..judge.second import SecondModel
 from ..keypaths import KeyPath
 from ..matchers.limits import DEFAULT_LIMIT_S as DEFAULT_MATCH_TIMEOUT_S
@@ -435,10 +445,11 @@ class StageRunner:
     async def agent_loop(self, attempt: StageAttempt, streamed: bool,
                          replies: list[Reply]) -> bool:
         """Send, answer the tool calls, send again, until a reply calls none (its replies
-        appended to ``replies``); False when the stage failed on the way."""
+        appended to ``replies``); False when the stage failed on the way. With
+        ``run_tools: once`` the reply to the first tool results ends it, whatever it asks."""
         sent = 0
         while True:
-            turn = await self._send(attempt, streamed)
+            turn = await self._send(attempt, streamed, first=not sent)
             if turn.reply is None:
                 return False
             reply = turn.reply
@@ -446,7 +457,8 @@ class StageRunner:
             sent += 1
             self.conversation.add_reply(reply)
             self.conversation.pending = list(reply.tool_calls)
-            if not (reply.tool_calls and self.stage.run_tools):
+            once_over = self.stage.run_tools == "once" and sent > 1
+            if not (reply.tool_calls and self.stage.run_tools) or once_over:
                 turn.stop_reason = "end_turn"
                 # A simulated user answers the agent's turn before anything is checked.
                 self.machine.fire("end_turn" if self.stage.simulate_user is None
@@ -534,10 +546,10 @@ class StageRunner:
         self.machine.fire("send")
         return runs
 
-    async def _send(self, attempt: StageAttempt, streamed: bool) -> Turn:
+    async def _send(self, attempt: StageAttempt, streamed: bool, first: bool = True) -> Turn:
         if self.machine.state in (StageState.IDLE, StageState.SIMULATING):
             self.machine.fire("send")
-        body = self._body(streamed)
+        body = self._body(streamed, first)
         turn = Turn(request=body, streamed=streamed)
         started = time.perf_counter()
         try:
@@ -568,16 +580,21 @@ class StageRunner:
         assert self.ctx.sink is not None
         self.ctx.sink(self.ctx.scrubber.interaction(interaction))
 
-    def _body(self, streamed: bool) -> dict[str, Any]:
-        """The request, in the words of the API the case speaks."""
-        case, stage = self.case_run.loaded.case, self.stage
-        params = {**case.params,
-                  **interpolate(stage.params, self.conversation.variables, ("params",))}
+    def _body(self, streamed: bool, first: bool = True) -> dict[str, Any]:
+        """The request, in the words of the API the case speaks. ``first``: the stage's
+        first request; after it, under ``run_tools: once``, a tool choice that forces a call
+        is not sent again (it would force another call instead of the answer)."""
+        case, stage, api = self.case_run.loaded.case, self.stage, self.case_run.api
+        params = {**api_params(case.params, api), **api_params(
+            interpolate(stage.params, self.conversation.variables, ("params",)), api)}
+        choice = stage.tool_choice
+        if not first and stage.run_tools == "once" and forces_a_call(choice):
+            choice = None
         return self.case_run.wire.request(RequestParts(
             model=self.case_run.model, messages=list(self.conversation.messages),
             native=dict(self.conversation.native),
             failed_results=frozenset(self.conversation.failed_results),
-            tools=self.toolset.tools, tool_choice=stage.tool_choice, params=params,
+            tools=self.toolset.tools, tool_choice=choice, params=params,
             stream=streamed))
 
     def _check(self, attempt: StageAttempt, outcome: Outcome, streamed: bool,
@@ -608,18 +625,13 @@ class StageRunner:
 
     def _parallel_calls(self, outcome: Outcome) -> list[Failure]:
         """``parallel_tool_calls: false`` asked the server for one call a reply at most."""
-        case, stage = self.case_run.loaded.case, self.stage
-        path: tuple[str | int, ...]
-        if "parallel_tool_calls" in stage.params:
-            asked, path = stage.params["parallel_tool_calls"], ("stages", self.index, "params")
-        else:
-            asked, path = case.params.get("parallel_tool_calls"), ("params",)
+        asked, path = stage_params(self.case_run.loaded.case, self.index,
+                                   self.case_run.api).get("parallel_tool_calls", (None, ()))
         if asked is not False:
             return []
         return [Failure(f"parallel_tool_calls is false, yet one reply made {len(reply.tool_calls)}"
                         f" tool calls: {', '.join(call.name for call in reply.tool_calls)}",
-                        (*path, "parallel_tool_calls"),
-                        self._line_of((*path, "parallel_tool_calls")))
+                        path, self._line_of(path))
                 for reply in outcome.replies if len(reply.tool_calls) > 1]
 
     def _compare(self, attempt: StageAttempt, outcomes: list[Outcome]) -> None:
@@ -673,6 +685,14 @@ class StageRunner:
 
     def _line_of(self, path: tuple[str | int, ...]) -> int:
         return self.case_run.loaded.line_at(path)
+
+
+def forces_a_call(choice: str | ToolChoiceFunction | AllowedTools | None) -> bool:
+    """Whether a stage's ``tool_choice`` makes the model call a tool: ``required``, a
+    named tool, or ``allowed_tools`` in mode ``required``."""
+    if isinstance(choice, AllowedTools):
+        return choice.allowed_tools.mode == "required"
+    return choice == "required" or isinstance(choice, ToolChoiceFunction)
 
 
 async def observe(toolset: Toolset, expect: AgentExpect, scrubber: Scrubber

@@ -18,6 +18,7 @@ from json.scanner import make_scanner
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
 
 from ..apis import ApiRow, api_row
+from ..casefile.params import params_written
 from ..records import Interaction, Reply
 
 if TYPE_CHECKING:
@@ -204,23 +205,21 @@ class WireApi(ABC):
         field for; an adapter adds its own."""
         if self.request_fields is None:
             return []
-        return [Unsupported(self._unknown_field(key), (*where, key))
-                for where, params in _params_of(case) for key in params
-                if key not in self.request_fields]
+        return [Unsupported(self._unknown_field(key, value, own=path[-2] == self.name), path)
+                for params in params_written(case, self.name)
+                for key, (value, path) in params.items() if key not in self.request_fields]
 
-    def _unknown_field(self, key: str) -> str:
+    def _unknown_field(self, key: str, value: Any, own: bool) -> str:
         known = self.request_fields or frozenset()
         close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.9)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        return (f"the {self.title}'s request has no field {key!r}{hint}, and the service"
-                " refuses a field it does not know: leave it out of params for this API, or"
-                " run the case over chat, which passes params through")
-
-
-def _params_of(case: Case) -> list[tuple[KeyPath, dict[str, Any]]]:
-    """Each ``params`` mapping of a case, with where it is."""
-    return [(("params",), case.params),
-            *((("stages", index, "params"), stage.params) for index, stage in enumerate(case.stages))]
+        refused = (f"the {self.title}'s request has no field {key!r}{hint}, and the service"
+                   " refuses a field it does not know")
+        if own:
+            return f"{refused}: leave it out of params.{self.name}"
+        shown = json.dumps(value) if isinstance(value, (int, float, str, bool)) else "..."
+        return (f"{refused}: give it only to the APIs that take it (params: {{chat: {{{key}:"
+                f" {shown}}}}}), or leave this API out (endpoint.apis)")
 
 
 # --- shared by the adapters ---------------------------------------------------------------

@@ -49,6 +49,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from ..casefile.params import Located, stage_params
 from ..records import Reply
 from .base import (
     JSON_ERRORS,
@@ -152,8 +153,8 @@ class GeminiApi(WireApi):
             if allowed is not None and allowed.mode != "required":
                 found.append(Unsupported(
                     f"{_TITLE} limits calls to some functions only in mode ANY"
-                    " (allowedFunctionNames): give allowed_tools mode required, or run this"
-                    " case over chat or responses (--toolbench-api)",
+                    " (allowedFunctionNames): give allowed_tools mode required, or leave this"
+                    " API out of the case's (endpoint.apis: [chat, responses])",
                     ("stages", index, "tool_choice")))
             for position, message in enumerate(stage.messages):
                 found += _message_unsupported(message, ("stages", index, "messages", position))
@@ -167,12 +168,12 @@ def _generation_unsupported(case: Case, models: list[str]) -> list[Unsupported]:
     """What the service refuses in the generation settings of ``case`` run with ``models``,
     once per key."""
     found: dict[tuple[str | int, ...], str] = {}
-    for index, stage in enumerate(case.stages):
-        params = {**case.params, **stage.params}
+    for index in range(len(case.stages)):
+        given = stage_params(case, index, GeminiApi.name)
+        params = {key: value for key, (value, _path) in given.items()}
 
-        def where(key: str, index: int = index, own: dict[str, Any] = stage.params
-                  ) -> tuple[str | int, ...]:
-            return ("stages", index, "params", key) if key in own else ("params", key)
+        def where(key: str, given: Located = given) -> tuple[str | int, ...]:
+            return given[key][1]
 
         thinking = _thinking(params)
         if "thinkingBudget" in thinking and "thinkingLevel" in thinking:

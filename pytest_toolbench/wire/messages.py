@@ -85,6 +85,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
+from ..casefile.params import stage_params
 from ..records import Reply
 from .base import (
     JSON_ERRORS,
@@ -181,7 +182,8 @@ class MessagesApi(WireApi):
             if hasattr(stage.tool_choice, "allowed_tools"):
                 found.append(Unsupported(
                     f"{_TITLE} has no allowed_tools tool_choice; give auto, required, none or"
-                    " {name: TOOL}, or run this case over chat or responses (--toolbench-api)",
+                    " {name: TOOL}, or leave this API out of the case's (endpoint.apis: [chat,"
+                    " responses])",
                     ("stages", index, "tool_choice")))
             for position, message in enumerate(stage.messages):
                 found.extend(_message_unsupported(message, ("stages", index, "messages",
@@ -194,13 +196,13 @@ def _thinking_unsupported(case: Case) -> list[Unsupported]:
     least ``MIN_THINKING_BUDGET`` and below ``max_tokens``, which is ``DEFAULT_MAX_TOKENS``
     (no room for any budget) when the case sets no token limit. Said once per key."""
     found: dict[tuple[str | int, ...], str] = {}
-    for index, stage in enumerate(case.stages):
-        params = {**case.params, **stage.params}
+    for index in range(len(case.stages)):
+        given = stage_params(case, index, MessagesApi.name)
+        params = {key: value for key, (value, _path) in given.items()}
         thinking = params.get("thinking")
         if not isinstance(thinking, dict) or thinking.get("type") != "enabled":
             continue
-        where = ("stages", index, "params", "thinking") if "thinking" in stage.params \
-            else ("params", "thinking")
+        where = given["thinking"][1]
         problem = _budget_problem(thinking.get("budget_tokens"), take_token_limit(params)[1])
         if problem:
             found.setdefault(where, problem)
