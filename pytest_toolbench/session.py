@@ -30,7 +30,7 @@ from .judge.second import SecondModel
 from .records import CaseResult
 from .run.runner import CaseRun, RunContext, run_case
 from .scrubbing import LogScrubber, Scrubber, endpoint_secrets
-from .settings import Mode, ResolvedEndpoint, Settings
+from .settings import Mode, ResolvedEndpoint, Settings, missing_key
 from .transport.breaker import CircuitBreaker
 from .transport.cassette import Cassette, CassettePaths
 from .transport.client import ApiClient, ClientConfig, InteractionSink
@@ -289,6 +289,9 @@ class SessionRuntime:
             if self._rejudges(case_run):
                 self._spent(case_run, result.side_tokens("judge"))
             return result
+        unsent = missing_key(endpoint, case_run.api, api_key)
+        if unsent is not None:  # said before it costs a request, a retry and a 401
+            return case_run.not_run(unsent)
         recording = self.settings.mode in (Mode.RECORD, Mode.MISSING)
         sink = cassette.interactions.append if recording else None
         seconds = SecondModels(self, case_run, cassette)

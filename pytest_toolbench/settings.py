@@ -328,6 +328,20 @@ class Settings:
         return (base_url or row.base_url).rstrip("/")
 
 
+def missing_key(endpoint: ResolvedEndpoint, api: str, api_key: str | None) -> str | None:
+    """Why a live request over ``api`` to ``endpoint`` is not sent: there is no key
+    (``api_key``: what its variables hold) and the base URL is the API's own hosted service,
+    which refuses a request without one. None when there is a key, or the server is another
+    (a local server takes none)."""
+    if api_key or endpoint.base_url != REGISTRY[api].base_url.rstrip("/"):
+        return None
+    variables = " or ".join((endpoint.api_key_env, *endpoint.key_env_fallbacks))
+    return (f"no API key for {endpoint.base_url}, the {api} API's own service, which refuses"
+            f" a request without one; nothing was sent: set {variables}, or give the base"
+            " URL of another server (--toolbench-base-url, TOOLBENCH_BASE_URL or the case's"
+            " endpoint.base_url)")
+
+
 def summary_shown(config: pytest.Config) -> bool:
     """Whether the toolbench summary is printed (``-q`` hides it)."""
     return config.get_verbosity() >= 0

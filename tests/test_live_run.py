@@ -7,6 +7,7 @@ The server answers by the last user message (``by_user``), so cases may run conc
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 from collections.abc import Callable, Iterator, Mapping
 
@@ -425,6 +426,77 @@ def test_authorization_header_only_with_a_key(
     result.assert_outcomes(passed=1)
     (request,) = chat_server.requests
     assert request.headers.get("authorization") == expected
+
+
+KEY_VARIABLES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY")
+
+
+@pytest.fixture
+def hosted_on_loopback(monkeypatch: pytest.MonkeyPatch, chat_server: ChatServer) -> ChatServer:
+    """No key in the environment, and the loopback server in place of every API's own
+    hosted service (the registry's default base URLs): what it receives is what would
+    have gone to the service, and nothing leaves the machine whatever the code does."""
+    from pytest_toolbench import apis
+
+    for name in KEY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    for name, row in apis.REGISTRY.items():
+        monkeypatch.setitem(apis.REGISTRY, name,
+                            dataclasses.replace(row, base_url=chat_server.base_url))
+    return chat_server
+
+
+def test_no_key_for_an_apis_own_service_stops_the_item_before_sending(
+        pytester: pytest.Pytester, hosted_on_loopback: ChatServer) -> None:
+    pytester.makefile(".case.yaml", c="name: c\nmodel: m\nstages: [{name: ask, user: hi}]\n")
+
+    result = pytester.runpytest("--toolbench-live", "--toolbench-api=chat,messages,gemini")
+
+    result.assert_outcomes(failed=3)
+    for api, variables in (("chat", "OPENAI_API_KEY"), ("messages", "ANTHROPIC_API_KEY"),
+                           ("gemini", "GEMINI_API_KEY or GOOGLE_API_KEY")):
+        result.stdout.fnmatch_lines([
+            f"c.case.yaml:1: c[[]m*]: no API key for {hosted_on_loopback.base_url}, the {api}"
+            f" API's own service, which refuses a request without one; nothing was sent: set"
+            f" {variables}, or give the base URL of another server (--toolbench-base-url,"
+            " TOOLBENCH_BASE_URL or the case's endpoint.base_url)"])
+    assert hosted_on_loopback.requests == []
+
+
+def test_a_named_key_variable_is_the_one_to_set_and_with_a_key_the_request_goes(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+        hosted_on_loopback: ChatServer) -> None:
+    hosted_on_loopback.set_handler(echo)
+    pytester.makefile(".case.yaml", c=textwrap.dedent("""\
+        name: c
+        endpoint: {api_key_env: TEAM_OPENAI_KEY}
+        stages: [{name: ask, user: hi}]
+        """))
+    monkeypatch.delenv("TEAM_OPENAI_KEY", raising=False)
+    unset = pytester.runpytest("--toolbench-live")
+    unset.assert_outcomes(failed=1)
+    unset.stdout.fnmatch_lines(["*nothing was sent: set TEAM_OPENAI_KEY, or give*"])
+    assert hosted_on_loopback.requests == []
+
+    monkeypatch.setenv("TEAM_OPENAI_KEY", "sk-team-123456")
+    pytester.runpytest("--toolbench-live").assert_outcomes(passed=1)
+    (request,) = hosted_on_loopback.requests
+    assert request.headers["authorization"] == "Bearer sk-team-123456"
+
+
+def test_without_a_key_another_server_is_asked(pytester: pytest.Pytester,
+                                                monkeypatch: pytest.MonkeyPatch,
+                                                chat_server: ChatServer) -> None:
+    """A local server takes no key: a base URL of its own is enough."""
+    chat_server.set_handler(echo)
+    for name in KEY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TOOLBENCH_BASE_URL", chat_server.base_url)
+    pytester.makefile(".case.yaml", c="name: c\nstages: [{name: ask, user: hi}]\n")
+    pytester.runpytest("--toolbench-live", "--toolbench-api=chat,messages").assert_outcomes(
+        passed=1, failed=1)  # messages: the echo is a chat reply, but it was asked
+    assert sorted(request.path for request in chat_server.requests) == [
+        "/v1/chat/completions", "/v1/messages"]
 
 
 def test_report_header_shows_the_mode(pytester: pytest.Pytester) -> None:
