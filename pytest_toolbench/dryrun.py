@@ -24,11 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 import httpx2
 
-from .apis import AGENT, REGISTRY
+from .apis import AGENT
 from .casefile.schema import McpTools
 from .keypaths import KeyPath
 from .records import CaseResult
@@ -36,6 +35,7 @@ from .run.runner import CaseRun, RunContext, run_case
 from .run.toolset import ToolSource
 from .scrubbing import SCRUBBED, Scrubber, is_credential, mask_urls
 from .session import CaseSetup, SecondModels, SessionRuntime
+from .settings import hosted_service, key_variables
 from .transport.cassette import Cassette
 from .transport.errors import ReplayError
 from .transport.replay import Replayer
@@ -188,16 +188,11 @@ def _check_key(plan: Plan, setup: CaseSetup, api: str) -> None:
     note elsewhere (a local server needs none)."""
     if setup.api_key is not None:
         return
-    endpoint = setup.endpoint
-    variables = " or ".join((endpoint.api_key_env, *endpoint.key_env_fallbacks))
-    if _host(endpoint.base_url) == _host(REGISTRY[api].base_url):
+    variables = key_variables(setup.endpoint)
+    if hosted_service(setup.endpoint, api):  # the run stops there (settings.missing_key)
         plan.missing.append(f"a key: set {variables}")
     else:
         plan.notes.append(f"sent without a key ({variables} not set)")
-
-
-def _host(url: str) -> str:
-    return (urlsplit(url).hostname or "").lower()
 
 
 def _recorded(empty: Cassette, api: str) -> Cassette | None:

@@ -210,7 +210,7 @@ class CaseItem(pytest.Item):
         return file.described(errors)
 
     def runtest(self) -> None:
-        problems = self.invalid or self._refused_text()
+        problems = self.invalid or self.refusal_text()
         if problems is not None:
             self.result = self.case_run.result(error=problems)
             raise CaseFailed(self.result)
@@ -224,7 +224,8 @@ class CaseItem(pytest.Item):
         if not self.result.passed:
             raise CaseFailed(self.result)
 
-    def _refused_text(self) -> str | None:
+    def refusal_text(self) -> str | None:
+        """What the item fails with when its API cannot express the case; None when it can."""
         if not self.refused:
             return None
         header = (f"the {self.api} API cannot express the case; nothing was sent (the case's"
@@ -452,7 +453,8 @@ def dry_run(session: pytest.Session) -> int:
 
     config = session.config
     cases = [item for item in session.items if isinstance(item, CaseItem)]
-    plans = plan_items(_runtime(config), [(item.case_run, item.invalid) for item in cases],
+    plans = plan_items(_runtime(config), [(item.case_run, item.invalid or item.refusal_text())
+                                          for item in cases],
                        indent=config.get_verbosity() > 0)
     for item, plan in zip(cases, plans):
         skip = item.get_closest_marker("skip")

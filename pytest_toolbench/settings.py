@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -328,18 +329,30 @@ class Settings:
         return (base_url or row.base_url).rstrip("/")
 
 
+def hosted_service(endpoint: ResolvedEndpoint, api: str) -> bool:
+    """Whether ``endpoint`` is ``api``'s own hosted service (the host of the registry's
+    default base URL), which refuses a request without a key; a local server takes none."""
+    def host(url: str) -> str:
+        return (urlsplit(url).hostname or "").lower()
+
+    return host(endpoint.base_url) == host(REGISTRY[api].base_url)
+
+
+def key_variables(endpoint: ResolvedEndpoint) -> str:
+    """The variables ``endpoint``'s key is read from, as a message says what to set."""
+    return " or ".join((endpoint.api_key_env, *endpoint.key_env_fallbacks))
+
+
 def missing_key(endpoint: ResolvedEndpoint, api: str, api_key: str | None) -> str | None:
     """Why a live request over ``api`` to ``endpoint`` is not sent: there is no key
-    (``api_key``: what its variables hold) and the base URL is the API's own hosted service,
-    which refuses a request without one. None when there is a key, or the server is another
-    (a local server takes none)."""
-    if api_key or endpoint.base_url != REGISTRY[api].base_url.rstrip("/"):
+    (``api_key``: what its variables hold) and the endpoint is the API's own hosted service.
+    None when there is a key, or the server is another."""
+    if api_key or not hosted_service(endpoint, api):
         return None
-    variables = " or ".join((endpoint.api_key_env, *endpoint.key_env_fallbacks))
     return (f"no API key for {endpoint.base_url}, the {api} API's own service, which refuses"
-            f" a request without one; nothing was sent: set {variables}, or give the base"
-            " URL of another server (--toolbench-base-url, TOOLBENCH_BASE_URL or the case's"
-            " endpoint.base_url)")
+            f" a request without one; nothing was sent: set {key_variables(endpoint)}, or give"
+            " the base URL of another server (--toolbench-base-url, TOOLBENCH_BASE_URL or the"
+            " case's endpoint.base_url)")
 
 
 def summary_shown(config: pytest.Config) -> bool:

@@ -455,11 +455,11 @@ def test_no_key_for_an_apis_own_service_stops_the_item_before_sending(
     result.assert_outcomes(failed=3)
     for api, variables in (("chat", "OPENAI_API_KEY"), ("messages", "ANTHROPIC_API_KEY"),
                            ("gemini", "GEMINI_API_KEY or GOOGLE_API_KEY")):
-        result.stdout.fnmatch_lines([
+        result.stdout.fnmatch_lines([(
             f"c.case.yaml:1: c[[]m*]: no API key for {hosted_on_loopback.base_url}, the {api}"
             f" API's own service, which refuses a request without one; nothing was sent: set"
             f" {variables}, or give the base URL of another server (--toolbench-base-url,"
-            " TOOLBENCH_BASE_URL or the case's endpoint.base_url)"])
+            " TOOLBENCH_BASE_URL or the case's endpoint.base_url)")])
     assert hosted_on_loopback.requests == []
 
 
