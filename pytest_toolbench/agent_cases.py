@@ -13,13 +13,12 @@ import asyncio
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from .apis import AGENT, API_NAMES, REGISTRY
 from .casefile.cache import KeptParses
 from .casefile.schema import Endpoint
-from .judge.second import SecondModel
+from .judge.second import RoleModels
 from .records import CaseResult
 from .run.agent import AgentContext, run_agent_case
 from .run.runner import CaseRun
@@ -27,21 +26,8 @@ from .scrubbing import Scrubber, endpoint_secrets
 from .settings import Mode, Settings
 from .transport.agent_tap import PLACEHOLDER_KEY, LiveTap, ReplayTap, Tap, Upstream
 from .transport.cassette import Cassette
-from .transport.client import ApiClient
 from .transport.errors import ReplayError
 from .transport.proxy import ProxyServer
-
-
-@dataclass
-class Seconds:
-    """An agent case's second models (its judge), as the session sets them up."""
-
-    models: dict[str, SecondModel] = field(default_factory=dict)
-    verdicts: list[Callable[[], str | None]] = field(default_factory=list)
-    """What each replayed role left unused, asked when the case is over."""
-    clients: list[ApiClient] = field(default_factory=list)
-    """Closed when the case ends."""
-
 
 TRACING_OFF = {"OPENAI_AGENTS_DISABLE_TRACING": "1"}
 """openai-agents posts traces to a fixed host of OpenAI's, which no base URL moves."""
@@ -69,7 +55,7 @@ class AgentCases:
             self._proxy = None
 
     async def execute(self, case_run: CaseRun, path: Path, shown: str, hint: str,
-                      replaying: bool, seconds: Callable[[Cassette], Seconds] | None = None
+                      replaying: bool, seconds: Callable[[Cassette], RoleModels] | None = None
                       ) -> CaseResult:
         """Run ``case_run``: from its cassette at ``path`` (``replaying``), else live,
         recorded unless the mode is live; ``seconds`` sets up its judge."""
@@ -79,7 +65,7 @@ class AgentCases:
         except ReplayError as error:
             return case_run.not_run(str(error))
         endpoint = self.settings.endpoint_for(case.endpoint)
-        second = seconds(cassette) if seconds is not None else Seconds()
+        second = seconds(cassette) if seconds is not None else RoleModels()
         with self.attached(cassette, replaying, case.endpoint) as tap:
             verdicts = [*([tap.unused] if isinstance(tap, ReplayTap) else []),
                         *second.verdicts]
@@ -90,7 +76,7 @@ class AgentCases:
                 runs=self.settings.repeat or (case.repeat.runs if case.repeat else 1),
                 match_timeout_s=self.settings.match_timeout_s, scrubber=tap.scrubber,
                 verdict=lambda: next(filter(None, (each() for each in verdicts)), None),
-                judge=second.models.get("judge"))
+                judge=second.models.get("judge"), simulator=second.models.get("simulator"))
             try:
                 result = await run_agent_case(case_run, context)
             finally:

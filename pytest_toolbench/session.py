@@ -18,15 +18,15 @@ import math
 import shlex
 import threading
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .agent_cases import AgentCases, Seconds
+from .agent_cases import AgentCases
 from .apis import AGENT, API_NAMES, DEFAULT_API
 from .budget import TokenBudget
 from .casefile.cache import KeptParses
-from .judge.second import SecondModel
+from .judge.second import RoleModels, SecondModel
 from .records import CaseResult
 from .run.runner import CaseRun, RunContext, run_case
 from .scrubbing import LogScrubber, Scrubber, endpoint_secrets
@@ -148,21 +148,22 @@ class SessionRuntime:
             case_run, path, shown, hint, self.replays(case_run),
             lambda cassette: self._agent_seconds(case_run, cassette)))
 
-    def _agent_seconds(self, case_run: CaseRun, cassette: Cassette) -> Seconds:
+    def _agent_seconds(self, case_run: CaseRun, cassette: Cassette) -> RoleModels:
         """An agent case's judge: replayed from its cassette, or live on a client of its
         own (an agent case runs on pytest's own loop, not the live cases' loop)."""
         seconds = SecondModels(self, case_run, cassette)
         if not seconds.roles:
-            return Seconds()
+            return RoleModels()
+        client = ApiClient(_client_config(seconds.endpoint))
         if self.replays(case_run):
             endpoint = seconds.endpoint
             replayed = seconds.replayed(self._scrubber(endpoint, endpoint.api_key()),
-                                        live_judge=self._rejudges(case_run))
-            return Seconds(replayed.models, replayed.verdicts, replayed.clients)
+                                        live_judge=self._rejudges(case_run), client=client)
+            replayed.clients.append(client)
+            return replayed
         recording = self.settings.mode in (Mode.RECORD, Mode.MISSING)
-        client = ApiClient(_client_config(seconds.endpoint))
-        return Seconds(seconds.live(cassette.interactions.append if recording else None,
-                                    client), [], [client])
+        return RoleModels(seconds.live(cassette.interactions.append if recording else None,
+                                       client), [], [client])
 
     @property
     def agent_cases(self) -> AgentCases:
@@ -386,8 +387,7 @@ class SessionRuntime:
                                                           seconds=replayed.models))
         finally:
             await client.aclose()
-            for own in replayed.clients:
-                await own.aclose()
+            await replayed.aclose()
 
     def _context(self, case_run: CaseRun, client: ApiClient, scrubber: Scrubber, *,
                  api_key: str | None = None, sink: InteractionSink | None = None,
@@ -468,18 +468,6 @@ class SessionRuntime:
 
 def _is_agent(case_run: CaseRun) -> bool:
     return case_run.api == AGENT
-@dataclass
-class ReplayedSeconds:
-    """A replayed case's second models: each on a client of its own over the case's
-    cassette (the judge live under ``--toolbench-rejudge``)."""
-
-    models: dict[str, SecondModel] = field(default_factory=dict)
-    verdicts: list[Callable[[], str | None]] = field(default_factory=list)
-    """What each role's replayer finds left unused when the case is over."""
-    clients: list[ApiClient] = field(default_factory=list)
-    """The clients to close when the case ends."""
-
-
 class SecondModels:
     """The judge and the simulated user of one case: which model, where, over which API.
 
@@ -520,21 +508,27 @@ class SecondModels:
         client = client or self.runtime._live_client(self.endpoint)
         return {role: self._model(role, client, sink) for role in self.roles}
 
-    def replayed(self, scrubber: Scrubber, live_judge: bool) -> ReplayedSeconds:
+    def replayed(self, scrubber: Scrubber, live_judge: bool, client: ApiClient | None = None
+                 ) -> RoleModels:
         """Each role answered from the cassette by a replayer of its own; the judge live
-        when ``live_judge``."""
-        found = ReplayedSeconds()
+        when ``live_judge``, on ``client`` (else the endpoint's shared live client)."""
+        found = RoleModels()
         for role in self.roles:
             if role == "judge" and live_judge:
-                found.models[role] = self._model(role, self.runtime._live_client(self.endpoint))
+                found.models[role] = self._model(
+                    role, client or self.runtime._live_client(self.endpoint))
                 continue
-            replayer = Replayer(self.cassette, scrubber, self.runtime.settings.replay_speed,
-                                role=role)
-            client = self.runtime._replay_client(self.endpoint, replayer)
-            found.models[role] = self._model(role, client)
-            found.verdicts.append(replayer.unused)
-            found.clients.append(client)
+            self._replayed(found, role, scrubber)
         return found
+
+    def _replayed(self, found: RoleModels, role: str, scrubber: Scrubber) -> None:
+        """``role`` answered from the cassette by a replayer of its own."""
+        replayer = Replayer(self.cassette, scrubber, self.runtime.settings.replay_speed,
+                            role=role)
+        client = self.runtime._replay_client(self.endpoint, replayer)
+        found.models[role] = self._model(role, client)
+        found.verdicts.append(replayer.unused)
+        found.clients.append(client)
 
     def _model(self, role: str, client: ApiClient, sink: InteractionSink | None = None
                ) -> SecondModel:

@@ -204,3 +204,79 @@ def test_the_html_report_shows_the_conversation_and_the_verdicts(
     assert ("judge (judge-model, judge-v1): <b>The agent confirmed the refund &lt;before&gt;"
             " the user left</b>: fail<ul><li>fail: It never said &lt;done&gt;.</li></ul>"
             in html)
+
+
+AGENT = '''
+import os
+
+import httpx2
+
+
+class Bot:
+    """A support agent on plain HTTP: one chat request a message, no tools."""
+
+    def __init__(self):
+        self.history = [{"role": "system", "content": "Be brief."}]
+
+    def __call__(self, user):
+        self.history.append({"role": "user", "content": user})
+        with httpx2.Client(timeout=30) as client:
+            reply = client.post(os.environ["OPENAI_BASE_URL"] + "/chat/completions",
+                                json={"model": "agent-model", "messages": self.history})
+        reply.raise_for_status()
+        message = reply.json()["choices"][0]["message"]
+        self.history.append(message)
+        return message["content"]
+
+
+def make_agent():
+    return Bot()
+'''
+
+
+def agent_case(base_url: str) -> str:
+    return f"""
+name: agent_conversation
+agent: {{python: support_bot:make_agent}}
+endpoint: {{base_url: "{base_url}", retries: 0}}
+judge: {{model: judge-model, endpoint: {{api: messages}}}}
+stages:
+  - name: talk
+    simulate_user:
+      instructions: You are Ana. You want a refund for order 913.
+      max_turns: 3
+    expect:
+      ended: stop
+      text: {{$contains: refunded}}
+      judge: [The agent said the refund is done]
+"""
+
+
+def test_an_agent_case_talks_with_the_simulated_user_and_is_judged(
+        pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(support_bot=AGENT)
+    pytester.makeconftest("")
+    with start_chat_server() as server:
+        script = Script(simulator=[text("messages", "Refund order 913, please."),
+                                   text("messages", "###STOP###")],
+                        model=[json_reply(completion("Done: order 913 is refunded."))],
+                        judge=[verdict("messages", "pass", "It says refunded.")])
+        server.set_handler(script)
+        pytester.makefile(".case.yaml", talk=agent_case(server.base_url))
+        recorded = pytester.path / "recorded.json"
+        result = pytester.runpytest("-p", "no:cacheprovider", "--toolbench-record",
+                                    "--toolbench-report", str(recorded))
+        result.assert_outcomes(passed=1)
+        # Each simulated message is one call of the agent; its text goes back.
+        assert [m["content"] for m in script.requests["model"][0]["messages"]] == [
+            "Be brief.", "Refund order 913, please."]
+        transcript = json.dumps(script.requests["judge"][0])
+        assert "USER: Refund order 913, please." in transcript
+        assert "AGENT: Done: order 913 is refunded." in transcript
+    replayed = pytester.path / "replayed.json"
+    result = pytester.runpytest("-p", "no:cacheprovider", "--toolbench-report", str(replayed))
+    result.assert_outcomes(passed=1)
+    before, after = attempt_of(recorded), attempt_of(replayed)
+    assert before["ended"] == "stop"
+    for key in ("conversation", "ended", "judgements"):
+        assert after[key] == before[key]

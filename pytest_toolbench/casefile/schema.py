@@ -871,13 +871,9 @@ class Case(StrictModel):
             for key in LOOP_ONLY_STAGE_KEYS:
                 if key in stage.model_fields_set:
                     raise KeyedError(f"{key} {said}", ("stages", index, key))
-            if stage.simulate_user is not None:
-                raise KeyedError("simulate_user talks with the plugin's own loop; an agent"
-                                 " case's stage gives its agent a `user` text",
-                                 ("stages", index, "simulate_user"))
-            if stage.user is None:
-                raise KeyedError("an agent case's stage needs `user`: the text its agent is"
-                                 " called with", ("stages", index))
+            if stage.user is None and stage.simulate_user is None:
+                raise KeyedError("an agent case's stage needs `user` (the text its agent is"
+                                 " called with) or `simulate_user`", ("stages", index))
         for path, expect in self._agent_expects():
             if expect.probe:
                 raise KeyedError("probe calls the case's tools, and an agent case has"

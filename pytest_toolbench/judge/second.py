@@ -9,6 +9,7 @@ API's adapter. Recording, each exchange goes into the case's cassette marked as 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from ..records import Interaction, Turn
@@ -60,3 +61,19 @@ class SecondModel:
         assert self.sink is not None
         api = None if self.wire.name == self.cassette_api else self.wire.name
         self.sink(self.scrubber.interaction(replace(interaction, role=self.role, api=api)))
+
+
+@dataclass
+class RoleModels:
+    """A case's second models by role, each on a client of its own when it replays (or
+    runs where the shared live clients cannot go), and what their replayers find unused."""
+
+    models: dict[str, SecondModel] = field(default_factory=dict)
+    verdicts: list[Callable[[], str | None]] = field(default_factory=list)
+    """What each role's replayer finds left unused when the case is over."""
+    clients: list[ApiClient] = field(default_factory=list)
+    """The clients of their own, closed when the case ends (``aclose``)."""
+
+    async def aclose(self) -> None:
+        for client in self.clients:
+            await client.aclose()

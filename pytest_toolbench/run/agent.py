@@ -22,17 +22,27 @@ from typing import Any, Protocol
 
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from ..casefile.schema import AGENT_PARAMETERS, AgentExpect, Expect, Stage
+from ..casefile.schema import AGENT_PARAMETERS, AgentExpect, Stage
 from ..casefile.toolbox import STATE_METHOD
 from ..judge.second import SecondModel
 from ..keypaths import KeyPath
-from ..records import CASE_END, CaseResult, Failure, RunResult, StageAttempt, StageResult, Turn
+from ..records import (
+    CASE_END,
+    CaseResult,
+    Failure,
+    RunResult,
+    StageAttempt,
+    StageResult,
+    ToolCall,
+    Turn,
+)
 from ..scrubbing import Scrubber
 from ..transport.agent_tap import Exchange
+from .agent_talk import calls_of, converse, judge_stage, said
 from .check import Outcome, check, check_agent
 from .interpolate import InterpolationError, capture, interpolate, resolve_expect
 from .outcome_check import python_check, stage_outcome
-from .runner import CaseRun, judgement_failure
+from .runner import CaseRun
 from .toolset import ToolFailed, WorldState
 from .usercode import UserCodeFailed, UserLoop, call_user
 
@@ -67,7 +77,9 @@ class AgentContext:
     verdict: Callable[[], str | None] | None = None
     """Asked once the runs are over: recorded exchanges left unplayed, or None."""
     judge: SecondModel | None = None
-    """Judges ``expect.judge`` criteria; None: the case has none."""
+    """Judges ``expect.judge`` criteria; ``None``: the case has none."""
+    simulator: SecondModel | None = None
+    """Plays ``simulate_user``; ``None``: the case has none."""
 
 
 class Toolbench:
@@ -108,8 +120,9 @@ class AgentRun:
         self.agent: Any = None
         self.abandoned = False
         self.variables: dict[str, Any] = {}
-        self.conversation: list[dict[str, Any]] = []
-        """The stages' user texts and the agent's answers, as the judge reads them."""
+        self.history: list[dict[str, Any]] = []
+        """The conversation so far as the judge reads it: each text the agent was called
+        with, its model's tool calls and its answer (stages that passed)."""
 
     async def run(self) -> tuple[RunResult, bool]:
         run = RunResult(self.number)
@@ -185,13 +198,22 @@ class AgentRun:
     async def _attempt(self, index: int, stage: Stage, number: int) -> StageAttempt:
         attempt = StageAttempt(stage.name, number)
         base: KeyPath = ("stages", index, "expect")
-        try:
-            text = interpolate(stage.user, self.variables, ("user",))
-        except InterpolationError as error:
-            attempt.failures.append(self._failure(error.message, ("stages", index, *error.path)))
-            return attempt
+        history = list(self.history)  # a retry starts from the conversation before it
         started = self.ctx.traffic.mark()
-        answer = await self._ask(attempt, index, text)
+        if stage.simulate_user is not None:
+            answer = await converse(self.ctx.simulator, stage.simulate_user, attempt,
+                                    lambda text: self._asked(attempt, index, text),
+                                    self._fail_at(index), history)
+        else:
+            try:
+                text = interpolate(stage.user, self.variables, ("user",))
+            except InterpolationError as error:
+                attempt.failures.append(self._failure(error.message,
+                                                      ("stages", index, *error.path)))
+                return attempt
+            answer, calls = await self._asked(attempt, index, text)
+            if isinstance(answer, str):
+                said(history, text, answer, calls)
         exchanges = self.ctx.traffic.since(started)
         attempt.turns = [exchange_turn(exchange) for exchange in exchanges if exchange.api is not None]
         attempt.failures += [self._failure(exchange.error, ("stages", index))
@@ -202,7 +224,7 @@ class AgentRun:
         if attempt.failures or not isinstance(answer, str):
             return attempt
         outcome = Outcome(replies, calls, await self._world(stage.expect, base, attempt),
-                          answer=answer)
+                          answer=answer, ended=attempt.ended)
         try:
             expect = (resolve_expect(stage.expect, self.variables)
                       if self.case_run.loaded.document.may_interpolate else stage.expect)
@@ -217,11 +239,10 @@ class AgentRun:
             attempt.failures += await python_check(
                 expect.python, record, self.agent, (*base, "python"), self._line_of,
                 self.ctx.stage_timeout_s, self.loop)
-        if isinstance(answer, str):
-            self.conversation += [{"role": "user", "content": text},
-                                  {"role": "assistant", "content": answer}]
-        if not attempt.failures and expect.judge:
-            await self._judge(attempt, expect, base)
+        if not attempt.failures and stage.expect.judge:
+            await judge_stage(self.ctx.judge, stage, attempt, self._fail_at(index), history)
+        if not attempt.failures:
+            self.history = history
         if not attempt.failures and stage.capture:
             try:
                 self.variables.update(capture(stage.capture, outcome.reply, calls))
@@ -230,23 +251,18 @@ class AgentRun:
                                                       ("stages", index, *error.path)))
         return attempt
 
-    async def _judge(self, attempt: StageAttempt, expect: Expect, base: KeyPath) -> None:
-        """``expect.judge``: each criterion judged over the conversation so far (what the
-        agent was told and answered), once the other expectations held."""
-        from ..judge.verdicts import judge
+    async def _asked(self, attempt: StageAttempt, index: int, text: str
+                     ) -> tuple[Any, list[ToolCall]]:
+        """One call of the agent, and the tool calls its model requests made meanwhile."""
+        started = self.ctx.traffic.mark()
+        answer = await self._ask(attempt, index, text)
+        return answer, calls_of(self.ctx.traffic.since(started))
 
-        if self.ctx.judge is None:
-            attempt.failures.append(self._failure("judge error: no judge model configured",
-                                                  (*base, "judge")))
-            return
-        for index, criterion in enumerate(expect.criteria):
-            judgement, turns = await judge(self.ctx.judge, self.conversation,
-                                           criterion.criterion, criterion.samples)
-            attempt.side_turns += turns
-            attempt.judgements.append(judgement)
-            if not judgement.passed:
-                attempt.failures.append(self._failure(judgement_failure(judgement),
-                                                      (*base, "judge", index)))
+    def _fail_at(self, index: int) -> Callable[[StageAttempt, str, KeyPath], None]:
+        """What fails an attempt of stage ``index`` at a path below the stage."""
+        def fail(attempt: StageAttempt, message: str, path: KeyPath) -> None:
+            attempt.failures.append(self._failure(message, ("stages", index, *path)))
+        return fail
 
     async def _ask(self, attempt: StageAttempt, index: int, text: str) -> Any:
         """Call the agent with the stage's text; what it returned, or None when it failed
