@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from support.chat_server import ChatServer, RecordedRequest, Reply, completion, json_reply
 
+from pytest_toolbench.casefile.cache import ParsedCache
 from pytest_toolbench.casefile.load import load_case_file
 from pytest_toolbench.commands.cli import main
 
@@ -189,3 +190,24 @@ def test_a_second_defaults_document_is_refused(pytester: pytest.Pytester,
     assert main(["validate", "orders.case.yaml"]) == 1
     assert ("  orders.case.yaml:6: defaults: a second defaults document: a file has one,"
             " which every case of it starts from (line 1)") in capsys.readouterr().out
+
+
+def test_cases_read_back_outlined_stay_packed_beside_defaults(tmp_path: Path) -> None:
+    """Collecting a file read back from the parsed-file cache unpacks its defaults document
+    (the cases start from it, wherever it is) and none of its cases, which wait to be
+    validated when run."""
+    path = tmp_path / "orders.case.yaml"
+    path.write_text("name: a\nstages: [{name: s, user: hi}]\n---\nname: b\nstages: [{name: s,"
+                    " user: hi}]\n---\ndefaults: {model: m, marks: [smoke]}\n",
+                    encoding="utf-8")
+    kept = ParsedCache(tmp_path / "cache")
+    first = load_case_file(path, kept)
+    first.keep(kept)
+
+    again = load_case_file(path, kept)
+
+    assert kept.hits == 1
+    assert [case.outline.models for case in again] == [("m",), ("m",)]
+    assert [case.outline.marks for case in again] == [("smoke",), ("smoke",)]
+    assert [case.document.data for case in again] == [None, None]
+    assert again[1].line_of("marks", 0) == 7  # the mark's line: in the defaults

@@ -284,9 +284,11 @@ def _validate(data: Any, reads: Reads) -> Case:
 
 
 def _defaults_document(documents: Sequence[Document]) -> Document | None:
-    """The file's first document that holds ``defaults``."""
+    """The file's first document that holds ``defaults``. A case's document read back
+    outlined is left packed: it is no file-level document."""
     return next((document for document in documents
-                 if is_file_level(data := document.unpacked()) and DEFAULTS in data), None)
+                 if not isinstance(document.outline, Outline)
+                 and is_file_level(data := document.unpacked()) and DEFAULTS in data), None)
 
 
 def _defaults_of(document: Document | None, file: Path, errors: list[CaseFileError]
