@@ -14,6 +14,7 @@ the validation error. It sends no usage chunk in streams.
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,9 +52,12 @@ class Project:
         return self._run("--toolbench-record")
 
     def replay(self) -> pytest.RunResult:
+        return self.replay_with()
+
+    def replay_with(self, *args: str) -> pytest.RunResult:
         # Nothing listens there: a replay that touched the network would fail to connect.
         unreachable = f"http://127.0.0.1:{free_port()}/v1"
-        return self._run("--toolbench-base-url", unreachable)
+        return self._run("--toolbench-base-url", unreachable, *args)
 
     def record_then_replay(self, **outcomes: int) -> tuple[pytest.RunResult, pytest.RunResult]:
         """Record, replay, and check both runs end with ``outcomes``."""
@@ -189,3 +193,30 @@ def test_failing_expectation_fails_the_same_way_in_replay(project: Project) -> N
 
     for result in (recorded, replayed):
         result.stdout.fnmatch_lines(["*::wrong_city FAILED*", "*city*Paris*london*"])
+
+
+def test_a_replay_and_a_live_run_of_the_same_cassettes_show_no_drift(project: Project) -> None:
+    """The done-when of reports that say how they were made: ``toolbench diff`` of a
+    replayed run against a live one of the same cases shows nothing, though the live
+    run's timings are the server's and its call ids new."""
+    round_trip = forced_call("round_trip", stream=False)
+    round_trip["stages"].append({"name": "answer", "run_tools": True, "tool_choice": "none",
+                                 "expect": {"finish_reason": {"$in": ["stop", "length"]}}})
+    round_trip["tools"] = [{**WEATHER_TOOL, "result": {"temp_c": 21}}]
+    project.write("drift", round_trip, short_text("hello_streamed", stream=True))
+    one_at_a_time = ("--toolbench-concurrency", "1")
+    project._run("--toolbench-record", *one_at_a_time).assert_outcomes(passed=2)
+    project._run("--toolbench-live", *one_at_a_time, "--toolbench-report=live.json"
+                 ).assert_outcomes(passed=2)
+    project.replay_with("--toolbench-report=replayed.json").assert_outcomes(passed=2)
+    replayed, live = (project.pytester.path / name for name in ("replayed.json", "live.json"))
+    assert json.loads(live.read_text())["run"]["mode"] == "live"
+
+    diff = project.pytester.run(sys.executable, "-m", "pytest_toolbench.commands.cli", "diff",
+                                str(replayed), str(live))
+
+    assert diff.ret == 0
+    assert diff.outlines == [
+        (f"toolbench diff {replayed} -> {live}: 2 cases compared, 0 changed, 0 verdicts"
+        " regressed; latency and time to first token not compared: OLD ran replay, NEW live"
+        " (a replay's timings are its own)")]
