@@ -184,3 +184,20 @@ def test_a_changed_rows_file_is_read_again_through_the_cache(
 
     changed.stdout.fnmatch_lines(["weather.case.yaml::weather?Paris-c?",
                                   "weather.case.yaml::weather?Rome-f?", "2 tests collected*"])
+
+
+def test_an_undefined_name_lists_the_tables_names_apart(pytester: pytest.Pytester,
+                                                       capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    pytester.makefile(".case.yaml", grid=textwrap.dedent("""\
+        name: grid
+        parametrize: {city: [Paris, Rome], days: [1, 7]}
+        stages:
+          - {name: ask, user: "${city} in ${days} days", capture: {said: text}}
+          - {name: again, user: "${weather}"}
+        """))
+    pytester.chdir()
+
+    assert main(["validate", "grid.case.yaml"]) == 1
+    assert ("  grid.case.yaml:5: stages[1].user: ${weather} is not defined (the table's"
+            " names: city, days; earlier stages capture: said)") in capsys.readouterr().out

@@ -100,7 +100,11 @@ def _undefined(name: str, captured: list[str], case: Case, index: int) -> str:
     if later is not None:
         return (f"${{{name}}} is captured by stage {later!r}, which runs after this one;"
                 " a stage sees only what earlier stages captured")
+    table = case.parametrize.names if case.parametrize else []
+    stages = [known for known in captured if known not in table]
+    defined = ([f"the table's names: {', '.join(table)}"] if table else []) + (
+        [f"earlier stages capture: {', '.join(stages)}"] if stages else [])
     hint = did_you_mean(name, captured) or (
-        f" (earlier stages capture: {', '.join(captured)})" if captured else
+        f" ({'; '.join(defined)})" if defined else
         f" (no earlier stage captures it: `capture: {{{name}: PATH}}` on one would)")
     return f"${{{name}}} is not defined{hint}"
