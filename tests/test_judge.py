@@ -141,14 +141,17 @@ FAULTS = {
 }
 
 
-@pytest.mark.parametrize("api", ["chat", "messages"])
+@pytest.mark.parametrize("api", APIS)
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_a_judge_that_gives_no_valid_verdict_fails_closed(
-        pytester: pytest.Pytester, chat_server: ChatServer, api: str, fault: str) -> None:
+        pytester: pytest.Pytester, chat_server: ChatServer, gemini: GeminiServer, api: str,
+        fault: str) -> None:
     reply, message = FAULTS[fault]
-    chat_server.set_handler(Script(judge=[reply(api)],
-                                   model=[json_reply(completion(MODEL_ANSWER))]))
-    pytester.makefile(".case.yaml", refund=judged_case(chat_server.base_url, api))
+    script = Script(judge=[reply(api)], model=[json_reply(completion(MODEL_ANSWER))])
+    chat_server.set_handler(script)
+    gemini.set_handler(script)
+    pytester.makefile(".case.yaml", refund=judged_case(judge_url(api, chat_server, gemini),
+                                                       api))
     result = run(pytester, chat_server, "--toolbench-live")
     result.assert_outcomes(failed=1)
     said(result, "stages[0].expect.judge[0]: judge error: 'Says the order was refunded':"
@@ -346,3 +349,50 @@ def test_pass_hat_k_of_a_repeated_case(pytester: pytest.Pytester,
     result.assert_outcomes(passed=1)
     said(result, "passed 2/3 pass^3 0.00")
     assert json.loads(report.read_text())["cases"][0]["pass_hat_k"] == 0.0
+
+
+ISSUE_SYNTAX = """
+name: refund_judged
+model: gpt-4.1-mini
+judge:
+  model: gpt-4.1-2025-04-14
+  endpoint: {api: chat}
+tools:
+  - {name: lookup_order, result: {amount: 40}}
+  - {name: issue_refund, result: {ok: true}}
+stages:
+  - name: answer
+    user: Refund order 913
+    run_tools: true
+    expect:
+      judge:
+        - Says the order was refunded
+        - {criterion: Promises no date it cannot know, samples: 3}
+---
+name: refund_conversation
+model: gpt-4.1-mini
+judge: {model: gpt-4.1-2025-04-14}
+tools:
+  - {name: lookup_order, result: {amount: 40}}
+  - {name: issue_refund, result: {ok: true}}
+stages:
+  - name: talk
+    simulate_user:
+      instructions: You are Ana. You want a refund for order 913. You do not know the amount.
+      model: gpt-4.1-2025-04-14
+      opening: Hi, I need help with an order
+      max_turns: 6
+    run_tools: true
+    expect:
+      ended: stop
+      trajectory: {$contains: [{name: lookup_order}, {name: issue_refund}]}
+      judge: [The agent confirmed the refund before the user left]
+"""
+
+
+def test_toolbench_validate_accepts_the_syntax(pytester: pytest.Pytester) -> None:
+    from pytest_toolbench.commands.cli import main
+
+    pytester.makefile(".case.yaml", refund=ISSUE_SYNTAX)
+    pytester.chdir()
+    assert main(["validate", "refund.case.yaml"]) == 0
