@@ -396,3 +396,16 @@ def test_toolbench_validate_accepts_the_syntax(pytester: pytest.Pytester) -> Non
     pytester.makefile(".case.yaml", refund=ISSUE_SYNTAX)
     pytester.chdir()
     assert main(["validate", "refund.case.yaml"]) == 0
+
+
+def test_judge_requests_count_in_the_rate_limits(pytester: pytest.Pytester,
+                                                 chat_server: ChatServer) -> None:
+    chat_server.set_handler(Script(judge=[verdict("chat", "pass")] * 3,
+                                   model=[json_reply(completion(MODEL_ANSWER))]))
+    criteria = "        - {criterion: Says the order was refunded, samples: 3}\n"
+    pytester.makefile(".case.yaml", refund=judged_case(chat_server.base_url,
+                                                       criteria=criteria))
+    result = run(pytester, chat_server, "--toolbench-live", "--toolbench-rpm", "6000")
+    result.assert_outcomes(passed=1)
+    # The model's one request and the judge's three, on the endpoint they share.
+    said(result, "rate limits: 4 requests")
