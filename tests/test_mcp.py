@@ -502,6 +502,47 @@ def test_a_case_scoped_server_is_put_back_for_a_retried_stage(
     """The counter's state is its number of calls. The retried stage's second attempt finds
     the server as the stage found it (restarted, and sent the first stage's call again);
     a session's server, which other cases share, is left as it is."""
+    chat_server.set_handler(failing_the_second_stage_once("echo"))
+    tag = f"toolbench-test-rewind-{scope}"
+    write_case(pytester, chat_server, REWOUND.format(
+        server=f"{{command: [{PYTHON}, {BROKEN}, count, {tag}], scope: {scope}}}"))
+    for mode in ("--toolbench-record", "--toolbench-mode=replay"):  # replay: no server
+        run(pytester, mode, "--toolbench-report=r.json").assert_outcomes(passed=1)
+        assert second_stage_results(pytester) == [["call 2"], [retried]]
+        assert processes_tagged(tag) == []
+
+
+def test_a_url_server_is_left_as_it_is_for_a_retried_stage(
+        pytester: pytest.Pytester, chat_server: ChatServer, notes_url: str) -> None:
+    """The plugin does not start a url server, so it does not start it again either: the
+    retried stage's call is one more note, not the earlier ones sent again."""
+    chat_server.set_handler(failing_the_second_stage_once("add_note"))
+    write_case(pytester, chat_server, REWOUND.format(
+        server=f"{{url: '{notes_url}', headers: {{Authorization: 'Bearer {NOTES_TOKEN}'}}}}"))
+    run(pytester, "--toolbench-live", "--toolbench-report=r.json").assert_outcomes(passed=1)
+    counts = [[json.loads(content)["count"] for content in attempt]
+              for attempt in second_stage_results(pytester)]
+    assert counts == [[2], [3]]
+
+
+REWOUND = """name: rewound
+model: m
+mcp_servers:
+  counter: {server}
+tools: [{{mcp: counter}}]
+stages:
+  - {{name: first, user: count, run_tools: true}}
+  - name: second
+    user: again
+    run_tools: true
+    retry: {{attempts: 2}}
+    expect: {{text: {{$regex: "^saw "}}}}
+"""
+
+
+def failing_the_second_stage_once(tool: str) -> Any:
+    """A model that calls ``tool`` once a stage, then says what it saw; its first answer
+    to the stage ``again`` fails that stage's expectation, which retries it."""
     attempts = {"again": 0}
 
     def answer(request: RecordedRequest) -> Any:
@@ -509,33 +550,17 @@ def test_a_case_scoped_server_is_put_back_for_a_retried_stage(
         last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
         results = [m["content"] for m in messages[last_user:] if m["role"] == "tool"]
         if not results:
-            return json_reply(completion(tool_calls=[("echo", {"text": "x"})]))
+            return json_reply(completion(tool_calls=[(tool, {"text": "x"})]))
         if messages[last_user]["content"] == "again":
             attempts["again"] += 1
             if attempts["again"] == 1:
-                return json_reply(completion(text="not yet"))  # fails: retried
+                return json_reply(completion(text="not yet"))
         return json_reply(completion(text=f"saw {results[-1]}"))
-    chat_server.set_handler(answer)
-    tag = f"toolbench-test-rewind-{scope}"
-    write_case(pytester, chat_server, f"""name: rewound
-model: m
-mcp_servers:
-  counter: {{command: [{PYTHON}, {BROKEN}, count, {tag}], scope: {scope}}}
-tools: [{{mcp: counter}}]
-stages:
-  - {{name: first, user: count, run_tools: true, expect: {{text: saw call 1}}}}
-  - name: second
-    user: again
-    run_tools: true
-    retry: {{attempts: 2}}
-    expect: {{text: {{$regex: "^saw "}}}}
-""")
-    for mode in ("--toolbench-record", "--toolbench-mode=replay"):  # replay: no server
-        result = run(pytester, mode, "--toolbench-report=r.json")
-        result.assert_outcomes(passed=1)
-        stages = json.loads((pytester.path / "r.json").read_text())["cases"][0]["runs"][0][
-            "stages"]
-        contents = [[run["content"] for turn in attempt["turns"] for run in turn["tool_runs"]]
-                    for attempt in stages[1]["attempts"]]
-        assert contents == [["call 2"], [retried]]
-        assert processes_tagged(tag) == []
+    return answer
+
+
+def second_stage_results(pytester: pytest.Pytester) -> list[list[str]]:
+    """The tool results of each attempt of the second stage, from the JSON report."""
+    stages = json.loads((pytester.path / "r.json").read_text())["cases"][0]["runs"][0]["stages"]
+    return [[run["content"] for turn in attempt["turns"] for run in turn["tool_runs"]]
+            for attempt in stages[1]["attempts"]]
