@@ -10,6 +10,7 @@ end, so its URLs stay valid for clients an agent module built at import time.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -20,7 +21,8 @@ from .casefile.cache import KeptParses
 from .casefile.schema import Endpoint
 from .judge.second import RoleModels
 from .records import CaseResult
-from .run.agent import AgentContext, run_agent_case
+from .run.agent import AgentContext, run_agent_case, stop_threads
+from .run.agent_thread import AgentThread
 from .run.runner import CaseRun
 from .scrubbing import Scrubber, endpoint_secrets
 from .settings import Mode, Settings
@@ -40,6 +42,9 @@ class AgentCases:
         self.settings = settings
         self.kept = kept
         self._proxy: ProxyServer | None = None
+        self._threads = itertools.count(1)
+        self._thread = self._new_thread()
+        """Where plain agents run (``run/agent_thread.py``); a new one after an abandon."""
 
     @property
     def proxy(self) -> ProxyServer:
@@ -49,7 +54,11 @@ class AgentCases:
             self._proxy.start()
         return self._proxy
 
+    def _new_thread(self) -> AgentThread:
+        return AgentThread(f"toolbench-agent-{next(self._threads)}")
+
     def close(self) -> None:
+        self._thread.close()
         if self._proxy is not None:
             self._proxy.close()
             self._proxy = None
@@ -76,7 +85,8 @@ class AgentCases:
                 runs=self.settings.repeat or (case.repeat.runs if case.repeat else 1),
                 match_timeout_s=self.settings.match_timeout_s, scrubber=tap.scrubber,
                 verdict=lambda: next(filter(None, (each() for each in verdicts)), None),
-                judge=second.models.get("judge"), simulator=second.models.get("simulator"))
+                judge=second.models.get("judge"), simulator=second.models.get("simulator"),
+                thread=self._thread)
             try:
                 result = await run_agent_case(case_run, context)
             finally:
@@ -131,10 +141,13 @@ class AgentCases:
                         endpoint.headers, endpoint.timeout_s)
 
     def _abandon(self, tap: Tap) -> None:
-        """An agent left running: its case's tap refuses it, its connections are cut."""
+        """An agent left running: its case's tap refuses it, its connections are cut, its
+        thread is stopped at its next Python step and the session goes on with another."""
         tap.close()
         if self._proxy is not None:
             self._proxy.drop(tap.connections)
+        stop_threads(self._thread.name)
+        self._thread = self._new_thread()
 
 
 def _placeholder_keys() -> dict[str, str]:

@@ -478,7 +478,8 @@ class Agent(StrictModel):
 
     python: str
     """``module:callable``: the factory, called once per run of the case with ``init`` as
-    keyword arguments (and ``model=``, ``toolbench=`` when it takes them); it returns the
+    keyword arguments (and ``model=`` when the case names one and it takes a ``model``,
+    ``toolbench=`` when it takes a ``toolbench``); it returns the
     agent, a callable from the stage's user text to the reply text, plain or async."""
     init: dict[str, JsonValue] = Field(default_factory=dict)
     """Keyword arguments of the factory."""

@@ -17,7 +17,7 @@ import ctypes
 import inspect
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pydantic_core import PydanticSerializationError, to_jsonable_python
@@ -39,6 +39,7 @@ from ..records import (
 from ..scrubbing import Scrubber
 from ..transport.agent_tap import Exchange
 from .agent_talk import calls_of, converse, judge_stage, said
+from .agent_thread import AgentThread
 from .check import Outcome, check, check_agent
 from .interpolate import InterpolationError, capture, interpolate, resolve_expect
 from .outcome_check import python_check, stage_outcome
@@ -80,6 +81,10 @@ class AgentContext:
     """Judges ``expect.judge`` criteria; ``None``: the case has none."""
     simulator: SecondModel | None = None
     """Plays ``simulate_user``; ``None``: the case has none."""
+    thread: AgentThread = field(default_factory=lambda: AgentThread("toolbench-agent"))
+    """Where plain agents' calls run: the session's one thread for them, so a framework
+    that keeps its event loop and clients on its thread (openai-agents' ``run_sync``)
+    finds them again at the next stage, run and case."""
 
 
 class Toolbench:
@@ -117,6 +122,8 @@ class AgentRun:
         assert self.case.agent is not None
         self.spec = self.case.agent
         self.loop: UserLoop | None = None
+        self.thread = ctx.thread
+        """Where the run's plain calls run (every stage of a plain agent on one thread)."""
         self.agent: Any = None
         self.abandoned = False
         self.variables: dict[str, Any] = {}
@@ -152,7 +159,7 @@ class AgentRun:
         close = getattr(self.agent, "aclose", None) or getattr(self.agent, "close", None)
         if callable(close) and not self.abandoned:
             try:
-                await call_user(close, timeout_s=self.ctx.stage_timeout_s,
+                await call_user(self._entry(close), timeout_s=self.ctx.stage_timeout_s,
                                 what=f"the agent's {close.__name__}()", loop=self.loop)
             except UserCodeFailed:
                 pass  # the run's verdict is in; a close that fails changes none of it
@@ -164,13 +171,14 @@ class AgentRun:
         factory = _resolve(self.spec.python)
         kwargs: dict[str, Any] = dict(self.spec.init)
         accepted = _parameters(factory)
-        if "model" in accepted:
+        if "model" in accepted and self.case_run.model is not None:  # else its own default
             kwargs["model"] = self.case_run.model
         if "toolbench" in accepted:
             kwargs["toolbench"] = Toolbench(self.ctx.base_url, self.case_run.model)
         started = self.ctx.traffic.mark()
         try:
-            self.agent = await call_user(_entry(factory), timeout_s=self.ctx.stage_timeout_s,
+            self.agent = await call_user(self._entry(factory),
+                                         timeout_s=self.ctx.stage_timeout_s,
                                          what=f"agent factory {self.spec.python}",
                                          loop=self.loop, **kwargs)
         except UserCodeFailed as failed:
@@ -268,7 +276,7 @@ class AgentRun:
         """Call the agent with the stage's text; what it returned, or None when it failed
         (the failure noted in ``attempt``)."""
         try:
-            answer = await call_user(_entry(self.agent), text,
+            answer = await call_user(self._entry(self.agent), text,
                                      timeout_s=self.ctx.stage_timeout_s,
                                      what=f"agent {self.spec.python}", loop=self.loop)
         except UserCodeFailed as failed:
@@ -288,7 +296,6 @@ class AgentRun:
         if failed.overran:
             self.abandoned = True
             self.ctx.abandon()
-            stop_threads(failed.what)
 
     async def _world(self, expect: AgentExpect, base: KeyPath, attempt: StageAttempt
                      ) -> WorldState:
@@ -296,7 +303,8 @@ class AgentRun:
         if "state" not in expect.model_fields_set:
             return WorldState()
         try:
-            state = await read_state(self.agent, self.ctx.stage_timeout_s, self.loop)
+            state = await read_state(self.agent, self.ctx.stage_timeout_s, self.loop,
+                                     self._entry)
         except ToolFailed as failed:
             return WorldState(errors={"agent": str(failed)})
         attempt.state = {"agent": state}
@@ -310,6 +318,16 @@ class AgentRun:
         attempt.failures = check_agent(expect, attempt.trajectory, world, [], ("expect",),
                                        self._line_of, self.ctx.match_timeout_s)
         return StageResult(CASE_END, [attempt])
+
+    def _entry(self, target: Callable[..., Any]) -> Callable[..., Any]:
+        """What ``call_user`` is given for ``target``: a coroutine function as it is (an
+        object whose ``__call__`` is async: that method), a plain one on the run's thread."""
+        if inspect.iscoroutinefunction(target):
+            return target
+        method = getattr(target, "__call__", None)  # noqa: B004 - which kind of callable
+        if inspect.iscoroutinefunction(method):
+            return method
+        return self.thread.wrap(target)
 
     def _failure(self, message: str, path: KeyPath) -> Failure:
         return Failure(message, path, self._line_of(path))
@@ -337,8 +355,8 @@ class AgentAbandoned(SystemExit):
     """Raised in an abandoned agent's thread: whatever it does next, it stops there."""
 
 
-def stop_threads(what: str) -> None:
-    """Raise ``AgentAbandoned`` in the threads still running the user code ``what``.
+def stop_threads(name: str) -> None:
+    """Raise ``AgentAbandoned`` in the threads of that ``name`` still running.
 
     Its time is up and nobody waits for it any more, but the proxy's URLs are the whole
     session's: a request it sent later would reach the next case. CPython delivers the
@@ -348,7 +366,6 @@ def stop_threads(what: str) -> None:
                             None)
     if set_async_exc is None:
         return
-    name = f"toolbench-user-{what}"[:60]  # as usercode names them
     for thread in threading.enumerate():
         if thread.name == name and thread.ident is not None and thread.is_alive():
             set_async_exc(ctypes.c_ulong(thread.ident), ctypes.py_object(AgentAbandoned))
@@ -378,23 +395,14 @@ def _parameters(factory: Callable[..., Any]) -> set[str]:
     return {name for name in AGENT_PARAMETERS if name in parameters}
 
 
-def _entry(target: Callable[..., Any]) -> Callable[..., Any]:
-    """What ``call_user`` is given for ``target``: an object whose ``__call__`` is async
-    is given that method, so it runs on the case's loop."""
-    if inspect.iscoroutinefunction(target) or inspect.isfunction(target) \
-            or inspect.ismethod(target):
-        return target
-    method = getattr(target, "__call__", None)  # noqa: B004 - which kind of callable
-    return method if inspect.iscoroutinefunction(method) else target
-
-
-async def read_state(agent: Any, timeout_s: float, loop: UserLoop | None) -> Any:
+async def read_state(agent: Any, timeout_s: float, loop: UserLoop | None,
+                     entry: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Any:
     """The agent's state as JSON data, read as a toolbox's is: what its ``state()``
     returns, else its public attributes; ``ToolFailed`` says why there is none."""
     method = getattr(agent, STATE_METHOD, None)
     if callable(method):
         try:
-            found = await call_user(_entry(method), timeout_s=timeout_s,
+            found = await call_user(entry(method), timeout_s=timeout_s,
                                     what=f"the agent's {STATE_METHOD}()", loop=loop)
         except UserCodeFailed as failed:
             raise ToolFailed(f"the agent's {STATE_METHOD}() {_said(failed)}") from None

@@ -1,0 +1,82 @@
+"""One thread for plain agents: their factories, every stage, their state and close.
+
+Frameworks keep things on the thread that runs them: openai-agents' ``Runner.run_sync``
+keeps the thread's event loop between runs, and its shared HTTP client is bound to that
+loop; a later stage, run or case on another thread would find the client "bound to a
+different event loop". So every plain call of the session's agent cases goes to one
+daemon thread (agent cases run one at a time), with no event loop running in it, one
+call at a time, in order. ``call_user`` still owns the deadline: a call is handed over as
+a coroutine function that waits for the thread, and a call past its deadline is
+abandoned with the thread; the session goes on with a new one.
+
+When the session ends the thread closes the event loop a framework left set on it (its
+connections are finalized there, not by the garbage collector later) and exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import queue
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+_Job = tuple[Callable[[], Any], concurrent.futures.Future[Any]] | None
+
+
+class AgentThread:
+    """A daemon thread that runs plain agents' calls, in order."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        """The thread's name (an abandoned run's thread is found by it)."""
+        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def wrap(self, fn: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
+        """``fn`` as a coroutine function whose call runs ``fn`` on this thread."""
+        async def on_thread(*args: Any, **kwargs: Any) -> Any:
+            return await asyncio.wrap_future(self._submit(fn, args, kwargs))
+        on_thread.__name__ = getattr(fn, "__name__", "call")
+        return on_thread
+
+    def _submit(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+                ) -> concurrent.futures.Future[Any]:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._serve, name=self.name, daemon=True)
+            self._thread.start()
+        done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        context = contextvars.copy_context()
+        self._jobs.put((lambda: context.run(fn, *args, **kwargs), done))
+        return done
+
+    def _serve(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            work, done = job
+            if not done.set_running_or_notify_cancel():
+                continue
+            try:
+                done.set_result(work())
+            except BaseException as error:  # noqa: BLE001 - the caller names it
+                done.set_exception(error)
+        _close_left_loop()
+
+    def close(self) -> None:
+        """End the thread once its calls are done (an abandoned one: whenever it returns)."""
+        if self._thread is not None:
+            self._jobs.put(None)
+
+
+def _close_left_loop() -> None:
+    """Close the event loop a framework's ``run_sync`` set on this thread and left open."""
+    try:
+        loop = asyncio.get_event_loop_policy().get_event_loop()
+    except RuntimeError:  # none was set
+        return
+    if not loop.is_closed() and not loop.is_running():
+        try:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
