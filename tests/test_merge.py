@@ -149,3 +149,35 @@ def test_a_value_of_the_wrong_type_is_refused_by_every_reader_naming_case_and_ke
         assert main([*map(str, argv)]) == 2
         assert (f"{broken}: case s.case.yaml::y[a]: latency_ms: "
                 in capsys.readouterr().err)
+
+
+def run_of(mode: str, started: str, duration_s: float) -> dict[str, Any]:
+    return {"mode": mode, "base_url": None, "started": started, "duration_s": duration_s,
+            "revision": "1a2b3c", "toolbench": "0.1.0"}
+
+
+def test_the_shards_runs_become_one_that_diff_reads(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    shards = []
+    for number, (started, took) in enumerate([("2026-11-27T03:00:05Z", 20.0),
+                                              ("2026-11-27T03:00:00Z", 10.0)]):
+        path = write(tmp_path / f"shard{number}.json", case(f"c{number}", "m"))
+        document = json.loads(path.read_text())
+        path.write_text(json.dumps({**document, "run": run_of("replay", started, took)}))
+        shards.append(path)
+    out = tmp_path / "merged.json"
+    assert merge(*shards, "-o", out) == 0
+    assert json.loads(out.read_text())["run"] == {
+        "mode": "replay", "base_url": None, "started": "2026-11-27T03:00:00Z",
+        "duration_s": 25.0, "revision": "1a2b3c", "toolbench": "0.1.0"}
+    # A live run of the same cases, far slower: the diff leaves its timings out.
+    live = tmp_path / "live.json"
+    live.write_text(json.dumps({"version": 1, "run": run_of("live", "2026-11-27T04:00:00Z", 90),
+                                "cases": [case("c0", "m", latency_ms=5000.0),
+                                          case("c1", "m", latency_ms=5000.0)]}))
+    capsys.readouterr()
+    assert main(["diff", str(out), str(live)]) == 0
+    assert capsys.readouterr().out == (
+        f"toolbench diff {out} -> {live}: 2 cases compared, 0 changed, 0 verdicts regressed;"
+        " latency and time to first token not compared: OLD ran replay, NEW live (a replay's"
+        " timings are its own)\n")

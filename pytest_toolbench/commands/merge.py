@@ -6,7 +6,9 @@ the whole suite would have written, so ``toolbench diff`` and ``toolbench html``
 like any other. Each report is read by the one report loader (``json_report.read_report``),
 so reports written by older versions get the keys added since with their defaults, and the
 summary's counts and the pass rates are worked out again from the cases. A case in two
-reports is refused: two shards ran it, and which verdict stands cannot be told.
+reports is refused: two shards ran it, and which verdict stands cannot be told. The
+shards' runs become one (``provenance.merged_run``): what they share, from the first start
+to the last end.
 """
 
 from __future__ import annotations
@@ -19,18 +21,24 @@ from pathlib import Path
 from ..report.json_report import (
     CaseRecord,
     ReportUnreadable,
-    read_report,
+    RunInfo,
+    read_report_run,
     report_document,
     write_report,
 )
+from ..report.provenance import merged_run
 
 
-def merged_records(paths: list[Path]) -> list[CaseRecord]:
-    """Every case of ``paths``, in the order given, each node id from one report only."""
+def merged_records(paths: list[Path]) -> tuple[list[CaseRecord], RunInfo | None]:
+    """Every case of ``paths``, in the order given, each node id from one report only; and
+    the shards' runs as one (``merged_run``)."""
     seen: dict[str, Path] = {}
     records = []
+    runs = []
     for path in paths:
-        for record in read_report(path):
+        run, shard = read_report_run(path)
+        runs.append(run)
+        for record in shard:
             if record.nodeid in seen:
                 raise ReportUnreadable(
                     f"{record.nodeid} is in both {seen[record.nodeid]} and {path}: each case"
@@ -38,7 +46,7 @@ def merged_records(paths: list[Path]) -> list[CaseRecord]:
                     " report twice?)")
             seen[record.nodeid] = path
             records.append(record)
-    return records
+    return records, merged_run(runs)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,12 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     try:
-        records = merged_records(args.reports)
-        document = report_document(records)
+        records, run = merged_records(args.reports)
+        document = report_document(records, run)
         if args.html is not None:
             from ..report.html import write_html
 
-            write_html(args.html, records, args.title or f"toolbench report: {args.output.name}")
+            write_html(args.html, records, args.title or f"toolbench report: {args.output.name}",
+                       run)
         write_report(args.output, document)
     except ReportUnreadable as error:
         print(f"toolbench merge: error: {error}", file=sys.stderr)

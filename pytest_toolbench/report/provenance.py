@@ -30,6 +30,38 @@ def session_run(mode: str, base_url: str | None, started: datetime, duration_s: 
                    toolbench=_version())
 
 
+def merged_run(runs: Sequence[RunInfo]) -> RunInfo | None:
+    """The runs of a suite's shards as one: each fact they all share (null where they
+    differ), from the first start to the last end; None when no shard said how it ran."""
+    if all(run.mode is None for run in runs):
+        return None
+    spans = [(start, start + run.duration_s) for run in runs
+             if (start := _seconds(run.started)) is not None and run.duration_s is not None]
+    first = min((start for start, _ in spans), default=None)
+    return RunInfo(
+        mode=_shared(run.mode for run in runs), base_url=_shared(run.base_url for run in runs),
+        started=None if first is None else min(run.started for run in runs
+                                                if run.started is not None),
+        duration_s=None if first is None else round(max(end for _, end in spans) - first, 2),
+        revision=_shared(run.revision for run in runs),
+        toolbench=_shared(run.toolbench for run in runs))
+
+
+def _shared(values: Iterator[str | None] | Sequence[str | None]) -> str | None:
+    found = set(values)
+    return found.pop() if len(found) == 1 else None
+
+
+def _seconds(started: str | None) -> float | None:
+    if started is None:
+        return None
+    try:
+        return datetime.strptime(started, "%Y-%m-%dT%H:%M:%SZ").replace(
+            tzinfo=timezone.utc).timestamp()
+    except ValueError:
+        return None
+
+
 def git_revision(folder: Path) -> str | None:
     """The commit checked out in ``folder``'s repository, ``+dirty`` when tracked files
     differ from it; None when there is no repository, no git, or git fails or stalls."""
