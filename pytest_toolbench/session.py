@@ -483,19 +483,32 @@ class SecondModels:
         case = case_run.loaded.case
         self.roles = [role for role, wanted in (("judge", case.judged),
                                                 ("simulator", case.simulated)) if wanted]
-        judge = case.judge
-        self.model = runtime.settings.judge_model_for(judge.model if judge else None) or ""
-        given = judge.endpoint if judge is not None else None
+
+    @functools.cached_property
+    def model(self) -> str:
+        judge = self.case_run.loaded.case.judge
+        return self.runtime.settings.judge_model_for(judge.model if judge else None) or ""
+
+    @functools.cached_property
+    def api(self) -> str:
+        """``judge.endpoint.api``, else the case item's (chat for an agent case)."""
+        judge = self.case_run.loaded.case.judge
+        own = self.case_run.api if self.case_run.api in API_NAMES else DEFAULT_API
+        return (judge.endpoint.api if judge is not None else None) or own
+
+    @functools.cached_property
+    def endpoint(self) -> ResolvedEndpoint:
+        """Worked out when a role needs it (most replayed cases have none)."""
+        case = self.case_run.loaded.case
+        given = case.judge.endpoint if case.judge is not None else None
         endpoint = case.endpoint if given is None else case.endpoint.model_copy(
             update={key: getattr(given, key) for key in given.model_fields_set})
-        own = case_run.api if case_run.api in API_NAMES else DEFAULT_API  # an agent's: chat
-        self.api = (given.api if given is not None and given.api else None) or own
-        resolved = runtime.settings.endpoint_for(endpoint, self.api)
+        resolved = self.runtime.settings.endpoint_for(endpoint, self.api)
         if given is not None and given.base_url:  # the judge's own: no flag for the model's
             resolved = replace(resolved, base_url=given.base_url.rstrip("/"))
         if given is not None and given.api_key_env:
             resolved = replace(resolved, api_key_env=given.api_key_env, key_env_fallbacks=())
-        self.endpoint = resolved
+        return resolved
 
     def on(self, client: ApiClient) -> dict[str, SecondModel]:
         """Each role on ``client`` (the dry run's, which keeps the first request)."""
@@ -519,6 +532,12 @@ class SecondModels:
                     role, client or self.runtime._live_client(self.endpoint))
                 continue
             self._replayed(found, role, scrubber)
+        # A role the case no longer has whose exchanges the cassette holds: left unused.
+        recorded = {interaction.role for interaction in self.cassette.interactions
+                    if interaction.role != "model"}
+        for role in sorted(recorded - {"model", *self.roles}):
+            if not (role == "judge" and live_judge):
+                found.verdicts.append(Replayer(self.cassette, scrubber, role=role).unused)
         return found
 
     def _replayed(self, found: RoleModels, role: str, scrubber: Scrubber) -> None:

@@ -409,3 +409,20 @@ def test_judge_requests_count_in_the_rate_limits(pytester: pytest.Pytester,
     result.assert_outcomes(passed=1)
     # The model's one request and the judge's three, on the endpoint they share.
     said(result, "rate limits: 4 requests")
+
+
+def test_a_recorded_verdict_left_unplayed_fails_the_case(pytester: pytest.Pytester) -> None:
+    with start_chat_server() as server:
+        server.set_handler(Script(judge=[verdict("chat", "pass")],
+                                  model=[json_reply(completion(MODEL_ANSWER))]))
+        case = judged_case(server.base_url)
+        pytester.makefile(".case.yaml", refund=case)
+        run(pytester, server, "--toolbench-record").assert_outcomes(passed=1)
+    # The criterion is gone since: its recorded verdict is never asked for.
+    pytester.makefile(".case.yaml", refund=case.replace(
+        "      judge:\n        - Says the order was refunded\n", ""))
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    said(result, "the case sent 0 judge requests, but"
+         " __cassettes__/refund/refund_judged[agent-model].yaml holds 1: the case changed"
+         " since it was recorded")
