@@ -22,6 +22,7 @@ from support.chat_server import (
     stall_reply,
 )
 
+from pytest_toolbench.report.provenance import answered_as
 from pytest_toolbench.wire.stream import reported_model
 
 CASES = """name: weather
@@ -606,3 +607,20 @@ def test_the_report_names_the_repositorys_revision(pytester: pytest.Pytester) ->
 def test_each_apis_reply_names_its_model_where_that_api_says_it(payload: Any,
                                                                  model: str | None) -> None:
     assert reported_model(payload) == model
+
+
+@pytest.mark.parametrize(("asked", "reported", "same"), [
+    ("gpt-4o-mini", "gpt-4o-mini", True),
+    ("gpt-4o-mini", "gpt-4o-mini-2024-07-18", True),
+    ("claude-sonnet-4-5", "claude-sonnet-4-5-20250929", True),
+    ("gemini-2.0-flash", "models/gemini-2.0-flash-001", True),
+    ("gemini-2.5-flash", "gemini-2.5-flash-preview-05-20", True),
+    ("gemma-3-270m", "/models/gemma-3-270m-it-Q8_0.gguf", True),
+    ("gpt-4o", "gpt-4o-mini", False),
+    ("gpt-4o", "gpt-4o-mini-2024-07-18", False),
+    ("big-model", "small-model", False),
+    ("m1", "m10", False),
+])
+def test_a_versioned_name_of_the_model_asked_is_no_mismatch(asked: str, reported: str,
+                                                             same: bool) -> None:
+    assert answered_as(asked, reported) is same

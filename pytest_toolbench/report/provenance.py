@@ -94,11 +94,23 @@ def _version() -> str | None:
 
 def answered_as(asked: str, reported: str) -> bool:
     """Whether a server naming ``reported`` answered as the model ``asked``: the same
-    name, or that name with a version after it (``gpt-4o-mini-2024-07-18``), a path or
-    ``models/`` before it, or a ``.gguf`` file of it."""
+    name, with a path or ``models/`` before it or not, or that name with a version after
+    it (``gpt-4o-mini-2024-07-18``, ``claude-sonnet-4-5-20250929``, ``gemini-2.0-flash-001``,
+    ``-latest``, ``-preview-05-20``), or a ``.gguf`` file of it (``gemma-3-270m-it-Q8_0.gguf``).
+    Another model of the family is not it: ``gpt-4o-mini`` did not answer for ``gpt-4o``."""
+    file = reported.endswith(".gguf")
     name = reported.rsplit("/", 1)[-1].removesuffix(".gguf")
-    wanted = asked.rsplit("/", 1)[-1]
-    return name == wanted or any(name.startswith(wanted + mark) for mark in "-@:.")
+    wanted = asked.rsplit("/", 1)[-1].removesuffix(".gguf")
+    if name == wanted:
+        return True
+    rest = name[len(wanted):] if name.startswith(wanted) else ""
+    if not rest or rest[0] not in "-@:.":
+        return False
+    return file or rest[1:2].isdigit() or rest[1:].split("-")[0] in _VERSION_WORDS
+
+
+_VERSION_WORDS = frozenset({"latest", "preview", "exp", "experimental"})
+"""Words a service's versioned model names carry after the model's own name."""
 
 
 def model_mismatches(records: Sequence[CaseRecord]) -> list[str]:
