@@ -429,3 +429,19 @@ def test_an_agents_stage_is_judged_live_and_the_verdict_replays(
     assert [item.get("role", "model") for item in kept["interactions"]] == [
         "model"] * 4 + ["judge"]
     run(pytester).assert_outcomes(passed=1)
+
+
+def test_recorded_exchanges_the_agent_left_unplayed_fail_the_case(
+        pytester: pytest.Pytester, support_bot: None) -> None:
+    with start_chat_server() as server:
+        play(server, *REFUND_SCRIPT)
+        write_case(pytester, server.base_url)
+        run(pytester, "--toolbench-record").assert_outcomes(passed=1)
+    one_stage = REFUND_CASE[:REFUND_CASE.index("  - name: when")]
+    write_case(pytester, "http://127.0.0.1:9/v1", one_stage)
+    replayed = run(pytester)
+    replayed.assert_outcomes(failed=1)
+    replayed.stdout.fnmatch_lines([
+        "*refund_order: the agent sent 3 requests, but __cassettes__/refund/refund_order.yaml"
+        " holds 4: the agent changed since it was recorded; re-record it with: pytest"
+        " 'refund.case.yaml::refund_order' --toolbench-record"])
