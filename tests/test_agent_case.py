@@ -442,6 +442,6 @@ def test_recorded_exchanges_the_agent_left_unplayed_fail_the_case(
     replayed = run(pytester)
     replayed.assert_outcomes(failed=1)
     replayed.stdout.fnmatch_lines([
-        "*refund_order: the agent sent 3 requests, but __cassettes__/refund/refund_order.yaml"
+        ("*refund_order: the agent sent 3 requests, but __cassettes__/refund/refund_order.yaml"
         " holds 4: the agent changed since it was recorded; re-record it with: pytest"
-        " 'refund.case.yaml::refund_order' --toolbench-record"])
+        " 'refund.case.yaml::refund_order' --toolbench-record")])

@@ -263,3 +263,73 @@ def test_the_proxy_listens_on_loopback_and_refuses_without_its_token_or_a_case()
         assert json.dumps(proxy.environment()).count(proxy.token) == 3
     finally:
         proxy.close()
+
+
+GATHERER = '''
+import asyncio
+import os
+
+import httpx2
+
+
+async def make():
+    async def agent(user):
+        async with httpx2.AsyncClient(timeout=30) as client:
+            async def ask(text):
+                reply = await client.post(os.environ["OPENAI_BASE_URL"] + "/chat/completions",
+                                          json={"model": "m", "messages": [
+                                              {"role": "user", "content": text}]})
+                return reply.json()["choices"][0]["message"]["content"]
+            answers = await asyncio.gather(*(ask(f"{user} {n}") for n in range(4)),
+                                           ask(user), ask(user))
+        return " ".join(answers)
+    return agent
+'''
+
+
+def test_concurrent_requests_replay_whatever_order_they_come_in(
+        pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(gatherer=GATHERER)
+    pytester.syspathinsert()
+
+    def echo(request: Any) -> Any:
+        return json_reply(completion(request.json()["messages"][0]["content"].upper()))
+    with start_chat_server() as server:
+        server.set_handler(echo)
+        pytester.makefile(".case.yaml", gather=case(
+            "gather", "make", base_url=server.base_url,
+            expect="      text: HI 0 HI 1 HI 2 HI 3 HI HI\n      requests: 6\n").replace(
+                "agents:make", "gatherer:make"))
+        run(pytester, "--toolbench-record").assert_outcomes(passed=1)
+    run(pytester).assert_outcomes(passed=1)
+
+
+def test_an_upstream_that_fails_fails_the_stage_and_keeps_the_old_cassette(
+        pytester: pytest.Pytester, agents: None) -> None:
+    with start_chat_server() as server:
+        server.set_handler(lambda request: json_reply(completion("fine")))
+        pytester.makefile(".case.yaml", down=case("down", "make_plain",
+                                                  base_url=server.base_url))
+        run(pytester, "--toolbench-record").assert_outcomes(passed=1)
+    path = pytester.path / "__cassettes__" / "down" / "down.yaml"
+    before = path.read_text()
+    result = run(pytester, "--toolbench-record")  # the server is gone
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([("down.case.yaml:5: down: stages[[]0]: the proxy's request to"
+                                 " http://127.0.0.1:*/v1 failed*")])
+    assert path.read_text() == before
+
+
+def test_a_live_loop_case_and_an_agent_case_share_a_session(
+        pytester: pytest.Pytester, agents: None) -> None:
+    with start_chat_server() as server:
+        server.set_handler(lambda request: json_reply(completion("fine")))
+        pytester.makefile(".case.yaml", mixed=(
+            f"name: loop\nendpoint: {{base_url: '{server.base_url}'}}\n"
+            "stages: [{name: ask, user: hi, expect: {text: fine}}]\n---\n"
+            + case("agent", "make_plain", base_url=server.base_url,
+                   expect="      text: fine\n") + "---\n"
+            f"name: loop2\nendpoint: {{base_url: '{server.base_url}'}}\n"
+            "stages: [{name: ask, user: hi, expect: {text: fine}}]\n"))
+        result = run(pytester, "--toolbench-live", "--toolbench-concurrency", "4")
+    result.assert_outcomes(passed=3)

@@ -224,8 +224,9 @@ class AgentRun:
                 said(history, text, answer, calls)
         exchanges = self.ctx.traffic.since(started)
         attempt.turns = [exchange_turn(exchange) for exchange in exchanges if exchange.api is not None]
-        attempt.failures += [self._failure(exchange.error, ("stages", index))
-                             for exchange in exchanges if exchange.error is not None]
+        # What the proxy could not do comes first: an agent's failure is mostly its effect.
+        attempt.failures[:0] = [self._failure(exchange.error, ("stages", index))
+                                for exchange in exchanges if exchange.error is not None]
         replies = attempt.replies
         calls = [call for reply in replies for call in reply.tool_calls]
         attempt.trajectory = calls
