@@ -316,3 +316,24 @@ def test_an_agent_case_says_its_agent_builds_its_requests_and_what_it_needs(
     assert live.ret == 0
     live.stdout.fnmatch_lines(["bot.case.yaml::bot: agent: ready"])
     assert counting_server.connections == 0
+
+
+def test_an_item_its_api_cannot_express_lacks_a_valid_case_the_others_are_planned(
+        pytester: pytest.Pytester, counting_server: CountingServer) -> None:
+    pytester.makefile(".case.yaml", seeded=f"""\
+name: seeded
+model: m
+endpoint: {{base_url: {counting_server.url}/v1}}
+params: {{temperature: 0, seed: 7}}
+stages: [{{name: ask, user: hi}}]
+""")
+    result = pytester.runpytest("--toolbench-dry-run", "--toolbench-live", "-q",
+                                "--toolbench-api=chat,responses")
+
+    assert result.ret == 1
+    result.stdout.fnmatch_lines([
+        f"*::seeded[[]m[]]: chat POST {counting_server.url}/v1/chat/completions: ready",
+        ("*::seeded[[]m-responses[]]: responses: missing: a valid case: seeded.case.yaml:4:"
+         " case 'seeded': the Responses API's request has no field 'seed'*"),
+        "toolbench dry run: 1 item ready, 1 missing something; nothing was sent"])
+    assert counting_server.connections == 0

@@ -269,24 +269,31 @@ STRICT_GAPS = {
 
 
 @pytest.mark.parametrize("kind", list(STRICT_GAPS))
-def test_strict_true_with_a_schema_the_services_refuse_is_a_collection_error(
+def test_strict_true_with_a_schema_the_services_refuse_fails_the_items_of_apis_with_strict_mode(
         pytester: pytest.Pytester, kind: str) -> None:
     """OpenAI's chat completions and Responses API refuse (400) a strict schema with an
-    optional property or one open to others, at any depth: the case says so when collected,
-    whatever API it is for."""
+    optional property or one open to others, at any depth, and so does Anthropic's: their
+    items fail at the tool's line, sending nothing. Gemini has no strict mode (strict is
+    not sent), so its item runs (here: to the missing cassette)."""
     schema, gaps = STRICT_GAPS[kind]
     write_case(pytester, f"""
 name: strict
+model: m
 tools:
   - name: ok
   - name: route
     strict: true
     parameters:{schema}stages: [{{name: ask, user: hi}}]
 """)
-    result = run(pytester, "--toolbench-api=chat,responses,messages")
-    result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines([(f"*wire.case.yaml:4: tools[[]1[]]: strict: true needs every"
-                                  f" property in required*: {gaps}")])
+    result = run(pytester, "--toolbench-api=chat,responses,messages,gemini")
+    result.assert_outcomes(failed=4)
+    for api in ("m", "m-responses", "m-messages"):
+        result.stdout.fnmatch_lines([
+            f"*case: strict[[]{api}[]]*",
+            f"wire.case.yaml:1: strict[[]{api}[]]: the * API cannot express the case;*",
+            (f"wire.case.yaml:5: case 'strict': strict: true needs every property in required*"
+             f"or the services refuse the schema: {gaps}")])
+    result.stdout.fnmatch_lines(["wire.case.yaml:1: strict[[]m-gemini[]]: no cassette*"])
 
 
 def test_a_strict_schema_the_services_take_collects(pytester: pytest.Pytester) -> None:

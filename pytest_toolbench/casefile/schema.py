@@ -40,7 +40,6 @@ from ..keypaths import KeyedError, KeyPath
 from ..matchers import Matcher, compile_matcher, compile_tool_calls, compile_trajectory
 from .files import read_beside
 from .operands import check_expectation
-from .strict import strict_schema_gaps
 from .tables import row_ids, table_rows
 from .toolbox import MethodTool, describe_methods, public_methods
 
@@ -199,16 +198,6 @@ class Tool(StrictModel):
         given = [key for key in ("result", "python", "error") if key in self.model_fields_set]
         if len(given) > 1:
             raise ValueError(f"give only one of result, python, error (got {', '.join(given)})")
-        return self
-
-    @model_validator(mode="after")
-    def _strict_schema(self) -> Tool:
-        gaps = strict_schema_gaps(self.parameters) if self.strict else []
-        if gaps:
-            raise ValueError(
-                "strict: true needs every property in required (an optional one nullable) and"
-                " additionalProperties: false, on every object, or the services refuse the"
-                f" schema: {'; '.join(gaps)}")
         return self
 
     @property

@@ -4,7 +4,8 @@ Strict function calling (structured outputs) holds the model's arguments to the 
 exactly, and the services accept only schemas where that is well defined: every object lists
 each of its properties in ``required`` (an optional one is a union with ``null``) and sets
 ``additionalProperties: false``, at every depth. OpenAI's chat completions and Responses API
-answer 400 to any other, so a case that would send one is refused when it is collected.
+answer 400 to any other (Anthropic's Messages API likewise), so the items of a case that
+would send one over an API with a strict mode fail before sending (``WireApi.unsupported``).
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
 
 from ..apis import ApiRow, api_row
 from ..casefile.params import params_written
+from ..casefile.strict import strict_schema_gaps
 from ..records import Interaction, Reply
 
 if TYPE_CHECKING:
@@ -203,11 +204,29 @@ class WireApi(ABC):
         """What ``case`` asks that this API cannot express, run with ``models`` (the
         command line's, or the case's own: None); here, ``params`` keys its request has no
         field for; an adapter adds its own."""
-        if self.request_fields is None:
-            return []
-        return [Unsupported(self._unknown_field(key, value, own=path[-2] == self.name), path)
-                for params in params_written(case, self.name)
-                for key, (value, path) in params.items() if key not in self.request_fields]
+        found = [] if self.request_fields is None else [
+            Unsupported(self._unknown_field(key, value, own=path[-2] == self.name), path)
+            for params in params_written(case, self.name)
+            for key, (value, path) in params.items() if key not in self.request_fields]
+        return found + self._strict_gaps(case) if self.sends_strict else found
+
+    sends_strict: ClassVar[bool] = True
+    """Whether the API has a strict mode for tools (``strict: true`` is sent), whose
+    schemas the service holds to its rules (``casefile/strict.py``)."""
+
+    def _strict_gaps(self, case: Case) -> list[Unsupported]:
+        """The case's ``strict: true`` tools whose schema the service refuses in strict
+        mode, each at its tool."""
+        found = []
+        for index, entry in enumerate(case.tools):
+            strict = getattr(entry, "strict", None) is True  # only the case's own tools
+            gaps = strict_schema_gaps(getattr(entry, "parameters", None)) if strict else []
+            if gaps:
+                found.append(Unsupported(
+                    "strict: true needs every property in required (an optional one nullable)"
+                    " and additionalProperties: false, on every object, or the services refuse"
+                    f" the schema: {'; '.join(gaps)}", ("tools", index)))
+        return found
 
     def _unknown_field(self, key: str, value: Any, own: bool) -> str:
         known = self.request_fields or frozenset()

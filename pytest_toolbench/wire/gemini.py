@@ -106,6 +106,7 @@ class GeminiApi(WireApi):
     path = "models"
     reasoning_where = "thought parts (includeThoughts)"
     request_fields = REQUEST_FIELDS
+    sends_strict = False  # no strict mode: a tool's strict is not sent
 
     def url_path(self, model: str | None, stream: bool) -> str:
         """``models/{model}:generateContent``; streamed, ``:streamGenerateContent?alt=sse``
