@@ -248,6 +248,7 @@ COMPILE_ERRORS: list[tuple[Any, str, Path]] = [
     ({"$approx": "1"}, "'$approx' takes a number", ("$approx",)),
     ({"$gt": "5"}, "'$gt' takes a number, got '5'", ("$gt",)),
     ({"$lte": True}, "'$lte' takes a number, got True", ("$lte",)),
+    ({"$len": "3"}, "'$len' takes a number or a matcher on one", ("$len",)),
     ({"$type": "strin"}, "unknown type 'strin'; did you mean 'string'?", ("$type",)),
     ({"$in": "abc"}, "'$in' takes a list", ("$in",)),
     ({"$loose": 3}, "'$loose' takes a string", ("$loose",)),

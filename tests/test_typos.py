@@ -111,9 +111,32 @@ ENUM_LINES = [
 ]
 
 
+OPERANDS = """\
+name: orders
+stages:
+  - name: ask
+    user: Where is order 42?
+    expect:
+      text: 42
+      reasoning: {$contains: [order, 42]}
+      usage: {completion_tokens: {$len: "3"}}
+"""
+
+OPERAND_LINES = [
+    ("orders.case.yaml:6: stages[0].expect.text: text is matched against text; the number 42"
+    ' never equals it: quote it ("42")'),
+    ("orders.case.yaml:7: stages[0].expect.reasoning.$contains[1]: reasoning is matched"
+    ' against text; the number 42 is never found in it: quote it ("42")'),
+    ("orders.case.yaml:8: stages[0].expect.usage.completion_tokens.$len: '$len' takes a number"
+    " or a matcher on one"),
+]
+
+
 @pytest.mark.parametrize(("text", "starts"), [pytest.param(TYPOS, TYPO_LINES, id="keys"),
                                                pytest.param(NAMES, NAME_LINES, id="names"),
-                                               pytest.param(ENUMS, ENUM_LINES, id="enums")])
+                                               pytest.param(ENUMS, ENUM_LINES, id="enums"),
+                                               pytest.param(OPERANDS, OPERAND_LINES,
+                                                            id="operands")])
 def test_each_typo_is_an_error_at_its_line_in_validate_and_collection(
         pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str], text: str,
         starts: list[str]) -> None:

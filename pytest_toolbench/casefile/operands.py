@@ -8,6 +8,7 @@ the failure hides; each is a ``KeyedError`` below the expectation's key, at its 
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from typing import Any
 
@@ -20,6 +21,9 @@ API's own word is ``api_finish_reason``)."""
 NUMERIC = frozenset({"usage", "latency_ms", "status", "chunks", "ttft_ms"})
 """Expectations whose values are numbers (``usage``: an object of them)."""
 
+TEXT = frozenset({"text", "reasoning", "error", "api_finish_reason"})
+"""Expectations whose values are text."""
+_TEXT_OPERANDS = ("$eq", "$ne", "$contains", "$icontains")
 _COMPARISON = re.compile(r"^\s*(<=|>=|<|>|==|!=)\s*(-?[0-9.]+)\s*$")
 _OPERATORS = {"<": "$lt", "<=": "$lte", ">": "$gt", ">=": "$gte", "==": "$eq", "!=": "$ne"}
 
@@ -34,6 +38,8 @@ def check_expectation(key: str, spec: Any) -> None:
         _known_reasons(spec, ())
     elif key in NUMERIC:
         _numbers(key, spec, ())
+    elif key in TEXT:
+        _texts(key, spec, ())
 
 
 def _known_reasons(spec: Any, path: KeyPath) -> None:
@@ -70,6 +76,26 @@ def _numbers(key: str, spec: Any, path: KeyPath) -> None:
         for operator in ("$eq", "$ne"):
             if operator in spec:
                 _numbers(key, spec[operator], (*path, operator))
+
+
+def _texts(key: str, spec: Any, path: KeyPath) -> None:
+    """A number or boolean where ``key`` holds text (``text: 21``): never equal, never in
+    it; as YAML reads it unquoted."""
+    if isinstance(spec, (bool, int, float)):
+        kind = "boolean" if isinstance(spec, bool) else "number"
+        relation = "never equals it" if not path or path[-1] in ("$eq", "$ne") else (
+            "is never found in it")
+        raise KeyedError(f"{key} is matched against text; the {kind} {json.dumps(spec)}"
+                         f" {relation}: quote it"
+                         f" ({json.dumps(str(json.dumps(spec)))})", path)
+    if isinstance(spec, dict):
+        for operator in _TEXT_OPERANDS:
+            operand = spec.get(operator)
+            if isinstance(operand, list):
+                for index, item in enumerate(operand):
+                    _texts(key, item, (*path, operator, index))
+            elif operand is not None:
+                _texts(key, operand, (*path, operator))
 
 
 def _written_as(text: str) -> str:

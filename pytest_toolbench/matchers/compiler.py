@@ -61,8 +61,15 @@ def _absent(spec: Any, value: Any, path: Path) -> _Matcher:
     return _Absent(spec)
 
 
+def _a_length(value: Any, path: Path) -> Any:
+    """``$len`` matches a number: text (``$len: "3"``) could never equal one."""
+    _require(not isinstance(value, str), f"'$len' takes a number or a matcher on one (a"
+             f" length is a number), got {value!r}", path)
+    return value
+
+
 _COMPOUNDS: dict[str, Callable[[Any, Any, Path], _Matcher]] = {
-    "$len": lambda spec, value, path: _Len(spec, _compile(value, path)),
+    "$len": lambda spec, value, path: _Len(spec, _compile(_a_length(value, path), path)),
     "$json": lambda spec, value, path: _Json(spec, _compile(value, path)),
     "$not": lambda spec, value, path: _Not(spec, _compile(value, path)),
     "$optional": lambda spec, value, path: _Optional(spec, _compile(value, path)),
