@@ -21,7 +21,7 @@ from .casefile.cache import KeptParses
 from .casefile.schema import Endpoint
 from .judge.second import RoleModels
 from .records import CaseResult
-from .run.agent import AgentContext, run_agent_case, stop_threads
+from .run.agent import AgentContext, run_agent_case
 from .run.agent_thread import AgentThread
 from .run.runner import CaseRun
 from .scrubbing import Scrubber, endpoint_secrets
@@ -146,7 +146,7 @@ class AgentCases:
         tap.close()
         if self._proxy is not None:
             self._proxy.drop(tap.connections)
-        stop_threads(self._thread.name)
+        self._thread.stop()
         self._thread = self._new_thread()
 
 

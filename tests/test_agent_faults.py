@@ -333,3 +333,67 @@ def test_a_live_loop_case_and_an_agent_case_share_a_session(
             "stages: [{name: ask, user: hi, expect: {text: fine}}]\n"))
         result = run(pytester, "--toolbench-live", "--toolbench-concurrency", "4")
     result.assert_outcomes(passed=3)
+
+
+HOSTILE = '''
+import asyncio
+import sys
+
+
+def make_exiting():
+    return lambda user: sys.exit(3)
+
+
+def make_interrupting():
+    def agent(user):
+        raise KeyboardInterrupt
+    return agent
+
+
+def make_spinning():
+    def agent(user):
+        while True:
+            pass
+    return agent
+
+
+async def make_async_spinning():
+    async def agent(user):
+        while True:
+            pass
+    return agent
+
+
+async def make_swallowing():
+    async def agent(user):
+        while True:
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                pass
+    return agent
+'''
+
+
+def test_hostile_agents_fail_their_stage_and_the_session_goes_on(
+        pytester: pytest.Pytester, agents: None) -> None:
+    pytester.makepyfile(hostile=HOSTILE)
+    cases = [case(name, factory).replace("agents:", "hostile:") for name, factory in (
+        ("exiting", "make_exiting"), ("interrupting", "make_interrupting"),
+        ("spinning", "make_spinning"), ("async_spinning", "make_async_spinning"),
+        ("swallowing", "make_swallowing"))]
+    with start_chat_server() as server:
+        server.set_handler(lambda request: json_reply(completion("fine")))
+        after = case("after", "make_plain", base_url=server.base_url,
+                     expect="      text: fine\n")
+        pytester.makefile(".case.yaml", hostile="---\n".join([*cases, after]))
+        started = time.monotonic()
+        result = run(pytester, "--toolbench-live", "--toolbench-deadline", "1")
+    assert time.monotonic() - started < 30
+    result.assert_outcomes(passed=1, failed=5)
+    result.stdout.fnmatch_lines([
+        "*exiting: stages[[]0].user: the agent raised SystemExit: 3*",
+        "*interrupting: stages[[]0].user: the agent raised KeyboardInterrupt*",
+        "*spinning: stages[[]0].user: the agent did not finish within 1 s*",
+        "*async_spinning: stages[[]0].user: the agent did not finish within 1 s*",
+        "*swallowing: stages[[]0].user: the agent did not finish within 1 s*"])

@@ -13,9 +13,7 @@ loop's (``check.Outcome`` with the agent's answer).
 
 from __future__ import annotations
 
-import ctypes
 import inspect
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -350,26 +348,6 @@ def exchange_turn(exchange: Exchange) -> Turn:
     return Turn(request=exchange.request, streamed=exchange.streamed, reply=exchange.reply,
                 error=exchange.error, elapsed_ms=exchange.elapsed_ms,
                 stop_reason="error" if exchange.error is not None else None)
-
-
-class AgentAbandoned(SystemExit):
-    """Raised in an abandoned agent's thread: whatever it does next, it stops there."""
-
-
-def stop_threads(name: str) -> None:
-    """Raise ``AgentAbandoned`` in the threads of that ``name`` still running.
-
-    Its time is up and nobody waits for it any more, but the proxy's URLs are the whole
-    session's: a request it sent later would reach the next case. CPython delivers the
-    exception when the thread next runs Python code (after its sleep, or once the proxy
-    has cut its connections); elsewhere the thread is only left behind."""
-    set_async_exc = getattr(getattr(ctypes, "pythonapi", None), "PyThreadState_SetAsyncExc",
-                            None)
-    if set_async_exc is None:
-        return
-    for thread in threading.enumerate():
-        if thread.name == name and thread.ident is not None and thread.is_alive():
-            set_async_exc(ctypes.c_ulong(thread.ident), ctypes.py_object(AgentAbandoned))
 
 
 def _said(failed: UserCodeFailed) -> str:

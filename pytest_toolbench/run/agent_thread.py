@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import ctypes
 import queue
 import threading
 from collections.abc import Awaitable, Callable
@@ -53,20 +54,46 @@ class AgentThread:
         return done
 
     def _serve(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            work, done = job
-            if not done.set_running_or_notify_cancel():
-                continue
-            try:
-                done.set_result(work())
-            except BaseException as error:  # noqa: BLE001 - the caller names it
-                done.set_exception(error)
-        _close_left_loop()
+        try:
+            while (job := self._jobs.get()) is not None:
+                work, done = job
+                if not done.set_running_or_notify_cancel():
+                    continue
+                try:
+                    done.set_result(work())
+                except AgentAbandoned:
+                    return  # stopped: its caller gave up on it
+                except BaseException as error:  # noqa: BLE001 - the caller names it
+                    done.set_exception(error)
+            _close_left_loop()
+        except AgentAbandoned:
+            return  # stopped between two calls
+
+    def stop(self) -> None:
+        """Stop the thread of an agent left running past its deadline, at its next Python
+        step (CPython; elsewhere it is only left behind), and end it.
+
+        Its time is up and nobody waits for it any more, but the proxy's URLs are the
+        whole session's: a request it sent later would reach the next case. CPython
+        delivers the exception when the thread next runs Python code (after its sleep,
+        or once the proxy has cut its connections)."""
+        thread = self._thread
+        self.close()
+        set_async_exc = getattr(getattr(ctypes, "pythonapi", None),
+                                "PyThreadState_SetAsyncExc", None)
+        if thread is None or thread.ident is None or set_async_exc is None \
+                or not thread.is_alive():
+            return
+        set_async_exc(ctypes.c_ulong(thread.ident), ctypes.py_object(AgentAbandoned))
 
     def close(self) -> None:
         """End the thread once its calls are done (an abandoned one: whenever it returns)."""
         if self._thread is not None:
             self._jobs.put(None)
+
+
+class AgentAbandoned(BaseException):
+    """Raised in an abandoned agent's thread: whatever it does next, it stops there."""
 
 
 def _close_left_loop() -> None:
