@@ -218,6 +218,8 @@ class SessionReports:
         if hasattr(self.config, "workerinput") or (settings.report is None
                                                     and settings.html is None):
             return  # xdist workers send their records to the controller, which writes once
+        if settings.dry_run:
+            return  # nothing ran: the last run's reports stay as they are
         run = self._run(settings)
         if settings.html is not None:
             from .report.html import write_html

@@ -337,3 +337,17 @@ stages: [{{name: ask, user: hi}}]
          " case 'seeded': the Responses API's request has no field 'seed'*"),
         "toolbench dry run: 1 item ready, 1 missing something; nothing was sent"])
     assert counting_server.connections == 0
+
+
+def test_a_dry_run_leaves_the_last_runs_reports_as_they_are(
+        pytester: pytest.Pytester) -> None:
+    pytester.makefile(".case.yaml", one="name: one\nstages: [{name: ask, user: hi}]\n")
+    report, page = pytester.path / "report.json", pytester.path / "report.html"
+    report.write_text("the last run's", encoding="utf-8")
+
+    result = pytester.runpytest("--toolbench-dry-run", f"--toolbench-report={report}",
+                                f"--toolbench-html={page}")
+
+    assert result.ret == 1  # no cassette
+    assert report.read_text(encoding="utf-8") == "the last run's"
+    assert not page.exists()
