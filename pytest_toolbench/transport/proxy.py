@@ -334,8 +334,12 @@ class _Connection:
                 raise h11.LocalProtocolError(f"unexpected {type(event).__name__}")
 
     async def respond(self, response: ProxyResponse) -> None:
+        # Every reply closes its connection: an SDK's pool then keeps none past the event
+        # loop it was opened on. openai-agents shares one HTTP client between runs, and
+        # each stage of a plain agent runs on a thread (so a loop) of its own: a connection
+        # kept from the stage before fails with "... is bound to a different event loop".
         headers = [(name, value) for name, value in response.headers
-                   if name.lower() not in _HOP_BY_HOP]
+                   if name.lower() not in _HOP_BY_HOP] + [("connection", "close")]
         self._send(h11.Response(status_code=response.status, headers=headers))
         await self.writer.drain()
         async for chunk in response.chunks:
