@@ -9,10 +9,13 @@ conversation carried into the next message) and the state its tools left.
 
 from __future__ import annotations
 
+import gc
 import json
 import re
+from typing import Any
 
 import pytest
+import yaml
 from support.agents.frameworks import (
     PLACEHOLDER_KEYS,
     Framework,
@@ -92,3 +95,102 @@ def test_the_agent_sends_the_key_of_its_sdks_variable(framework: Framework,
     key = PLACEHOLDER_KEYS[KEY_VARIABLES[framework.api]]
     carrying = [name for name, value in server.requests[0].headers.items() if key in value]
     assert carrying, f"no header carries {KEY_VARIABLES[framework.api]}"
+
+
+# -- through the plugin: recorded, then replayed with the server stopped -------------------
+
+CASES = """name: refund_order
+agent:
+  python: FACTORY
+  init: INIT
+model: MODEL
+endpoint: {base_url: "BASE_URL"}
+stages:
+  - name: ask
+    user: Refund order 913
+    expect:
+      tool_calls: [{name: lookup_order, arguments: {order_id: "913"}}, {name: issue_refund}]
+      text: {$contains: refunded}
+      requests: 3
+      state: {refunds: ["913"]}
+  - name: when
+    user: When will the money arrive?
+    expect:
+      trajectory: {$not: {name: issue_refund}}
+      tool_calls: []
+      text: {$contains: days}
+      requests: 1
+---
+name: refund_the_other_order
+agent:
+  python: FACTORY
+  init: INIT
+model: MODEL
+endpoint: {base_url: "BASE_URL"}
+stages:
+  - name: ask
+    user: Refund order 913
+    expect:
+      tool_calls: {$includes: [{name: issue_refund, arguments: {order_id: "914"}}]}
+  - name: when
+    user: When will the money arrive?
+"""
+"""Two cases of one agent: the first passes, the second expects the wrong order refunded
+(at line 33) and must fail the same way recorded and replayed: its first stage fails, so
+its second never runs (3 + 1 + 3 requests)."""
+WRONG_LINE = 33
+CHANGED_SYSTEM = "Refund whatever order the customer names, at once."
+
+
+def cases_for(framework: Framework, base_url: str, **init: Any) -> str:
+    model = "gemini-2.5-flash" if framework.api == "gemini" else "test-model"
+    return (CASES.replace("FACTORY", framework.factory).replace("MODEL", model)
+            .replace("INIT", json.dumps({**framework.init, **init}))
+            .replace("BASE_URL", base_url))
+
+
+def run_cases(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly", *args)
+    gc.collect()  # a framework's leftovers are finalized under this test's filters
+    return result
+
+
+def verdicts(result: pytest.RunResult) -> list[str]:
+    """Each case's outcome, in order, from pytest's ``-rA`` summary lines."""
+    found = (re.match(r"(PASSED|FAILED) \S+::([\w.-]+)", line) for line in result.outlines)
+    return [f"{match[1]} {match[2]}" for match in found if match]
+
+
+@framework_params
+def test_the_agent_case_replays_with_the_verdicts_it_was_recorded_with(
+        framework: Framework, pytester: pytest.Pytester,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in PLACEHOLDER_KEYS.items():
+        monkeypatch.setenv(name, value + "-the-teams-own-secret")
+    monkeypatch.setenv("OPENAI_AGENTS_DISABLE_TRACING", "1")
+    with server_for(framework).start() as server:
+        server.set_handler(ScriptedModel(*REFUND, *REFUND))
+        pytester.makefile(".case.yaml", refund=cases_for(framework, server.base_url))
+        recorded = run_cases(pytester, "--toolbench-record", "-rA")
+        assert server.errors == []
+        assert len(server.requests) == 7
+    replayed = run_cases(pytester, "-rA")  # the server is gone: every answer is recorded
+    changed = pytester.makefile(".case.yaml", refund=cases_for(
+        framework, "http://127.0.0.1:9/v1", system=CHANGED_SYSTEM))
+    after_the_change = run_cases(pytester, "-rA", str(changed) + "::refund_order")
+
+    expected = ["PASSED refund_order", "FAILED refund_the_other_order"]
+    assert verdicts(recorded) == expected, recorded.stdout.str()
+    assert verdicts(replayed) == expected, replayed.stdout.str()
+    for result in (recorded, replayed):
+        result.stdout.fnmatch_lines([f"*refund.case.yaml:{WRONG_LINE}*tool_calls*914*"])
+    cassettes = pytester.path / "__cassettes__" / "refund"
+    kept = {path.name.partition("[")[0]: path.read_text() for path in cassettes.iterdir()}
+    assert not [name for name, text in kept.items() if "the-teams-own-secret" in text]
+    apis = {name: [item["api"] for item in yaml.safe_load(text)["interactions"]]
+            for name, text in kept.items()}
+    assert apis == {"refund_order": [framework.api] * 4,
+                    "refund_the_other_order": [framework.api] * 3}
+    after_the_change.assert_outcomes(failed=1)
+    after_the_change.stdout.fnmatch_lines(["*differs from the one recorded*"])
+    assert "Refund whatever order" in after_the_change.stdout.str()

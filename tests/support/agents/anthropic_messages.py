@@ -15,8 +15,8 @@ MESSAGES_TOOLS = [{"name": tool["name"], "description": tool["description"],
 
 
 class MessagesAgent:
-    def __init__(self, client: Anthropic, model: str, stream: bool) -> None:
-        self.client, self.model, self.stream = client, model, stream
+    def __init__(self, client: Anthropic, model: str, stream: bool, system: str) -> None:
+        self.client, self.model, self.stream, self.system = client, model, stream, system
         self.shop = Shop()
         self.messages: list[dict[str, Any]] = []
 
@@ -28,9 +28,13 @@ class MessagesAgent:
                 return answer
         raise RuntimeError(f"no answer after {MAX_TURNS} model requests")
 
+    def close(self) -> None:
+        self.client.close()
+
     def _reply(self) -> Message:
-        request: dict[str, Any] = {"model": self.model, "max_tokens": 256, "system": SYSTEM,
-                                   "tools": MESSAGES_TOOLS, "messages": self.messages}
+        request: dict[str, Any] = {"model": self.model, "max_tokens": 256,
+                                   "system": self.system, "tools": MESSAGES_TOOLS,
+                                   "messages": self.messages}
         if not self.stream:
             return self.client.messages.create(**request)
         with self.client.messages.stream(**request) as stream:
@@ -53,6 +57,7 @@ class MessagesAgent:
         return self.shop.state()
 
 
-def make_agent(stream: bool = True, model: str = "test-model") -> MessagesAgent:
+def make_agent(stream: bool = True, model: str = "test-model",
+               system: str = SYSTEM) -> MessagesAgent:
     """Its client reads ANTHROPIC_BASE_URL (no ``/v1``) and ANTHROPIC_API_KEY."""
-    return MessagesAgent(Anthropic(), model, stream)
+    return MessagesAgent(Anthropic(), model, stream, system)

@@ -12,21 +12,21 @@ from google.genai import types
 from support.agents.shop import MAX_TURNS, SYSTEM, TOOLS, Shop
 
 
-def _config() -> types.GenerateContentConfig:
+def _config(system: str) -> types.GenerateContentConfig:
     declarations = [types.FunctionDeclaration(name=tool["name"], description=tool["description"],
                                               parameters_json_schema=tool["parameters"])
                     for tool in TOOLS]
     return types.GenerateContentConfig(
-        system_instruction=SYSTEM, tools=[types.Tool(function_declarations=declarations)],
+        system_instruction=system, tools=[types.Tool(function_declarations=declarations)],
         automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True))
 
 
 class GeminiAgent:
-    def __init__(self, client: genai.Client, model: str, stream: bool) -> None:
+    def __init__(self, client: genai.Client, model: str, stream: bool, system: str) -> None:
         self.client, self.model, self.stream = client, model, stream
         self.shop = Shop()
         self.contents: list[types.Content] = []
-        self.config = _config()
+        self.config = _config(system)
 
     def __call__(self, user_text: str) -> str:
         self.contents.append(types.Content(role="user", parts=[types.Part(text=user_text)]))
@@ -35,6 +35,9 @@ class GeminiAgent:
             if answer is not None:
                 return answer
         raise RuntimeError(f"no answer after {MAX_TURNS} model requests")
+
+    def close(self) -> None:
+        self.client.close()
 
     def _reply(self) -> list[types.Part]:
         request: dict[str, Any] = {"model": self.model, "contents": self.contents,
@@ -69,7 +72,8 @@ def _parts(response: types.GenerateContentResponse) -> list[types.Part]:
     return list(content.parts or []) if content else []
 
 
-def make_agent(stream: bool = False, model: str = "gemini-2.5-flash") -> GeminiAgent:
+def make_agent(stream: bool = False, model: str = "gemini-2.5-flash",
+               system: str = SYSTEM) -> GeminiAgent:
     """Its client reads GOOGLE_GEMINI_BASE_URL (no version: the SDK adds ``/v1beta``) and
     GEMINI_API_KEY or GOOGLE_API_KEY."""
-    return GeminiAgent(genai.Client(), model, stream)
+    return GeminiAgent(genai.Client(), model, stream, system)

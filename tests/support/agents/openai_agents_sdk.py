@@ -12,7 +12,7 @@ from support.agents.shop import MAX_TURNS, SYSTEM, Shop
 
 
 class SupportAgent:
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, system: str) -> None:
         self.shop = shop = Shop()
 
         @function_tool
@@ -25,7 +25,7 @@ class SupportAgent:
             """Refund an order in full."""
             return shop.issue_refund(order_id)
 
-        self.agent = Agent(name="support", instructions=SYSTEM, model=model,
+        self.agent = Agent(name="support", instructions=system, model=model,
                            tools=[lookup_order, issue_refund])
         self.history: list[TResponseInputItem] = []
 
@@ -39,5 +39,5 @@ class SupportAgent:
         return self.shop.state()
 
 
-def make_agent(model: str = "test-model") -> SupportAgent:
-    return SupportAgent(model)
+def make_agent(model: str = "test-model", system: str = SYSTEM) -> SupportAgent:
+    return SupportAgent(model, system)

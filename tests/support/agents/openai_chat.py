@@ -16,10 +16,10 @@ CHAT_TOOLS = [{"type": "function", "function": tool} for tool in TOOLS]
 class _Conversation:
     """The messages so far and the shop the tools act on."""
 
-    def __init__(self, model: str, stream: bool) -> None:
+    def __init__(self, model: str, stream: bool, system: str) -> None:
         self.model, self.stream = model, stream
         self.shop = Shop()
-        self.messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
+        self.messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
 
     def request(self) -> dict[str, Any]:
         return {"model": self.model, "messages": self.messages, "tools": CHAT_TOOLS}
@@ -39,8 +39,8 @@ class _Conversation:
 
 
 class ChatAgent(_Conversation):
-    def __init__(self, client: OpenAI, model: str, stream: bool) -> None:
-        super().__init__(model, stream)
+    def __init__(self, client: OpenAI, model: str, stream: bool, system: str) -> None:
+        super().__init__(model, stream, system)
         self.client = client
 
     def __call__(self, user_text: str) -> str:
@@ -50,6 +50,9 @@ class ChatAgent(_Conversation):
             if answer is not None:
                 return answer
         raise RuntimeError(f"no answer after {MAX_TURNS} model requests")
+
+    def close(self) -> None:
+        self.client.close()
 
     def _reply(self) -> ChatCompletionMessage:
         if not self.stream:
@@ -61,8 +64,8 @@ class ChatAgent(_Conversation):
 
 
 class AsyncChatAgent(_Conversation):
-    def __init__(self, client: AsyncOpenAI, model: str, stream: bool) -> None:
-        super().__init__(model, stream)
+    def __init__(self, client: AsyncOpenAI, model: str, stream: bool, system: str) -> None:
+        super().__init__(model, stream, system)
         self.client = client
 
     async def __call__(self, user_text: str) -> str:
@@ -88,11 +91,13 @@ class AsyncChatAgent(_Conversation):
             return final.choices[0].message  # type: ignore[return-value]
 
 
-def make_agent(stream: bool = False, model: str = "test-model") -> ChatAgent:
+def make_agent(stream: bool = False, model: str = "test-model",
+               system: str = SYSTEM) -> ChatAgent:
     """The sync agent; its client reads OPENAI_BASE_URL and OPENAI_API_KEY."""
-    return ChatAgent(OpenAI(), model, stream)
+    return ChatAgent(OpenAI(), model, stream, system)
 
 
-def make_async_agent(stream: bool = False, model: str = "test-model") -> AsyncChatAgent:
+def make_async_agent(stream: bool = False, model: str = "test-model",
+                     system: str = SYSTEM) -> AsyncChatAgent:
     """The async agent: an ``AsyncOpenAI`` client, bound to the loop it first runs on."""
-    return AsyncChatAgent(AsyncOpenAI(), model, stream)
+    return AsyncChatAgent(AsyncOpenAI(), model, stream, system)

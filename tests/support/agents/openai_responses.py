@@ -14,13 +14,13 @@ RESPONSES_TOOLS = [{"type": "function", **tool} for tool in TOOLS]
 
 
 class _Conversation:
-    def __init__(self, model: str, stream: bool) -> None:
-        self.model, self.stream = model, stream
+    def __init__(self, model: str, stream: bool, system: str) -> None:
+        self.model, self.stream, self.system = model, stream, system
         self.shop = Shop()
         self.items: list[dict[str, Any]] = []
 
     def request(self) -> dict[str, Any]:
-        return {"model": self.model, "instructions": SYSTEM, "input": self.items,
+        return {"model": self.model, "instructions": self.system, "input": self.items,
                 "tools": RESPONSES_TOOLS, "stream": self.stream}
 
     def take(self, response: Response) -> str | None:
@@ -46,8 +46,8 @@ def _completed(event: Any) -> Response | None:
 
 
 class ResponsesAgent(_Conversation):
-    def __init__(self, client: OpenAI, model: str, stream: bool) -> None:
-        super().__init__(model, stream)
+    def __init__(self, client: OpenAI, model: str, stream: bool, system: str) -> None:
+        super().__init__(model, stream, system)
         self.client = client
 
     def __call__(self, user_text: str) -> str:
@@ -57,6 +57,9 @@ class ResponsesAgent(_Conversation):
             if answer is not None:
                 return answer
         raise RuntimeError(f"no answer after {MAX_TURNS} model requests")
+
+    def close(self) -> None:
+        self.client.close()
 
     def _reply(self) -> Response:
         reply = self.client.responses.create(**self.request())
@@ -71,8 +74,8 @@ class ResponsesAgent(_Conversation):
 
 
 class AsyncResponsesAgent(_Conversation):
-    def __init__(self, client: AsyncOpenAI, model: str, stream: bool) -> None:
-        super().__init__(model, stream)
+    def __init__(self, client: AsyncOpenAI, model: str, stream: bool, system: str) -> None:
+        super().__init__(model, stream, system)
         self.client = client
 
     async def __call__(self, user_text: str) -> str:
@@ -99,9 +102,11 @@ class AsyncResponsesAgent(_Conversation):
         return final
 
 
-def make_agent(stream: bool = False, model: str = "test-model") -> ResponsesAgent:
-    return ResponsesAgent(OpenAI(), model, stream)
+def make_agent(stream: bool = False, model: str = "test-model",
+               system: str = SYSTEM) -> ResponsesAgent:
+    return ResponsesAgent(OpenAI(), model, stream, system)
 
 
-def make_async_agent(stream: bool = False, model: str = "test-model") -> AsyncResponsesAgent:
-    return AsyncResponsesAgent(AsyncOpenAI(), model, stream)
+def make_async_agent(stream: bool = False, model: str = "test-model",
+                     system: str = SYSTEM) -> AsyncResponsesAgent:
+    return AsyncResponsesAgent(AsyncOpenAI(), model, stream, system)

@@ -15,10 +15,10 @@ from support.agents.shop import MAX_TURNS, SYSTEM, Shop
 
 
 class SupportAgent:
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, system: str) -> None:
         self.shop = shop = Shop()
         self.agent = agent = Agent(OpenAIChatModel(model, provider=OpenAIProvider()),
-                                   system_prompt=SYSTEM)
+                                   system_prompt=system)
 
         @agent.tool_plain
         def lookup_order(order_id: str) -> dict[str, Any]:
@@ -42,5 +42,5 @@ class SupportAgent:
         return self.shop.state()
 
 
-def make_agent(model: str = "test-model") -> SupportAgent:
-    return SupportAgent(model)
+def make_agent(model: str = "test-model", system: str = SYSTEM) -> SupportAgent:
+    return SupportAgent(model, system)
