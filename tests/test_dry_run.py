@@ -110,6 +110,8 @@ def test_the_example_suite_shows_each_first_request_with_no_key_and_sends_nothin
     assert sorted(shown) == sorted(ids)
     for item, lines in shown.items():
         assert lines[0] == "ready", (item, lines)
+        if any(line.startswith("note: an agent case") for line in lines):
+            continue  # cases/support_agent: its agent sends its own requests as it runs
         request = next(line for line in lines if line.startswith("POST "))
         assert request.startswith(f"POST {counting_server.url}/v1/"), request
         body = json.loads(lines[-1])
