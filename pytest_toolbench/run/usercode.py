@@ -181,7 +181,6 @@ def _in_thread(fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, An
             result, error = context.run(fn, *args, **kwargs), None
         except BaseException as exc:  # noqa: BLE001 - SystemExit too: user code's failure
             result, error = None, _failed(exc, what)
-        _close_the_loop_left_open()
         try:
             loop.call_soon_threadsafe(settle, result, error)
         except RuntimeError:  # the calling loop is closed: the session ended meanwhile
@@ -189,24 +188,6 @@ def _in_thread(fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, An
 
     threading.Thread(target=run, name=f"toolbench-user-{what}"[:60], daemon=True).start()
     return outcome
-
-
-def _close_the_loop_left_open() -> None:
-    """Close the event loop user code set for this thread and left open, as
-    ``Runner.run_sync`` (openai-agents) and ``run_sync`` (pydantic-ai) do: the thread ends
-    here, and an open loop would be finalized by the garbage collector at any later
-    moment, with a ResourceWarning for it and each socket it kept."""
-    try:
-        left = asyncio.get_event_loop_policy().get_event_loop()
-    except RuntimeError:  # none was set: the usual case
-        return
-    if left.is_closed() or left.is_running():
-        return
-    try:
-        left.run_until_complete(left.shutdown_asyncgens())
-    except Exception:  # noqa: BLE001, S110 - what user code left is closed at best effort
-        pass
-    left.close()
 
 
 async def _on_user_loop(make: Callable[[], Any], deadline: float, timeout_s: float,
