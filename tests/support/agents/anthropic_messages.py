@@ -17,6 +17,7 @@ MESSAGES_TOOLS = [{"name": tool["name"], "description": tool["description"],
 class MessagesAgent:
     def __init__(self, client: Anthropic, model: str, stream: bool, system: str) -> None:
         self.client, self.model, self.stream, self.system = client, model, stream, system
+        self.max_tokens = 256
         self.shop = Shop()
         self.messages: list[dict[str, Any]] = []
 
@@ -32,7 +33,7 @@ class MessagesAgent:
         self.client.close()
 
     def _reply(self) -> Message:
-        request: dict[str, Any] = {"model": self.model, "max_tokens": 256,
+        request: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens,
                                    "system": self.system, "tools": MESSAGES_TOOLS,
                                    "messages": self.messages}
         if not self.stream:
@@ -58,6 +59,8 @@ class MessagesAgent:
 
 
 def make_agent(stream: bool = True, model: str = "test-model",
-               system: str = SYSTEM) -> MessagesAgent:
+               system: str = SYSTEM, max_tokens: int = 256) -> MessagesAgent:
     """Its client reads ANTHROPIC_BASE_URL (no ``/v1``) and ANTHROPIC_API_KEY."""
-    return MessagesAgent(Anthropic(), model, stream, system)
+    agent = MessagesAgent(Anthropic(), model, stream, system)
+    agent.max_tokens = max_tokens
+    return agent

@@ -12,21 +12,22 @@ from google.genai import types
 from support.agents.shop import MAX_TURNS, SYSTEM, TOOLS, Shop
 
 
-def _config(system: str) -> types.GenerateContentConfig:
+def _config(system: str, max_tokens: int | None) -> types.GenerateContentConfig:
     declarations = [types.FunctionDeclaration(name=tool["name"], description=tool["description"],
                                               parameters_json_schema=tool["parameters"])
                     for tool in TOOLS]
     return types.GenerateContentConfig(
-        system_instruction=system, tools=[types.Tool(function_declarations=declarations)],
+        system_instruction=system, max_output_tokens=max_tokens, tools=[types.Tool(function_declarations=declarations)],
         automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True))
 
 
 class GeminiAgent:
-    def __init__(self, client: genai.Client, model: str, stream: bool, system: str) -> None:
+    def __init__(self, client: genai.Client, model: str, stream: bool, system: str,
+                 max_tokens: int | None = None) -> None:
         self.client, self.model, self.stream = client, model, stream
         self.shop = Shop()
         self.contents: list[types.Content] = []
-        self.config = _config(system)
+        self.config = _config(system, max_tokens)
 
     def __call__(self, user_text: str) -> str:
         self.contents.append(types.Content(role="user", parts=[types.Part(text=user_text)]))
@@ -73,7 +74,7 @@ def _parts(response: types.GenerateContentResponse) -> list[types.Part]:
 
 
 def make_agent(stream: bool = False, model: str = "gemini-2.5-flash",
-               system: str = SYSTEM) -> GeminiAgent:
+               system: str = SYSTEM, max_tokens: int | None = None) -> GeminiAgent:
     """Its client reads GOOGLE_GEMINI_BASE_URL (no version: the SDK adds ``/v1beta``) and
     GEMINI_API_KEY or GOOGLE_API_KEY."""
-    return GeminiAgent(genai.Client(), model, stream, system)
+    return GeminiAgent(genai.Client(), model, stream, system, max_tokens)

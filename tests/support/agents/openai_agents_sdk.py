@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents import Agent, Runner, TResponseInputItem, function_tool
+from agents import Agent, ModelSettings, Runner, TResponseInputItem, function_tool
 
 from support.agents.shop import MAX_TURNS, SYSTEM, Shop
 
 
 class SupportAgent:
-    def __init__(self, model: str, system: str) -> None:
+    def __init__(self, model: str, system: str, max_tokens: int | None) -> None:
         self.shop = shop = Shop()
 
         @function_tool
@@ -26,7 +26,8 @@ class SupportAgent:
             return shop.issue_refund(order_id)
 
         self.agent = Agent(name="support", instructions=system, model=model,
-                           tools=[lookup_order, issue_refund])
+                           tools=[lookup_order, issue_refund],
+                           model_settings=ModelSettings(max_tokens=max_tokens))
         self.history: list[TResponseInputItem] = []
 
     def __call__(self, user_text: str) -> str:
@@ -39,5 +40,6 @@ class SupportAgent:
         return self.shop.state()
 
 
-def make_agent(model: str = "test-model", system: str = SYSTEM) -> SupportAgent:
-    return SupportAgent(model, system)
+def make_agent(model: str = "test-model", system: str = SYSTEM,
+               max_tokens: int | None = None) -> SupportAgent:
+    return SupportAgent(model, system, max_tokens)

@@ -16,13 +16,17 @@ CHAT_TOOLS = [{"type": "function", "function": tool} for tool in TOOLS]
 class _Conversation:
     """The messages so far and the shop the tools act on."""
 
+    max_tokens: int | None = None
+    """A limit on each reply, sent when set (a small local model rarely stops by itself)."""
+
     def __init__(self, model: str, stream: bool, system: str) -> None:
         self.model, self.stream = model, stream
         self.shop = Shop()
         self.messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
 
     def request(self) -> dict[str, Any]:
-        return {"model": self.model, "messages": self.messages, "tools": CHAT_TOOLS}
+        limit = {"max_tokens": self.max_tokens} if self.max_tokens else {}
+        return {"model": self.model, "messages": self.messages, "tools": CHAT_TOOLS, **limit}
 
     def take(self, message: ChatCompletionMessage) -> str | None:
         """Keep the reply; answer its calls. The reply's text when it called nothing."""
@@ -92,12 +96,16 @@ class AsyncChatAgent(_Conversation):
 
 
 def make_agent(stream: bool = False, model: str = "test-model",
-               system: str = SYSTEM) -> ChatAgent:
+               system: str = SYSTEM, max_tokens: int | None = None) -> ChatAgent:
     """The sync agent; its client reads OPENAI_BASE_URL and OPENAI_API_KEY."""
-    return ChatAgent(OpenAI(), model, stream, system)
+    agent = ChatAgent(OpenAI(), model, stream, system)
+    agent.max_tokens = max_tokens
+    return agent
 
 
 def make_async_agent(stream: bool = False, model: str = "test-model",
-                     system: str = SYSTEM) -> AsyncChatAgent:
+                     system: str = SYSTEM, max_tokens: int | None = None) -> AsyncChatAgent:
     """The async agent: an ``AsyncOpenAI`` client, bound to the loop it first runs on."""
-    return AsyncChatAgent(AsyncOpenAI(), model, stream, system)
+    agent = AsyncChatAgent(AsyncOpenAI(), model, stream, system)
+    agent.max_tokens = max_tokens
+    return agent

@@ -14,14 +14,18 @@ RESPONSES_TOOLS = [{"type": "function", **tool} for tool in TOOLS]
 
 
 class _Conversation:
+    max_tokens: int | None = None
+    """A limit on each reply, sent when set (a small local model rarely stops by itself)."""
+
     def __init__(self, model: str, stream: bool, system: str) -> None:
         self.model, self.stream, self.system = model, stream, system
         self.shop = Shop()
         self.items: list[dict[str, Any]] = []
 
     def request(self) -> dict[str, Any]:
+        limit = {"max_output_tokens": self.max_tokens} if self.max_tokens else {}
         return {"model": self.model, "instructions": self.system, "input": self.items,
-                "tools": RESPONSES_TOOLS, "stream": self.stream}
+                "tools": RESPONSES_TOOLS, "stream": self.stream, **limit}
 
     def take(self, response: Response) -> str | None:
         """Keep the output items; answer the calls. The text when nothing was called."""
@@ -103,10 +107,15 @@ class AsyncResponsesAgent(_Conversation):
 
 
 def make_agent(stream: bool = False, model: str = "test-model",
-               system: str = SYSTEM) -> ResponsesAgent:
-    return ResponsesAgent(OpenAI(), model, stream, system)
+               system: str = SYSTEM, max_tokens: int | None = None) -> ResponsesAgent:
+    agent = ResponsesAgent(OpenAI(), model, stream, system)
+    agent.max_tokens = max_tokens
+    return agent
 
 
 def make_async_agent(stream: bool = False, model: str = "test-model",
-                     system: str = SYSTEM) -> AsyncResponsesAgent:
-    return AsyncResponsesAgent(AsyncOpenAI(), model, stream, system)
+                     system: str = SYSTEM,
+                     max_tokens: int | None = None) -> AsyncResponsesAgent:
+    agent = AsyncResponsesAgent(AsyncOpenAI(), model, stream, system)
+    agent.max_tokens = max_tokens
+    return agent

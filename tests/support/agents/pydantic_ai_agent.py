@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic_ai import Agent, UsageLimits
+from pydantic_ai import Agent, ModelSettings, UsageLimits
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
@@ -15,10 +15,11 @@ from support.agents.shop import MAX_TURNS, SYSTEM, Shop
 
 
 class SupportAgent:
-    def __init__(self, model: str, system: str) -> None:
+    def __init__(self, model: str, system: str, max_tokens: int | None) -> None:
         self.shop = shop = Shop()
+        settings = ModelSettings(max_tokens=max_tokens) if max_tokens else None
         self.agent = agent = Agent(OpenAIChatModel(model, provider=OpenAIProvider()),
-                                   system_prompt=system)
+                                   system_prompt=system, model_settings=settings)
 
         @agent.tool_plain
         def lookup_order(order_id: str) -> dict[str, Any]:
@@ -42,5 +43,6 @@ class SupportAgent:
         return self.shop.state()
 
 
-def make_agent(model: str = "test-model", system: str = SYSTEM) -> SupportAgent:
-    return SupportAgent(model, system)
+def make_agent(model: str = "test-model", system: str = SYSTEM,
+               max_tokens: int | None = None) -> SupportAgent:
+    return SupportAgent(model, system, max_tokens)

@@ -1,0 +1,75 @@
+"""The support agents of ``support.agents`` against the real model server: each framework's
+agent case recorded through the plugin's proxy from llama-server, then replayed with the
+endpoint out of reach, telling the same story.
+
+Gemma 3 270M is tiny: the tests check the protocol (every request reached llama-server
+over the agent's own API and came back readable; the cassette holds them all and no key)
+and that replay is the recording, turn for turn, not what the model says. llama-server
+answers chat completions, Responses and Messages, not Gemini's API, so the google-genai
+agent is proven against the loopback Gemini server only (tests/test_agent_frameworks.py).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import yaml
+from support.agents.frameworks import FRAMEWORKS, PLACEHOLDER_KEYS, Framework
+
+from pytest_toolbench.commands.local_server import LocalServer, free_port
+
+pytestmark = [pytest.mark.live_server, pytest.mark.xdist_group("model_servers")]
+
+LIVE = [pytest.param(f, marks=f.marks, id=f.id) for f in FRAMEWORKS if f.api != "gemini"]
+CASE = """name: refund_live
+agent:
+  python: {factory}
+  init: {init}
+model: gemma-3-270m
+endpoint: {{base_url: "{base_url}", timeout_s: 120}}
+stages:
+  - name: ask
+    user: Refund order 913
+    expect:
+      requests: {{$gte: 1}}
+"""
+
+
+def turns_of(report: dict[str, Any]) -> list[Any]:
+    """What each request of the case got back, as the JSON report keeps it."""
+    [case] = report["cases"]
+    [run] = case["runs"]
+    return [[(turn.get("text"), turn.get("tool_calls"), turn.get("finish_reason"))
+             for turn in attempt["turns"]]
+            for stage in run["stages"] for attempt in stage["attempts"]]
+
+
+@pytest.mark.parametrize("framework", LIVE)
+def test_the_agent_case_recorded_from_llama_server_replays_the_same(
+        framework: Framework, llama_server: LocalServer, pytester: pytest.Pytester,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in PLACEHOLDER_KEYS.items():
+        monkeypatch.setenv(name, value + "-the-teams-own-secret")
+    init = json.dumps({**framework.init, "max_tokens": 48})
+    pytester.makefile(".case.yaml", refund=CASE.format(
+        factory=framework.factory, init=init, base_url=llama_server.base_url))
+    recorded = pytester.runpytest("-p", "no:cacheprovider", "--toolbench-record",
+                                  "--toolbench-report", "recorded.json")
+    unreachable = f"http://127.0.0.1:{free_port()}/v1"
+    replayed = pytester.runpytest("-p", "no:cacheprovider", "--toolbench-base-url", unreachable,
+                                  "--toolbench-report", "replayed.json")
+
+    recorded.assert_outcomes(passed=1)
+    replayed.assert_outcomes(passed=1)
+    [path] = (pytester.path / "__cassettes__" / "refund").iterdir()
+    text = path.read_text()
+    assert "the-teams-own-secret" not in text
+    interactions = yaml.safe_load(text)["interactions"]
+    assert [item["api"] for item in interactions] == [framework.api] * len(interactions)
+    assert all(item["response"]["status"] == 200 for item in interactions), interactions
+    first = json.loads((pytester.path / "recorded.json").read_text())
+    again = json.loads((pytester.path / "replayed.json").read_text())
+    assert turns_of(first) == turns_of(again)
+    assert len(turns_of(first)[0]) == len(interactions)
