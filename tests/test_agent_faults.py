@@ -299,13 +299,13 @@ def test_concurrent_requests_replay_whatever_order_they_come_in(
         pytester.makefile(".case.yaml", gather=case(
             "gather", "make", base_url=server.base_url,
             expect="      text: HI 0 HI 1 HI 2 HI 3 HI HI\n      requests: 6\n").replace(
-                "agents:make", "gatherer:make"))
+                "team_agents:make", "gatherer:make"))
         run(pytester, "--toolbench-record").assert_outcomes(passed=1)
     run(pytester).assert_outcomes(passed=1)
 
 
 def test_an_upstream_that_fails_fails_the_stage_and_keeps_the_old_cassette(
-        pytester: pytest.Pytester, agents: None) -> None:
+        pytester: pytest.Pytester, team_agents: None) -> None:
     with start_chat_server() as server:
         server.set_handler(lambda request: json_reply(completion("fine")))
         pytester.makefile(".case.yaml", down=case("down", "make_plain",
@@ -321,7 +321,7 @@ def test_an_upstream_that_fails_fails_the_stage_and_keeps_the_old_cassette(
 
 
 def test_a_live_loop_case_and_an_agent_case_share_a_session(
-        pytester: pytest.Pytester, agents: None) -> None:
+        pytester: pytest.Pytester, team_agents: None) -> None:
     with start_chat_server() as server:
         server.set_handler(lambda request: json_reply(completion("fine")))
         pytester.makefile(".case.yaml", mixed=(
