@@ -94,14 +94,14 @@ NOT_CALLABLE = 42
 
 
 @pytest.fixture
-def team_agents(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(team_agents=AGENTS)
+def agents(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(agents=AGENTS)
     pytester.syspathinsert()
 
 
 def case(name: str, factory: str, expect: str = "", user: str = "hi",
          base_url: str = "http://127.0.0.1:9/v1") -> str:
-    return (f"name: {name}\nagent: {{python: 'team_agents:{factory}'}}\n"
+    return (f"name: {name}\nagent: {{python: 'agents:{factory}'}}\n"
             f"endpoint: {{base_url: '{base_url}'}}\n"
             f"stages:\n  - name: ask\n    user: {user}\n" + (
                 f"    expect:\n{expect}" if expect else ""))
@@ -113,11 +113,11 @@ def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
 
 @pytest.mark.parametrize(("factory", "said"), [
     ("nowhere:make", "*cannot import 'nowhere'*"),
-    ("team_agents:make_missing", "*'team_agents' has no callable 'make_missing'*"),
-    ("team_agents:NOT_CALLABLE", "*'team_agents' has no callable 'NOT_CALLABLE'*"),
+    ("agents:make_missing", "*'agents' has no callable 'make_missing'*"),
+    ("agents:NOT_CALLABLE", "*'agents' has no callable 'NOT_CALLABLE'*"),
 ])
 def test_an_agent_that_cannot_be_imported_is_a_collection_error_at_its_line(
-        pytester: pytest.Pytester, team_agents: None, factory: str, said: str) -> None:
+        pytester: pytest.Pytester, agents: None, factory: str, said: str) -> None:
     pytester.makefile(".case.yaml", bad=f"name: bad\nagent:\n  python: '{factory}'\n"
                       "stages: [{name: ask, user: hi}]\n")
     result = run(pytester)
@@ -129,8 +129,8 @@ def test_an_agent_that_cannot_be_imported_is_a_collection_error_at_its_line(
     ("tools: [{name: t}]", "tools"), ("system: be nice", "system"),
     ("params: {temperature: 0}", "params"), ("mcp_servers: {}", "mcp_servers")])
 def test_the_loops_own_keys_are_collection_errors_on_an_agent_case(
-        pytester: pytest.Pytester, team_agents: None, key: str, line: str) -> None:
-    pytester.makefile(".case.yaml", loop=f"name: loop\nagent: {{python: 'team_agents:make_plain'}}\n"
+        pytester: pytest.Pytester, agents: None, key: str, line: str) -> None:
+    pytester.makefile(".case.yaml", loop=f"name: loop\nagent: {{python: 'agents:make_plain'}}\n"
                       f"{key}\nstages: [{{name: ask, user: hi}}]\n")
     result = run(pytester)
     result.assert_outcomes(errors=1)
@@ -142,8 +142,8 @@ def test_the_loops_own_keys_are_collection_errors_on_an_agent_case(
 @pytest.mark.parametrize("key", ["run_tools: true", "stream: true", "tool_choice: auto",
                                  "messages: [{role: user, content: x}]"])
 def test_a_stages_loop_keys_are_collection_errors_at_their_line(
-        pytester: pytest.Pytester, team_agents: None, key: str) -> None:
-    pytester.makefile(".case.yaml", loop="name: loop\nagent: {python: 'team_agents:make_plain'}\n"
+        pytester: pytest.Pytester, agents: None, key: str) -> None:
+    pytester.makefile(".case.yaml", loop="name: loop\nagent: {python: 'agents:make_plain'}\n"
                       f"stages:\n  - name: ask\n    user: hi\n    {key}\n")
     result = run(pytester)
     result.assert_outcomes(errors=1)
@@ -152,31 +152,31 @@ def test_a_stages_loop_keys_are_collection_errors_at_their_line(
 
 
 def test_a_factory_that_raises_fails_the_stage_with_the_users_frames(
-        pytester: pytest.Pytester, team_agents: None) -> None:
+        pytester: pytest.Pytester, agents: None) -> None:
     pytester.makefile(".case.yaml", broken=case("broken", "make_broken"))
     result = run(pytester, "--toolbench-live")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        ("*broken.case.yaml:2: broken: agent.python: the agent factory team_agents:make_broken"
+        ("*broken.case.yaml:2: broken: agent.python: the agent factory agents:make_broken"
         " raised RuntimeError: no database"),
-        '*team_agents.py", line *, in make_broken*'])
+        '*agents.py", line *, in make_broken*'])
     assert "pytest_toolbench" not in result.stdout.str()
 
 
 def test_an_agent_that_raises_fails_the_stage_with_the_users_frames(
-        pytester: pytest.Pytester, team_agents: None) -> None:
+        pytester: pytest.Pytester, agents: None) -> None:
     pytester.makefile(".case.yaml", raising=case("raising", "make_raising"))
     result = run(pytester, "--toolbench-live")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
         ("*raising.case.yaml:6: raising: stages[[]0].user: the agent raised ValueError: the"
         " agent tripped on hi"),
-        '*team_agents.py", line *, in agent*', '*team_agents.py", line *, in helper*'])
+        '*agents.py", line *, in agent*', '*agents.py", line *, in helper*'])
     assert "pytest_toolbench" not in result.stdout.str()
 
 
 def test_an_answer_that_is_not_a_string_is_a_stage_error_naming_its_type(
-        pytester: pytest.Pytester, team_agents: None) -> None:
+        pytester: pytest.Pytester, agents: None) -> None:
     pytester.makefile(".case.yaml", typed=case("typed", "make_wrong_type"))
     result = run(pytester, "--toolbench-live")
     result.assert_outcomes(failed=1)
@@ -185,7 +185,7 @@ def test_an_answer_that_is_not_a_string_is_a_stage_error_naming_its_type(
 
 
 def test_an_agent_past_its_time_limit_fails_and_its_late_request_reaches_no_case(
-        pytester: pytest.Pytester, team_agents: None) -> None:
+        pytester: pytest.Pytester, agents: None) -> None:
     with start_chat_server() as server:
         server.set_handler(lambda request: json_reply(completion("fine")))
         pytester.makefile(".case.yaml", slow=case("slow", "make_slow",
@@ -205,7 +205,7 @@ def test_an_agent_past_its_time_limit_fails_and_its_late_request_reaches_no_case
 
 
 def test_a_path_that_is_no_model_api_is_forwarded_recorded_and_replayed(
-        pytester: pytest.Pytester, team_agents: None) -> None:
+        pytester: pytest.Pytester, agents: None) -> None:
     with start_chat_server() as server:
         server.set_handler(lambda request: json_reply(completion("listed")))
         pytester.makefile(".case.yaml", lister=case(
@@ -223,7 +223,7 @@ def test_a_path_that_is_no_model_api_is_forwarded_recorded_and_replayed(
 
 
 def test_requests_without_the_sessions_token_are_refused(
-        pytester: pytest.Pytester, team_agents: None) -> None:
+        pytester: pytest.Pytester, agents: None) -> None:
     pytester.makefile(".case.yaml", tokenless=case("tokenless", "make_tokenless",
                                                    expect="      text: '403 403'\n"))
     pytester.makefile(".yaml", **{"__cassettes__/tokenless/tokenless": "version: 2\napi: agent\n"
@@ -299,13 +299,13 @@ def test_concurrent_requests_replay_whatever_order_they_come_in(
         pytester.makefile(".case.yaml", gather=case(
             "gather", "make", base_url=server.base_url,
             expect="      text: HI 0 HI 1 HI 2 HI 3 HI HI\n      requests: 6\n").replace(
-                "team_agents:make", "gatherer:make"))
+                "agents:make", "gatherer:make"))
         run(pytester, "--toolbench-record").assert_outcomes(passed=1)
     run(pytester).assert_outcomes(passed=1)
 
 
 def test_an_upstream_that_fails_fails_the_stage_and_keeps_the_old_cassette(
-        pytester: pytest.Pytester, team_agents: None) -> None:
+        pytester: pytest.Pytester, agents: None) -> None:
     with start_chat_server() as server:
         server.set_handler(lambda request: json_reply(completion("fine")))
         pytester.makefile(".case.yaml", down=case("down", "make_plain",
@@ -321,7 +321,7 @@ def test_an_upstream_that_fails_fails_the_stage_and_keeps_the_old_cassette(
 
 
 def test_a_live_loop_case_and_an_agent_case_share_a_session(
-        pytester: pytest.Pytester, team_agents: None) -> None:
+        pytester: pytest.Pytester, agents: None) -> None:
     with start_chat_server() as server:
         server.set_handler(lambda request: json_reply(completion("fine")))
         pytester.makefile(".case.yaml", mixed=(

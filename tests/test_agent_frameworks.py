@@ -12,6 +12,8 @@ from __future__ import annotations
 import gc
 import json
 import re
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -37,6 +39,18 @@ KEY_VARIABLES = {"chat": "OPENAI_API_KEY", "responses": "OPENAI_API_KEY",
                  "messages": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY"}
 PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses",
          "messages": "/v1/messages"}
+
+
+@pytest.fixture(autouse=True)
+def frameworks_imported_here_stay_here() -> Iterator[None]:
+    """The modules a test imports in this process are dropped after it, as pytester drops
+    an in-process run's: openai-agents' package is named ``agents``, and left in
+    ``sys.modules`` it would be what a later test's own ``agents`` module imports as."""
+    before = set(sys.modules)
+    yield
+    for name in set(sys.modules) - before:
+        if name == "agents" or name.startswith("agents."):
+            del sys.modules[name]
 
 
 def server_for(framework: Framework) -> ChatServer:
