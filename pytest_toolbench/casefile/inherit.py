@@ -15,10 +15,9 @@ A case's own value of a key wins; mappings (``endpoint``, ``params``, ``judge``)
 key by key, nested mappings too; ``tools`` are the defaults' then the case's, a case's tool
 replacing the default of the same name; ``marks`` are the defaults' then the case's. An
 agent case takes none of the keys only the plugin's own loop uses (its agent builds its
-own requests). The
-merge is of plain data, before validation, so a case validates as if it had written the
-keys itself; ``Inheritance.line_of`` says in which document, and at which line, a key
-path of the merged case was written.
+own requests). The merge is of plain data, before validation, so a case validates as if
+it had written the keys itself; ``Inheritance.locate`` says in which document, and at
+which line, a key path of the merged case was written.
 """
 
 from __future__ import annotations
@@ -55,6 +54,7 @@ def _loop_only() -> tuple[str, ...]:
 
 
 def allowed_keys() -> list[str]:
+    """The keys a defaults document may give, of those the case schema has."""
     from .schema import Case
 
     return [key for key in DEFAULT_KEYS if key in Case.model_fields]
