@@ -258,7 +258,7 @@ class LiveTap(Tap):
         started = time.perf_counter()
         try:
             response = await self._send(request, upstream)
-        except httpx2.HTTPError as error:
+        except (httpx2.HTTPError, httpx2.InvalidURL, OSError, ValueError) as error:
             exchange.error = (f"the proxy's request to {_where(upstream.base_url)} failed:"
                               f" {str(error) or type(error).__name__}")
             exchange.elapsed_ms = (time.perf_counter() - started) * 1000

@@ -342,10 +342,15 @@ class _Connection:
                    if name.lower() not in _HOP_BY_HOP] + [("connection", "close")]
         self._send(h11.Response(status_code=response.status, headers=headers))
         await self.writer.drain()
-        async for chunk in response.chunks:
-            if chunk:
-                self._send(h11.Data(data=chunk))
-                await self.writer.drain()  # each chunk on its way as it came
+        try:
+            async for chunk in response.chunks:
+                if chunk:
+                    self._send(h11.Data(data=chunk))
+                    await self.writer.drain()  # each chunk on its way as it came
+        finally:  # the agent gone mid-reply: the reply's reading ends now, not when collected
+            closing = getattr(response.chunks, "aclose", None)
+            if closing is not None:
+                await closing()
         self._send(h11.EndOfMessage())
         await self.writer.drain()
 
