@@ -445,3 +445,68 @@ def test_recorded_exchanges_the_agent_left_unplayed_fail_the_case(
         ("*refund_order: the agent sent 3 requests, but __cassettes__/refund/refund_order.yaml"
         " holds 4: the agent changed since it was recorded; re-record it with: pytest"
         " 'refund.case.yaml::refund_order' --toolbench-record")])
+
+
+GIVEN_URLS = '''
+import httpx2
+
+
+def make(toolbench, model="claude-test"):
+    base = toolbench.base_url("messages")
+
+    def agent(user):
+        with httpx2.Client(base_url=base, timeout=30) as client:
+            reply = client.post("/v1/messages", headers={"x-api-key": "sk-ant-the-teams-own-key"},
+                                json={"model": model, "max_tokens": 64,
+                                      "messages": [{"role": "user", "content": user}]})
+        if reply.status_code != 200:
+            with open("refused.json", "w") as seen:
+                seen.write(reply.text)
+            return "refused"
+        blocks = reply.json()["content"]
+        return " ".join(block["text"] for block in blocks if block["type"] == "text")
+    return agent
+'''
+
+
+def test_a_factory_given_the_proxys_url_records_and_replays_another_api(
+        pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(given=GIVEN_URLS)
+    pytester.syspathinsert()
+    message = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test",
+               "content": [{"type": "text", "text": "Looking it up."},
+                           {"type": "tool_use", "id": "toolu_1", "name": "lookup_order",
+                            "input": {"order_id": "913"}}],
+               "stop_reason": "tool_use", "stop_sequence": None,
+               "usage": {"input_tokens": 20, "output_tokens": 7}}
+    text = ("name: given\nagent: {python: 'given:make'}\n"
+            "endpoint: {base_url: 'BASE_URL'}\n"
+            "stages:\n  - name: ask\n    user: Refund order 913\n    expect:\n"
+            "      text: Looking it up.\n      api_finish_reason: tool_use\n"
+            "      tool_calls: [{name: lookup_order, arguments: {order_id: '913'}}]\n")
+    with start_chat_server() as server:
+        server.set_handler(lambda request: json_reply(message))
+        pytester.makefile(".case.yaml", given=text.replace("BASE_URL", server.base_url))
+        run(pytester, "--toolbench-record").assert_outcomes(passed=1)
+        assert [request.path for request in server.requests] == ["/v1/messages"]
+        assert server.requests[0].headers["x-api-key"] == "sk-ant-the-teams-own-key"
+    path = pytester.path / "__cassettes__" / "given" / "given[claude-test].yaml"
+    assert not path.exists()  # the model is the factory's default, not the case's
+    kept = yaml.safe_load((pytester.path / "__cassettes__" / "given" / "given.yaml").read_text())
+    assert [(item["api"], item["request"]["path"]) for item in kept["interactions"]] == [
+        ("messages", "/anthropic/v1/messages")]
+    assert "sk-ant-the-teams-own-key" not in json.dumps(kept)
+    run(pytester).assert_outcomes(passed=1)
+    # A changed request is refused with a 400 in the Messages API's own error shape.
+    pytester.makepyfile(given=GIVEN_URLS.replace('"max_tokens": 64', '"max_tokens": 65'))
+    changed = run(pytester)
+    changed.assert_outcomes(failed=1)
+    changed.stdout.fnmatch_lines([
+        ("given.case.yaml:5: given: stages[[]0]: the agent's request POST"
+        " /anthropic/v1/messages differs from the one recorded in"
+        " __cassettes__/given/given.yaml; re-record it with: *"),
+        '-  "max_tokens": 64,', '+  "max_tokens": 65,'])
+    refused = json.loads((pytester.path / "refused.json").read_text())
+    assert refused["type"] == "error"
+    assert refused["error"]["type"] == "invalid_request_error"
+    assert "differs from the one recorded" in refused["error"]["message"]
