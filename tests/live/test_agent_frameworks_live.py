@@ -3,8 +3,9 @@ agent case recorded through the plugin's proxy from llama-server, then replayed 
 endpoint out of reach, telling the same story.
 
 Gemma 3 270M is tiny: the tests check the protocol (every request reached llama-server
-over the agent's own API and came back readable; the cassette holds them all and no key)
-and that replay is the recording, turn for turn, not what the model says. llama-server
+over the agent's own API; the cassette holds them all and no key) and that replay is the
+recording, verdict for verdict and turn for turn, not what the model says: at 48 tokens it
+may cut a call's arguments, which llama-server answers with a 500 that the agent raises. llama-server
 answers chat completions, Responses and Messages, not Gemini's API, so the google-genai
 agent is proven against the loopback Gemini server only (tests/test_agent_frameworks.py).
 """
@@ -37,6 +38,16 @@ stages:
 """
 
 
+def outcomes(result: pytest.RunResult) -> dict[str, int]:
+    return {name: count for name, count in result.parseoutcomes().items()
+            if name in ("passed", "failed", "error", "errors")}
+
+
+def verdict_lines(result: pytest.RunResult) -> list[str]:
+    """Each failure's first line (``refund.case.yaml:9: refund_live[...]: ...``)."""
+    return [line for line in result.outlines if line.startswith("refund.case.yaml:")]
+
+
 def turns_of(report: dict[str, Any]) -> list[Any]:
     """What each request of the case got back, as the JSON report keeps it."""
     [case] = report["cases"]
@@ -61,15 +72,16 @@ def test_the_agent_case_recorded_from_llama_server_replays_the_same(
     replayed = pytester.runpytest("-p", "no:cacheprovider", "--toolbench-base-url", unreachable,
                                   "--toolbench-report", "replayed.json")
 
-    recorded.assert_outcomes(passed=1)
-    replayed.assert_outcomes(passed=1)
+    # The model's words decide the verdict (at 48 tokens it may cut a call's arguments, and
+    # llama-server then answers 500); replay must give the same one, for the same reason.
+    assert outcomes(replayed) == outcomes(recorded) != {}
+    assert verdict_lines(replayed) == verdict_lines(recorded)
     [path] = (pytester.path / "__cassettes__" / "refund").iterdir()
     text = path.read_text()
     assert "the-teams-own-secret" not in text
     interactions = yaml.safe_load(text)["interactions"]
+    assert interactions
     assert [item["api"] for item in interactions] == [framework.api] * len(interactions)
-    assert all(item["response"]["status"] == 200 for item in interactions), interactions
     first = json.loads((pytester.path / "recorded.json").read_text())
     again = json.loads((pytester.path / "replayed.json").read_text())
     assert turns_of(first) == turns_of(again)
-    assert len(turns_of(first)[0]) == len(interactions)
