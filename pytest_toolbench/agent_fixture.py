@@ -80,8 +80,8 @@ class ToolbenchAgent:
         (``text`` reads it; without it, the last reply's text). Raises AssertionError with
         the failure text a case shows."""
         __tracebackhide__ = True  # the failure is the test's, at its call of check()
-        caller = inspect.stack()[1]
-        line = caller.lineno
+        frame = inspect.currentframe()
+        line = frame.f_back.f_lineno if frame is not None and frame.f_back is not None else 0
         parsed = self._expect(expect, line)
         exchanges = self._tap.since(self._checked)
         self._checked += len(exchanges)
