@@ -143,10 +143,16 @@ class SessionRuntime:
         """Run an agent case on pytest's own thread, once every case started ahead has
         ended: while it runs, the environment points every SDK at the proxy."""
         self.settle()
+        replaying = self.replays(case_run)
+        if not replaying:
+            self.budget.check()  # BudgetSpent: skipped, as a live case not yet started is
         path, shown, hint = self.cassette_location(case_run)
-        return self._run_here(self.agent_cases.execute(
-            case_run, path, shown, hint, self.replays(case_run),
+        result = self._run_here(self.agent_cases.execute(
+            case_run, path, shown, hint, replaying,
             lambda cassette: self._agent_seconds(case_run, cassette)))
+        if not replaying:
+            self._spent(case_run, result.spent_tokens)
+        return result
 
     def _agent_seconds(self, case_run: CaseRun, cassette: Cassette) -> RoleModels:
         """An agent case's judge: replayed from its cassette, or live on a client of its

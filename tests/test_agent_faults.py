@@ -397,3 +397,15 @@ def test_hostile_agents_fail_their_stage_and_the_session_goes_on(
         "*spinning: stages[[]0].user: the agent did not finish within 1 s*",
         "*async_spinning: stages[[]0].user: the agent did not finish within 1 s*",
         "*swallowing: stages[[]0].user: the agent did not finish within 1 s*"])
+
+
+def test_live_agent_cases_spend_the_token_budget(pytester: pytest.Pytester,
+                                                 agents: None) -> None:
+    with start_chat_server() as server:
+        server.set_handler(lambda request: json_reply(completion("fine")))  # 15 tokens each
+        pytester.makefile(".case.yaml", budget="---\n".join(
+            case(f"c{n}", "make_plain", base_url=server.base_url) for n in range(4)))
+        result = run(pytester, "--toolbench-live", "--toolbench-max-tokens=20", "-rs")
+        result.assert_outcomes(passed=2, skipped=2)
+        assert len(server.requests) == 2
+    result.stdout.fnmatch_lines(["*token budget spent: 30 of 20 tokens used*"])
