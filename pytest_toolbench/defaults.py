@@ -14,3 +14,20 @@ CASSETTE_FOLDER: Final = "__cassettes__"
 
 MATCH_TIMEOUT_S: Final = 10.0
 """How long the checks of one stage may run (``--toolbench-match-timeout``)."""
+
+STDERR_KEEP_BYTES: Final = 65536
+"""Of a stdio MCP server's stderr, the last this many bytes are kept (the rest is read and
+let go as the server writes it)."""
+
+STDERR_TAIL_LINES: Final = 15
+"""How many of those last lines a failure message shows."""
+
+STDERR_LINE_CHARS: Final = 500
+"""A longer line of a stderr tail is cut there, saying how much it left out."""
+
+TOOL_RESULT_CHARS: Final = 1_048_576
+"""A tool's result longer than this is cut before the model is sent it, saying how much it
+left out: the request, the cassette and the reports all hold the cut result."""
+
+DIFF_LINE_CHARS: Final = 2000
+"""A line of a request diff longer than this is cut, saying how much it left out."""

@@ -246,6 +246,7 @@ class PlannedMcp:
         that reads)."""
         self._replaying, self._cassette = replaying, cassette
         self._scrubber, self._plan = scrubber, plan
+        self.notes: list[str] = []
 
     async def source(self, case_run: CaseRun, index: int, entry: McpTools) -> ToolSource:
         from .mcp.provider import resolved

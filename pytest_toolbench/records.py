@@ -389,6 +389,9 @@ class CaseResult:
     error: str | None = None
     """A failure of the whole case, whatever its runs did (replay left recorded answers
     unused: the case changed since it was recorded), so no pass rate can outvote it."""
+    notes: list[str] = field(default_factory=list)
+    """What is worth knowing of the run that failed nothing (a session-scoped MCP server
+    that stopped in an earlier case was started again)."""
 
     @property
     def passes(self) -> int:

@@ -6,9 +6,17 @@ reply, turn, tool run and error as it makes them, and every exchange before a ca
 it, so failure text, reports and cassettes only ever see scrubbed data; replies go back into
 the conversation scrubbed, so an echoed key is never sent back in a request body.
 
+Whatever path a credential takes (a toolbox keeps ``os.environ["OPENAI_API_KEY"]`` in its
+state, an expectation reads ``${env.OPENAI_API_KEY}``, a server's command line holds it), it
+came from an environment variable: the value of every variable whose name looks like a
+credential's (``is_credential``) is a secret of every case (``environment_secrets``), and
+the runner scrubs the failures, states and errors of each case's result too.
+
 A value shorter than ``MIN_SECRET_LENGTH`` is not masked: a dummy key such as ``1`` would
 otherwise rewrite every ``1`` of every recording. URLs in the plugin's own messages and in
-the HTTP libraries' log lines have their credentials masked whatever their length.
+log lines have their credentials masked whatever their length. Log lines are masked as
+they are made, whichever logger makes them (httpx2, httpcore2, mcp, the openai SDK...):
+``LogScrubber`` wraps logging's record factory while a session runs.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ import base64
 import json
 import logging
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import fields, is_dataclass, replace
 from typing import Any
 from urllib.parse import unquote, unquote_plus, urlsplit
@@ -29,17 +37,18 @@ MIN_SECRET_LENGTH = 8
 _CREDENTIAL_WORDS = ("auth", "key", "token", "secret", "cookie", "pass", "sig")
 _USERINFO = re.compile(r"(?<=://)[^/?#@\s]+@")
 _QUERY_PARAM = re.compile(r"(?<=[?&])([^=&#\s]+)=([^&#\s]*)")
-_HTTP_LOGGERS = tuple(
-    name for client, core in (("httpx2", "httpcore2"), ("httpx", "httpcore")) for name in (
-        client, *(f"{core}.{part}" for part in ("connection", "http11", "http2", "proxy", "socks"))))
-"""httpx2 logs every request's URL (userinfo and query included); httpcore2 logs headers. The
-legacy line's loggers (``httpx``, ``httpcore``) too: a user's own code may still use it."""
 
 
 def is_credential(name: str) -> bool:
     """Whether a header or query parameter name looks like it carries a credential."""
     lowered = name.lower()
     return any(word in lowered for word in _CREDENTIAL_WORDS)
+
+
+def environment_secrets(environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The values of the credential-looking variables of ``environ``, those worth masking."""
+    return _longest_first(value for name, value in environ.items()
+                          if is_credential(name) and len(value) >= MIN_SECRET_LENGTH)
 
 
 def endpoint_secrets(api_key: str | None, headers: Iterable[tuple[str, str]],
@@ -51,6 +60,12 @@ def endpoint_secrets(api_key: str | None, headers: Iterable[tuple[str, str]],
             values += [value, value.partition(" ")[2]]  # "Bearer xyz": xyz alone too
     values += _url_credentials(base_url)
     return _longest_first(value for value in values if len(value) >= MIN_SECRET_LENGTH)
+
+
+def url_secrets(url: str) -> tuple[str, ...]:
+    """The credentials of ``url`` (userinfo, credential query values), those worth masking."""
+    return _longest_first(value for value in _url_credentials(url)
+                          if len(value) >= MIN_SECRET_LENGTH)
 
 
 def _url_credentials(url: str) -> list[str]:
@@ -90,6 +105,11 @@ class Scrubber:
         self.secrets = _longest_first(secrets)
         self._pattern = (re.compile("|".join(map(re.escape, self.secrets)))
                          if self.secrets else None)
+
+    @property
+    def pattern(self) -> re.Pattern[str] | None:
+        """What finds the secrets; ``None`` when there are none (nothing to scrub)."""
+        return self._pattern
 
     def text(self, text: str) -> str:
         return text if self._pattern is None else self._pattern.sub(SCRUBBED, text)
@@ -227,11 +247,15 @@ def _moved(offset: int, spans: list[tuple[int, int]]) -> int:
 
 
 class LogScrubber(logging.Filter):
-    """Masks credentials in the HTTP libraries' log records while a session runs."""
+    """Masks credentials in every log record made while a session runs, whichever logger
+    makes it: the record factory is wrapped, so each record is masked as it is made, before
+    any handler (pytest's capture, a file, the terminal) sees it."""
 
     def __init__(self) -> None:
         super().__init__()
         self.scrubber = Scrubber()
+        self._previous: Callable[..., logging.LogRecord] | None = None
+        self._factory: Callable[..., logging.LogRecord] | None = None
 
     def add(self, secrets: Iterable[str]) -> None:
         known = set(self.scrubber.secrets)
@@ -243,15 +267,30 @@ class LogScrubber(logging.Filter):
             message = record.getMessage()
         except (TypeError, ValueError):
             return True  # a record that cannot be formatted: the handler reports it as usual
-        masked = mask_urls(self.scrubber.text(message))
+        masked = self._mask(message)
         if masked != message:
             record.msg, record.args = masked, None
+        if record.exc_info and not record.exc_text:  # a traceback's text may hold one too
+            record.exc_text = self._mask(logging.Formatter().formatException(record.exc_info))
         return True
 
+    def _mask(self, text: str) -> str:
+        return mask_urls(self.scrubber.text(text))
+
     def install(self) -> None:
-        for name in _HTTP_LOGGERS:
-            logging.getLogger(name).addFilter(self)
+        previous = self._previous = logging.getLogRecordFactory()
+
+        def make(*args: Any, **kwargs: Any) -> logging.LogRecord:
+            record = previous(*args, **kwargs)
+            self.filter(record)
+            return record
+        self._factory = make
+        logging.setLogRecordFactory(make)
 
     def remove(self) -> None:
-        for name in _HTTP_LOGGERS:
-            logging.getLogger(name).removeFilter(self)
+        """Put the factory back, unless another was installed over this one since (it
+        calls this one's: masking then goes on, harmless)."""
+        if self._factory is not None and logging.getLogRecordFactory() is self._factory:
+            assert self._previous is not None
+            logging.setLogRecordFactory(self._previous)
+        self._factory = None

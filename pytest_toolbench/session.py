@@ -15,6 +15,7 @@ import asyncio
 import concurrent.futures
 import functools
 import math
+import os
 import shlex
 import threading
 from collections.abc import Callable, Coroutine
@@ -29,7 +30,7 @@ from .casefile.cache import KeptParses
 from .judge.second import RoleModels, SecondModel
 from .records import CaseResult
 from .run.runner import CaseRun, RunContext, run_case
-from .scrubbing import LogScrubber, Scrubber, endpoint_secrets
+from .scrubbing import LogScrubber, Scrubber, endpoint_secrets, environment_secrets
 from .settings import Mode, ResolvedEndpoint, Settings, missing_key
 from .transport.breaker import CircuitBreaker
 from .transport.cassette import Cassette, CassettePaths
@@ -92,7 +93,10 @@ class SessionRuntime:
         self._started: dict[str, concurrent.futures.Future[CaseResult]] = {}
         self._mcp_servers: SessionServers | None = None
         """The ``scope: session`` MCP servers, on the live loop; made when first needed."""
+        self._environment_secrets = environment_secrets(os.environ)
+        """Every credential-looking variable's value: a secret of every case."""
         self._log_scrubber = LogScrubber()
+        self._log_scrubber.add(self._environment_secrets)
         self._log_scrubber.install()  # until the session ends: httpx2 logs each URL
         self._agents: AgentCases | None = None
         """The agent cases' proxy, made with the first agent case."""
@@ -354,7 +358,8 @@ class SessionRuntime:
         now) in the case's records, and from now on in the HTTP libraries' logs."""
         key = (endpoint, api_key)
         if key not in self._scrubbers:
-            secrets = endpoint_secrets(api_key, endpoint.headers, endpoint.base_url)
+            secrets = (*endpoint_secrets(api_key, endpoint.headers, endpoint.base_url),
+                       *self._environment_secrets)
             self._log_scrubber.add(secrets)
             self._scrubbers[key] = Scrubber(secrets)
         return self._scrubbers[key]

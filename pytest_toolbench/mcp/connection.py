@@ -10,19 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import tempfile
 from collections.abc import AsyncIterator, Awaitable
-from typing import IO, TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .processes import SERVER_PROCESSES
 from .servers import ResolvedServer
+from .stderr import StderrTail
 
 if TYPE_CHECKING:
     from mcp import ClientSession
 
 _T = TypeVar("_T")
-STDERR_TAIL_LINES = 15
-"""How much of a failed stdio server's stderr its failure message shows."""
 _CLOSE_WAIT_S = 10.0
 """How long closing may take (the SDK gives a stdio server 2 s, then kills its tree)."""
 
@@ -37,12 +35,14 @@ class McpConnection:
     def __init__(self, server: ResolvedServer) -> None:
         self.server = server
         self._session: ClientSession | None = None
-        self._stderr: IO[str] | None = None
+        self._stderr: StderrTail | None = None
         self._ready: asyncio.Future[None] | None = None
         self._closing = asyncio.Event()
         self._broken: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         """Set, with what went wrong, when the connection breaks while in use."""
         self._holder: asyncio.Task[None] | None = None
+        self._http_error: str | None = None
+        """Streamable HTTP: the last error status the server answered (``HTTP 401``)."""
 
     async def start(self) -> dict[str, Any]:
         """Start the server, initialise the session; return its ``tools/list`` result."""
@@ -50,20 +50,38 @@ class McpConnection:
         self._ready = loop.create_future()
         self._holder = loop.create_task(self._hold(), name=f"toolbench-mcp-{self.server.name}")
         timeout = self.server.startup_timeout_s
-        try:
-            await asyncio.wait_for(asyncio.shield(self._ready), timeout)
-        except asyncio.TimeoutError:
-            fault = self._fault(f"did not start within {timeout:g} s (startup_timeout_s)")
+        deadline = loop.time() + timeout
+        # Garbage for initialize's answer breaks the connection at once; nothing answers it.
+        starting: set[asyncio.Future[Any]] = {self._ready, self._broken}
+        await asyncio.wait(starting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        if not self._ready.done():
+            broken = self._broken.result() if self._broken.done() else None
+            await self.aclose()  # stopped first: its stderr tail is read once it ended
+            raise self._fault(f"did not start: {broken}" if broken else
+                              f"did not start within {timeout:g} s (startup_timeout_s)",
+                              stopped=True)
+        if self._ready.exception() is not None:
             await self.aclose()
-            raise fault from None
+            raise self._ready.exception()  # type: ignore[misc]
+        try:  # the listing's pages are part of starting: the same deadline ends them
+            return await self._request("tools/list", self._listed(),
+                                       max(deadline - loop.time(), 0),
+                                       limit="startup_timeout_s", limit_s=timeout)
         except McpFault:
             await self.aclose()
             raise
-        return await self._request("tools/list", self._listed(), timeout)
+
+    @property
+    def alive(self) -> bool:
+        """Whether the connection still works (a server that died, or broke the protocol,
+        does not come back)."""
+        return self._session is not None and not self._broken.done()
 
     async def call(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """``tools/call``: the server's result as sent (content, structuredContent, isError)."""
-        assert self._session is not None
+        if self._session is None or self._broken.done():  # a shared server that stopped
+            said = self._broken.result() if self._broken.done() else "is not running"
+            raise self._fault(f"{said} (before tools/call {name})", stopped=True)
         return await self._request(f"tools/call {name}", self._called(name, arguments),
                                    self.server.call_timeout_s)
 
@@ -88,8 +106,7 @@ class McpConnection:
         if self._ready is not None and self._ready.done() and not self._ready.cancelled():
             self._ready.exception()  # read: asyncio warns of a failure nobody read
         if self._stderr is not None:
-            self._stderr.close()
-            self._stderr = None
+            self._stderr.started()  # a server that never started: the pipe's end too
 
     # -- the holder task ----------------------------------------------------------------
 
@@ -105,7 +122,7 @@ class McpConnection:
             if not self._ready.done():
                 said = ("closed the connection" if what.endswith("Connection closed")
                         else what)
-                self._ready.set_exception(self._fault(f"did not start: {said}"))
+                self._ready.set_exception(self._fault(f"did not start: {said}", stopped=True))
             self._break(f"the connection failed: {what}")
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise
@@ -119,6 +136,8 @@ class McpConnection:
 
         async with contextlib.AsyncExitStack() as stack:
             streams = await stack.enter_async_context(self._transport())
+            if self._stderr is not None:
+                self._stderr.started()
             session = ClientSession(streams[0], streams[1], message_handler=self._on_message)
             await stack.enter_async_context(session)
             await session.initialize()
@@ -129,21 +148,26 @@ class McpConnection:
         if server.command is not None:
             from mcp import StdioServerParameters, stdio_client
 
-            # Closed in aclose(), when the server is gone: its tail goes into messages.
-            self._stderr = tempfile.TemporaryFile(  # noqa: SIM115
-                "w+", encoding="utf-8", errors="replace")
+            self._stderr = StderrTail()
             parameters = StdioServerParameters(
                 command=server.command[0], args=list(server.command[1:]),
                 env=dict(server.env) or None, cwd=server.cwd)
-            return SERVER_PROCESSES.watch(stdio_client(parameters, errlog=self._stderr),
-                                          server.command)
+            return SERVER_PROCESSES.watch(
+                stdio_client(parameters, errlog=self._stderr.writer),  # type: ignore[arg-type]
+                server.command)
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
 
         client = httpx2.AsyncClient(headers=dict(server.headers),
-                                    timeout=httpx2.Timeout(30, read=300))
+                                    timeout=httpx2.Timeout(30, read=300),
+                                    event_hooks={"response": [self._on_response]})
         return _closing_client(client, streamable_http_client(server.url or "",
                                                               http_client=client))
+
+    async def _on_response(self, response: Any) -> None:
+        """The SDK reports a refused request without its status (401, 403...): keep it."""
+        if response.status_code >= 400:
+            self._http_error = f"HTTP {response.status_code} {response.reason_phrase}".strip()
 
     async def _on_message(self, message: Any) -> None:
         """Anything the server sent that the session could not take: broken JSON-RPC."""
@@ -176,8 +200,10 @@ class McpConnection:
         assert self._session is not None
         return _dump(await self._session.call_tool(name, arguments))
 
-    async def _request(self, what: str, request: Awaitable[_T], timeout: float) -> _T:
-        """``request``, unless the connection breaks first or it takes past ``timeout``."""
+    async def _request(self, what: str, request: Awaitable[_T], timeout: float,
+                       limit: str = "call_timeout_s", limit_s: float | None = None) -> _T:
+        """``request``, unless the connection breaks first or it takes past ``timeout``
+        (what messages call the setting ``limit`` of ``limit_s`` seconds)."""
         task = asyncio.ensure_future(request)
         waited: set[asyncio.Future[Any]] = {task, self._broken}
         done, _ = await asyncio.wait(waited, timeout=timeout,
@@ -188,26 +214,24 @@ class McpConnection:
         with contextlib.suppress(BaseException):
             await task
         if self._broken.done():
-            raise self._fault(f"{self._broken.result()} (during {what})")
+            said = self._broken.result()
+            raise self._fault(f"{said} (during {what})", stopped="closed" in said)
         if task in done:
             failure = _describe(task.exception())
             if failure.endswith("Connection closed"):  # the holder may not know it yet
-                raise self._fault(f"closed the connection (during {what})")
+                self._break("closed the connection")
+                raise self._fault(f"closed the connection (during {what})", stopped=True)
             raise self._fault(f"{what} failed: {failure}")
-        raise self._fault(f"{what} got no answer within {timeout:g} s (call_timeout_s)")
+        limit_s = timeout if limit_s is None else limit_s
+        raise self._fault(f"{what} got no answer within {limit_s:g} s ({limit})")
 
-    def _fault(self, what: str) -> McpFault:
-        tail = self._stderr_tail()
+    def _fault(self, what: str, stopped: bool = False) -> McpFault:
+        """``stopped``: the server is gone (or going), so its stderr's end is worth a wait."""
+        tail = self._stderr.tail(wait=stopped) if self._stderr is not None else ""
+        if self._http_error is not None:
+            what = f"{what} (the server answered {self._http_error})"
         said = f"\n  its stderr ends:\n{tail}" if tail else ""
         return McpFault(f"MCP server {self.server.name!r} {what}{said}")
-
-    def _stderr_tail(self) -> str:
-        if self._stderr is None:
-            return ""
-        self._stderr.flush()
-        self._stderr.seek(0)
-        lines = self._stderr.read()[-20_000:].splitlines()[-STDERR_TAIL_LINES:]
-        return "\n".join(f"    {line}" for line in lines)
 
 
 @contextlib.asynccontextmanager

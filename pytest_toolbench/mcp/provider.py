@@ -48,21 +48,39 @@ def case_secrets(loaded: LoadedCase) -> tuple[str, ...]:
 
 class SessionServers:
     """The ``scope: session`` servers: each started when a case first needs it, shared by
-    every case whose definition resolves alike, stopped when the session ends."""
+    every case whose definition resolves alike, stopped when the session ends. A server
+    that stopped (died, broke the protocol) is started again for the next case that needs
+    it, which is told so."""
 
     def __init__(self) -> None:
         self._servers: dict[ResolvedServer, tuple[McpConnection, dict[str, Any]]] = {}
         self._locks: dict[ResolvedServer, asyncio.Lock] = {}
+        self._broken_in: dict[ResolvedServer, str] = {}
+        """The case each stopped server broke in, as far as a case saw it break."""
 
-    async def get(self, server: ResolvedServer) -> tuple[McpConnection, dict[str, Any]]:
-        """The running server and its ``tools/list`` result (a failed start is tried again
-        by the next case that needs it)."""
+    async def get(self, server: ResolvedServer
+                  ) -> tuple[McpConnection, dict[str, Any], str | None]:
+        """The running server, its ``tools/list`` result, and a note when it was started
+        again because it stopped in an earlier case (a failed start is tried again by the
+        next case that needs it)."""
         lock = self._locks.setdefault(server, asyncio.Lock())
         async with lock:
+            note = None
+            running = self._servers.get(server)
+            if running is not None and not running[0].alive:
+                del self._servers[server]
+                await running[0].aclose()
+                where = self._broken_in.pop(server, None)
+                note = (f"MCP server {server.name!r} (scope: session) stopped in an earlier"
+                        f" case{f' ({where})' if where else ''} and was started again")
             if server not in self._servers:
                 connection = McpConnection(server)
                 self._servers[server] = (connection, await connection.start())
-            return self._servers[server]
+            return (*self._servers[server], note)
+
+    def broke(self, server: ResolvedServer, case: str) -> None:
+        """``case`` saw ``server`` break (the first case to see it is named)."""
+        self._broken_in.setdefault(server, case)
 
     async def aclose(self) -> None:
         servers, self._servers = list(self._servers.values()), {}
@@ -76,6 +94,8 @@ class LiveMcp:
     def __init__(self, shared: SessionServers, scrubber: Scrubber,
                  sink: McpSink | None = None) -> None:
         self._shared, self._scrubber, self._sink = shared, scrubber, sink
+        self.notes: list[str] = []
+        """What the case should know of its servers (one started again)."""
 
     async def source(self, case_run: CaseRun, index: int, entry: McpTools) -> McpSource:
         server = resolved(case_run.loaded, index, entry)
@@ -84,7 +104,8 @@ class LiveMcp:
         connection: McpConnection | CaseServer
         try:
             if server.scope == "session":
-                connection, listing = await self._shared.get(server)
+                connection, listing, note = await self._shared.get(server)
+                self.notes += [note] if note else []
             else:
                 own = CaseServer(server, path, self._scrubber)
                 connection, listing = own, await own.start()
@@ -93,7 +114,7 @@ class LiveMcp:
         self._keep(McpExchange(server.name, "tools/list", kept_listing(listing)))
         try:
             return McpSource(server.name, listing, entry, path,
-                             self._caller(server.name, connection, path),
+                             self._caller(server, connection, path, case_run.label),
                              None if own is None else own.aclose,
                              # Only a server the plugin starts is its to start again.
                              None if own is None or server.command is None
@@ -103,15 +124,17 @@ class LiveMcp:
                 await own.aclose()
             raise
 
-    def _caller(self, name: str, connection: McpConnection | CaseServer, path: KeyPath
-                ) -> Any:
+    def _caller(self, server: ResolvedServer, connection: McpConnection | CaseServer,
+                path: KeyPath, case: str) -> Any:
         async def call(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
             started = time.perf_counter()
             try:
                 result = await connection.call(tool, arguments)
             except McpFault as fault:
+                if isinstance(connection, McpConnection) and not connection.alive:
+                    self._shared.broke(server, case)
                 raise ToolSourceFault(self._scrubber.text(str(fault)), path) from None
-            self._keep(McpExchange(name, "tools/call", result,
+            self._keep(McpExchange(server.name, "tools/call", result,
                                    {"name": tool, "arguments": arguments},
                                    (time.perf_counter() - started) * 1000))
             return result
@@ -169,6 +192,7 @@ class ReplayedMcp:
 
     def __init__(self, recorded: RecordedCalls) -> None:
         self.recorded = recorded
+        self.notes: list[str] = []
 
     async def source(self, case_run: CaseRun, index: int, entry: McpTools) -> McpSource:
         path: KeyPath = ("tools", index)

@@ -12,7 +12,7 @@ from ..casefile.placeholders import fill_placeholders
 from ..casefile.schema import McpServer
 from ..keypaths import KeyPath
 from ..run.toolset import ToolSourceFault
-from ..scrubbing import MIN_SECRET_LENGTH, is_credential
+from ..scrubbing import MIN_SECRET_LENGTH, is_credential, url_secrets
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,7 @@ class ResolvedServer:
         for name, value in (*self.env, *self.headers):
             if is_credential(name):
                 values += [value, value.partition(" ")[2]]  # "Bearer xyz": xyz alone too
+        values += url_secrets(self.url or "")  # ?api_key=... of a streamable HTTP server
         return tuple(value for value in values if len(value) >= MIN_SECRET_LENGTH)
 
 

@@ -70,8 +70,13 @@ def kept_listing(listing: dict[str, Any]) -> dict[str, Any]:
 def _offered(server: str, listing: dict[str, Any], entry: McpTools, path: KeyPath
              ) -> list[Tool]:
     """The listed tools as the case's requests offer them, those ``include`` names only."""
-    listed = {tool["name"]: tool for tool in listing.get("tools", [])
-              if isinstance(tool, dict) and isinstance(tool.get("name"), str)}
+    listed: dict[str, dict[str, Any]] = {}
+    for tool in listing.get("tools", []):
+        if isinstance(tool, dict) and isinstance(tool.get("name"), str):
+            if tool["name"] in listed:  # which one the model's call means: no way to tell
+                raise ToolSourceFault(f"MCP server {server!r} lists two tools named"
+                                      f" {tool['name']!r}; a call could not say which", path)
+            listed[tool["name"]] = tool
     for position, name in enumerate(entry.include or []):
         if name not in listed:
             raise ToolSourceFault(

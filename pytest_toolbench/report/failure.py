@@ -34,10 +34,11 @@ def render_failure(result: CaseResult, label: str) -> str:
     other failures once each, then the transcripts."""
     failed = [run for run in result.runs if not run.passed]
     runs = _render_runs(result, label, failed) if failed else ""
+    notes = "\n".join(f"note: {note}" for note in result.notes)
     if result.error is None:
-        return runs or f"{label} passed"
+        return "\n".join(filter(None, [runs or f"{label} passed", notes]))
     return "\n".join(filter(None, [f"{result.file}:{result.line}: {label}: {result.error}",
-                                    runs]))
+                                    runs, notes]))
 
 
 def _render_runs(result: CaseResult, label: str, failed: list[RunResult]) -> str:

@@ -294,6 +294,8 @@ class CaseRecord:
     pass_hat_k: float | None = None
     """tau-bench's pass^k for k = the number of runs: the chance that k runs all pass;
     null for a single run."""
+    notes: list[str] = field(default_factory=list)
+    """What is worth knowing of the run that failed nothing (``CaseResult.notes``)."""
 
     @classmethod
     def of(cls, result: CaseResult, nodeid: str, outcome: str,
@@ -309,7 +311,8 @@ class CaseRecord:
             ttft_ms=round_ms(result.ttft_ms), runs=[RunRecord.of(run) for run in result.runs],
             api=result.api, marks=list(marks or []),
             judge_tokens=result.side_tokens("judge"),
-            simulator_tokens=result.side_tokens("simulator"), pass_hat_k=result.pass_hat_k)
+            simulator_tokens=result.side_tokens("simulator"), pass_hat_k=result.pass_hat_k,
+            notes=list(result.notes))
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON data: what the report file holds."""

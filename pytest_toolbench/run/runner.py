@@ -98,14 +98,15 @@ class CaseRun:
     def wire(self) -> WireApi:
         return wire_api(self.api)
 
-    def result(self, runs: list[RunResult] | None = None, error: str | None = None
-               ) -> CaseResult:
+    def result(self, runs: list[RunResult] | None = None, error: str | None = None,
+               notes: list[str] | None = None) -> CaseResult:
         """The case's result: no runs (skipped), its runs, or one run that could not start."""
         repeat = None if self.loaded.problems() else self.loaded.case.repeat
         return CaseResult(
             case=self.case_name, model=self.model, api=self.api,
             file=self.display_file, line=self.loaded.document.start_line, runs=runs or [],
-            min_pass_rate=repeat.min_pass_rate if repeat else 1.0, error=error)
+            min_pass_rate=repeat.min_pass_rate if repeat else 1.0, error=error,
+            notes=list(notes or []))
 
     def not_run(self, reason: str) -> CaseResult:
         """The result of a run that could not start, or that the plugin broke off."""
@@ -114,6 +115,9 @@ class CaseRun:
 
 class McpProvider(Protocol):
     """Where a run gets its MCP servers' tools: started live (and recorded), or replayed."""
+
+    notes: list[str]
+    """What the case should be told of its servers (one started again), as they open."""
 
     async def source(self, case_run: CaseRun, index: int, entry: McpTools) -> ToolSource:
         """The tools of ``entry`` (``tools[index]`` of the case) as a source; raise
@@ -184,15 +188,20 @@ class Conversation:
 async def run_case(case_run: CaseRun, ctx: RunContext) -> CaseResult:
     """Run every run of the case with its tools, opened once for all of them and closed when
     the case ends (fresh MCP servers per case, unless a server is session-scoped)."""
+    return scrubbed(await _run_case(case_run, ctx), ctx.scrubber)
+
+
+async def _run_case(case_run: CaseRun, ctx: RunContext) -> CaseResult:
     try:
+        notes = ctx.mcp.notes if ctx.mcp is not None else []
         try:
             toolset = await open_toolset(case_run, ctx)
         except ToolSourceFault as fault:
-            return case_run.result([_setup_failed(case_run, fault)])
+            return case_run.result([_setup_failed(case_run, fault)], notes=notes)
         unknown = _unoffered_names(case_run, toolset)
         if unknown is not None:
             await toolset.aclose()
-            return case_run.result([unknown])
+            return case_run.result([unknown], notes=notes)
         try:
             runs = [await run_once(case_run, ctx, number, toolset)
                     for number in range(1, ctx.runs + 1)]
@@ -200,7 +209,24 @@ async def run_case(case_run: CaseRun, ctx: RunContext) -> CaseResult:
             await toolset.aclose()
     finally:
         ctx.user_loop.close()
-    return case_run.result(runs, error=ctx.verdict() if ctx.verdict is not None else None)
+    return case_run.result(runs, error=ctx.verdict() if ctx.verdict is not None else None,
+                           notes=notes)
+
+
+def scrubbed(result: CaseResult, scrubber: Scrubber) -> CaseResult:
+    """``result`` with the secrets masked where the run did not mask them as it went: the
+    failures (an expectation may hold ``${env.OPENAI_API_KEY}``), the toolboxes' states
+    (a toolbox may keep a key), errors and notes. Turns and tool runs were masked as made."""
+    if scrubber.pattern is None:
+        return result
+    for run in result.runs:
+        run.error = scrubber.data(run.error)
+        for stage in run.stages:
+            for attempt in stage.attempts:
+                attempt.failures = scrubber.data(attempt.failures)
+                attempt.state = scrubber.data(attempt.state)
+    result.error, result.notes = scrubber.data(result.error), scrubber.data(result.notes)
+    return result
 
 
 async def open_toolset(case_run: CaseRun, ctx: RunContext) -> Toolset:

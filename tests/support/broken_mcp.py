@@ -8,13 +8,19 @@ fault MODE names: ``exit_at_start`` (writes to stderr, exits 3 before answering)
 ``crash_call`` (exits 1 on tools/call), ``garbage_call`` (answers tools/call with a line
 that is not JSON), ``is_error`` (answers tools/call with ``isError: true``), ``count``
 (answers tools/call with how many calls this process has had: its state). Each of its
-tools/call answers ``{"echo": ARGUMENTS}`` otherwise. Further arguments are ignored (tests
-tag the process with one, to find it).
+tools/call answers ``{"echo": ARGUMENTS}`` otherwise. Hostile ones: ``flood_stderr`` (writes
+stderr without end, never answers), ``garbage_init`` (answers initialize with a line that is
+not JSON, then waits), ``crash_once`` (exits 1 on tools/call unless the file its next
+argument names exists, which it makes first), ``show_secrets`` (writes its arguments and environment to stderr,
+exits 3), ``twin_tools`` (lists two tools named ``echo``), ``endless_cursor`` (every
+tools/list page names a next one). Further arguments are ignored (tests tag the process
+with one, to find it).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -40,6 +46,10 @@ def answer(request: dict[str, Any]) -> dict[str, Any] | None:
                 "capabilities": {"tools": {}},
                 "serverInfo": {"name": "broken", "version": "1"}}
     if method == "tools/list":
+        if MODE == "twin_tools":
+            return {"tools": [*TOOLS, {**TOOLS[0], "description": "The other echo"}]}
+        if MODE == "endless_cursor":
+            return {"tools": TOOLS, "nextCursor": f"page-{params.get('cursor', '')}x"[:200]}
         return {"tools": TOOLS}
     if method == "tools/call":
         return call(params)
@@ -49,6 +59,10 @@ def answer(request: dict[str, Any]) -> dict[str, Any] | None:
 def call(params: dict[str, Any]) -> dict[str, Any]:
     if MODE == "slow_call":
         time.sleep(60)
+    if MODE == "crash_once" and not os.path.exists(sys.argv[2]):
+        open(sys.argv[2], "w").close()
+        print("Traceback: crashed once", file=sys.stderr, flush=True)
+        sys.exit(1)
     if MODE == "crash_call":
         print("Traceback: the echo backend is gone", file=sys.stderr, flush=True)
         sys.exit(1)
@@ -68,6 +82,19 @@ def main() -> None:
     if MODE == "exit_at_start":
         print("fatal: NOTES_DB is not configured", file=sys.stderr, flush=True)
         sys.exit(3)
+    if MODE == "show_secrets":
+        print(f"argv: {sys.argv[2:]}", file=sys.stderr)
+        print(f"environment: {sorted(os.environ.items())}", file=sys.stderr, flush=True)
+        sys.exit(3)
+    if MODE == "flood_stderr":
+        line = "x" * 1000 + "\n"
+        while True:
+            sys.stderr.write(line)
+    if MODE == "garbage_init":
+        sys.stdin.readline()
+        sys.stdout.write("<html>this is not JSON-RPC</html>\n")
+        sys.stdout.flush()
+        time.sleep(60)
     for line in sys.stdin:
         request = json.loads(line)
         if "id" not in request:
