@@ -353,6 +353,47 @@ class CaseReports:
 
     def __init__(self, records: bool) -> None:
         self.records = records
+        self._unreported: dict[str, CaseItem] = {}
+        """Case items begun whose run has no report yet: the interrupted ones, at the end."""
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item) -> None:
+        if isinstance(item, CaseItem):
+            self._unreported[item.nodeid] = item
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        """Interrupted (Ctrl-C, SIGTERM, SIGHUP): the case that was running, and those
+        started ahead, are reported as interrupted, so every report holds them; before
+        the reports are written (``tryfirst``)."""
+        if exitstatus != pytest.ExitCode.INTERRUPTED:
+            return
+        runtime = session.config.stash.get(RUNTIME_KEY, None)
+        ahead = set(runtime.unfinished()) if runtime is not None else set()
+        items = [*self._unreported.values(),
+                 *(item for item in session.items if isinstance(item, CaseItem)
+                   and item.nodeid in ahead and item.nodeid not in self._unreported)]
+        self._unreported.clear()
+        for item in items:
+            self._report_interrupted(item)
+
+    def _report_interrupted(self, item: CaseItem) -> None:
+        from . import stopping
+
+        how = stopping.stopped_by or "KeyboardInterrupt"
+        result = item.case_run.not_run(f"interrupted: the session was stopped ({how})"
+                                       " while the case ran")
+        report = pytest.TestReport(
+            item.nodeid, item.location, dict.fromkeys(item.keywords, 1), "failed",
+            f"{result.file}:{result.line}: {item.name}: {result.runs[0].error}", "call",
+            user_properties=list(result.figures()))
+        if self.records:
+            from .report.json_report import CaseRecord, marks_from_keywords
+
+            marks = marks_from_keywords(report.keywords, item.config.getini("markers"))
+            report.toolbench = CaseRecord.of(  # type: ignore[attr-defined]
+                result, item.nodeid, "interrupted", marks).to_text()
+        item.ihook.pytest_runtest_logreport(report=report)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]
@@ -360,6 +401,8 @@ class CaseReports:
         report = yield
         if not isinstance(item, CaseItem):
             return report
+        if call.when != "setup" or not report.passed:  # it ran, or never will
+            self._unreported.pop(item.nodeid, None)
         if call.when == "call":
             self._budget_figures(report, item, call)
             self._limit_figures(report, item)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from . import stopping
 from .defaults import CASSETTE_FOLDER
 from .lookahead import LOOKAHEAD_KEY, Lookahead
 from .settings import OPTIONS, SETTINGS_KEY, Settings, summary_shown
@@ -52,6 +53,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[SETTINGS_KEY] = Settings.from_config(config)
     config.pluginmanager.register(SessionReports(config), "toolbench-reports")
+    stopping.install()  # SIGTERM, SIGHUP: as Ctrl-C
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    stopping.uninstall()
 
 
 @pytest.fixture

@@ -116,6 +116,11 @@ class SessionRuntime:
         """How many cases started ahead or waited for are still under way."""
         return sum(not future.done() for future in self._started.values())
 
+    def unfinished(self) -> list[str]:
+        """The node ids of the cases started and not yet asked for (interrupted, at the
+        end of a session that was stopped)."""
+        return list(self._started)
+
     def result(self, case_run: CaseRun, refill: Callable[[], None] | None = None
                ) -> CaseResult:
         """Run ``case_run``, or wait for it if it was started ahead, and return what it did.

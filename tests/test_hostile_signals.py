@@ -1,0 +1,79 @@
+"""SIGTERM and SIGHUP, what ``timeout`` and a cancelled CI job send, end the session as
+Ctrl-C does (issue 33): no stdio MCP server outlives it, and the reports are written with
+the interrupted cases in them, marked so."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from support.chat_server import ChatServer, RecordedRequest, completion, json_reply
+
+PYTHON = json.dumps(sys.executable)
+BROKEN = json.dumps(str(Path(__file__).parent / "support" / "broken_mcp.py"))
+
+
+def processes_tagged(tag: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and tag.encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def echo(request: RecordedRequest) -> object:
+    if any(m["role"] == "tool" for m in request.json()["messages"]):
+        return json_reply(completion(text="done"))
+    return json_reply(completion(tool_calls=[("echo", {"text": "hi"})]))
+
+
+@pytest.mark.parametrize("sent", [signal.SIGTERM, signal.SIGHUP])
+def test_a_stopping_signal_during_an_mcp_call_stops_servers_and_writes_reports(
+        pytester: pytest.Pytester, chat_server: ChatServer, sent: signal.Signals) -> None:
+    tag = f"toolbench-test-{sent.name}"
+    chat_server.set_handler(echo)
+    case = f"""name: NAME
+endpoint: {{base_url: '{chat_server.base_url}', retries: 0}}
+mcp_servers:
+  stuck: {{command: [{PYTHON}, {BROKEN}, slow_call, {tag}], call_timeout_s: 120}}
+tools: [{{mcp: stuck}}]
+stages: [{{name: ask, user: echo, run_tools: true}}]
+"""
+    pytester.makefile(".case.yaml", stuck="---\n".join(
+        case.replace("NAME", name) for name in ("first", "second")))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--toolbench-live",
+         "--toolbench-report=r.json", "--junitxml=j.xml"],
+        cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while len(chat_server.requests) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)  # both cases asked the model, which called the stuck tool
+        assert len(processes_tagged(tag)) == 2
+        time.sleep(0.5)
+        process.send_signal(sent)
+        stopped = time.monotonic()
+        out, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert time.monotonic() - stopped < 20
+    assert process.returncode == pytest.ExitCode.INTERRUPTED, out + err
+    assert processes_tagged(tag) == []
+    report = json.loads((pytester.path / "r.json").read_text())
+    outcomes = {case["case"]: (case["outcome"], case["runs"][0]["error"])
+                for case in report["cases"]}
+    said = f"interrupted: the session was stopped ({sent.name}) while the case ran"
+    assert outcomes == {"first": ("interrupted", said), "second": ("interrupted", said)}
+    junit = (pytester.path / "j.xml").read_text()
+    assert junit.count("<testcase") == 2 and said in junit
+    assert "Traceback" not in err
