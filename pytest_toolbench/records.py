@@ -302,6 +302,9 @@ class StageAttempt:
     state: dict[str, Any] | None = None
     """The toolboxes' state after the attempt, by toolbox name, as JSON; ``None`` when the
     case has no toolbox."""
+    state_errors: dict[str, str] = field(default_factory=dict)
+    """Why a toolbox's state could not be read, by toolbox name (it is then not in
+    ``state``)."""
     probes: list[ToolRun] = field(default_factory=list)
     """The runs of ``expect.probe``'s calls, made after the agent loop."""
     judgements: list[Judgement] = field(default_factory=list)

@@ -72,6 +72,12 @@ class SwallowsCancel(Base):
 class StateExits(Base):
     def state(self) -> dict:
         raise SystemExit("state is gone")
+
+
+class BadHint(Base):
+    def add(self, amount: "1/0") -> int:
+        """Add."""
+        return 1
 '''
 
 
@@ -209,3 +215,28 @@ def test_a_state_method_that_exits_is_named_where_state_is_read(
     result.assert_outcomes(failed=1, passed=1)
     result.stdout.fnmatch_lines([("*: state: stages?0?.expect.state: no state to check:"
                                  " SystemExit: state is gone")])
+
+
+def test_a_state_that_cannot_be_read_is_an_error_in_the_reports_not_an_empty_state(
+        pytester: pytest.Pytester, chat_server: ChatServer, toolboxes: None) -> None:
+    chat_server.set_handler(call_then_answer("ping"))
+    result = run(pytester, box_case("state", "StateExits", chat_server),
+                 args=("--toolbench-live", "--toolbench-report=r.json",
+                       "--toolbench-html=r.html"))
+    result.assert_outcomes(passed=1)
+    report = json.loads((pytester.path / "r.json").read_text())
+    attempt = report["cases"][0]["runs"][0]["stages"][0]["attempts"][0]
+    assert attempt["state"] == {}
+    assert attempt["state_errors"] == {"StateExits": "SystemExit: state is gone"}
+    assert "state of StateExits could not be read: SystemExit: state is gone" in (
+        pytester.path / "r.html").read_text()
+
+
+def test_a_type_hint_that_raises_is_a_collection_error_at_its_line(
+        pytester: pytest.Pytester, chat_server: ChatServer, toolboxes: None) -> None:
+    result = run(pytester, box_case("hint", "BadHint", chat_server))
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([("*hostile.case.yaml:4: *tools?0?*: the signature of"
+                                  " BadHint.add cannot be read: a type hint raised"
+                                  " ZeroDivisionError: division by zero")])
+    assert "Traceback" not in result.stdout.str()

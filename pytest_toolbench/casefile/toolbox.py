@@ -129,6 +129,9 @@ def _parameters_of(where: str, method: Callable[..., Any], path: KeyPath,
         signature = inspect.signature(method, eval_str=True)
     except (NameError, SyntaxError, TypeError, ValueError) as exc:
         raise KeyedError(f"the signature of {where} cannot be read: {exc}", path) from None
+    except Exception as exc:  # noqa: BLE001 - evaluating a hint runs the user's code ("1/0")
+        raise KeyedError(f"the signature of {where} cannot be read: a type hint raised"
+                         f" {type(exc).__name__}: {exc}", path) from None
     parameters = list(signature.parameters.values())
     return parameters if bound else parameters[1:]
 

@@ -20,7 +20,7 @@ from ..run.toolset import Restore, ToolSourceFault
 from ..scrubbing import Scrubber
 from .connection import McpConnection, McpFault
 from .servers import ResolvedServer, resolve
-from .source import McpSource, RecordedCalls, kept_listing
+from .source import McpSource, RecordedCalls, kept_listing, kept_result
 
 if TYPE_CHECKING:
     from ..run.runner import CaseRun
@@ -134,7 +134,7 @@ class LiveMcp:
                 if isinstance(connection, McpConnection) and not connection.alive:
                     self._shared.broke(server, case)
                 raise ToolSourceFault(self._scrubber.text(str(fault)), path) from None
-            self._keep(McpExchange(server.name, "tools/call", result,
+            self._keep(McpExchange(server.name, "tools/call", kept_result(result),
                                    {"name": tool, "arguments": arguments},
                                    (time.perf_counter() - started) * 1000))
             return result

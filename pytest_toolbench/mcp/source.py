@@ -13,6 +13,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..casefile.schema import McpTools, Tool
+from ..cuts import cut
+from ..defaults import TOOL_RESULT_CHARS
 from ..keypaths import KeyPath
 from ..records import McpExchange, ToolCall
 from ..run.toolset import Restore, ToolAnswer, ToolSourceFault
@@ -95,6 +97,17 @@ def _tool(listed: dict[str, Any]) -> Tool:
         {"name", "description", "parameters"}, name=listed["name"],
         description=description if isinstance(description, str) else "",
         parameters=schema if isinstance(schema, dict) else {"type": "object", "properties": {}})
+
+
+def kept_result(result: dict[str, Any]) -> dict[str, Any]:
+    """A ``tools/call`` result as a cassette keeps it: as sent, unless its answer is past
+    ``TOOL_RESULT_CHARS``; then as one text block of the answer cut as the model got it
+    (it replays as the same answer)."""
+    answer = answer_of(result)
+    if len(answer.content) <= TOOL_RESULT_CHARS:
+        return result
+    return {"content": [{"type": "text", "text": cut(answer.content, TOOL_RESULT_CHARS)}],
+            "isError": result.get("isError") is True}
 
 
 def answer_of(result: dict[str, Any]) -> ToolAnswer:

@@ -14,6 +14,7 @@ import os
 import threading
 from typing import IO
 
+from ..cuts import cut
 from ..defaults import STDERR_KEEP_BYTES, STDERR_LINE_CHARS, STDERR_TAIL_LINES
 
 _CHUNK = 65536
@@ -70,13 +71,7 @@ class StderrTail:
         earlier = dropped + len("\n".join(lines[:-STDERR_TAIL_LINES]).encode()) if len(
             lines) > STDERR_TAIL_LINES else dropped
         out = [f"    ({_bytes(earlier)} before these lines left out)"] if earlier else []
-        return "\n".join(out + [f"    {_cut(line)}" for line in shown])
-
-
-def _cut(line: str) -> str:
-    if len(line) <= STDERR_LINE_CHARS:
-        return line
-    return f"{line[:STDERR_LINE_CHARS]}... ({len(line) - STDERR_LINE_CHARS} more characters)"
+        return "\n".join(out + [f"    {cut(line, STDERR_LINE_CHARS)}" for line in shown])
 
 
 def _bytes(count: int) -> str:

@@ -109,7 +109,7 @@ def _attempt(case: CaseRecord, attempt: AttemptRecord, attempts: int) -> str:
     parts.extend(_tool_run(run, "probe") for run in attempt.probes)
     parts.extend(_judgement(judgement) for judgement in attempt.judgements)
     if attempt.state is not None:
-        parts.append(_state(attempt.state))
+        parts.append(_state(attempt.state, attempt.state_errors))
     parts.extend(_failure(case, failure) for failure in attempt.failures)
     return f'<div class="attempt {state}">{"".join(parts)}</div>'
 
@@ -151,11 +151,14 @@ def _trajectory(calls: list[ToolCallRecord]) -> str:
     return f'<div class="trajectory">trajectory: {steps}</div>'
 
 
-def _state(state: Any) -> str:
-    """The toolboxes' state afterwards, collapsed, as JSON."""
+def _state(state: Any, errors: dict[str, str]) -> str:
+    """The toolboxes' state afterwards, collapsed, as JSON; then why any could not be
+    read."""
+    unread = "".join(f'<div class="failure">state of {e(name)} could not be read:'
+                     f" {e(error)}</div>" for name, error in errors.items())
     return (f'<details class="state"><summary>state: {e(", ".join(map(str, state)))}'
             f"</summary><pre>{e(json.dumps(state, indent=2, ensure_ascii=False))}</pre>"
-            "</details>")
+            "</details>" + unread)
 
 
 # ---------------------------------------------------------------------------- one turn

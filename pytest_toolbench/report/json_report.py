@@ -218,6 +218,8 @@ class AttemptRecord:
     """``simulate_user``: ``stop`` or ``max_turns``; null when it broke off."""
     side_turns: list[TurnRecord] = field(default_factory=list)
     """The judge's and the simulated user's requests, in order (each ``role`` says whose)."""
+    state_errors: dict[str, str] = field(default_factory=dict)
+    """Why a toolbox's state could not be read, by toolbox name (not in ``state`` then)."""
 
     @classmethod
     def of(cls, attempt: StageAttempt) -> AttemptRecord:
@@ -230,7 +232,8 @@ class AttemptRecord:
                    attempt.state, [ToolRunRecord.of(run) for run in attempt.probes],
                    [JudgementRecord.of(judgement) for judgement in attempt.judgements],
                    [MessageRecord(m.role, m.text) for m in attempt.conversation],
-                   attempt.ended, [TurnRecord.of(turn) for turn in attempt.side_turns])
+                   attempt.ended, [TurnRecord.of(turn) for turn in attempt.side_turns],
+                   dict(attempt.state_errors))
 
 
 @dataclass(frozen=True)

@@ -225,6 +225,7 @@ def scrubbed(result: CaseResult, scrubber: Scrubber) -> CaseResult:
             for attempt in stage.attempts:
                 attempt.failures = scrubber.data(attempt.failures)
                 attempt.state = scrubber.data(attempt.state)
+                attempt.state_errors = scrubber.data(attempt.state_errors)
     result.error, result.notes = scrubber.data(result.error), scrubber.data(result.notes)
     return result
 
@@ -333,7 +334,7 @@ async def check_case_end(case_run: CaseRun, ctx: RunContext, run: RunResult,
     except InterpolationError as error:
         attempt.failures.append(Failure(error.message, error.path, line_of(error.path)))
         return StageResult(CASE_END, [attempt])
-    attempt.state = world.states if toolset.stateful else None
+    _keep_state(attempt, world, toolset)
     attempt.failures = check_agent(expect, attempt.trajectory, world, attempt.probes,
                                    ("expect",), case_run.loaded.line_at,
                                    ctx.match_timeout_s)
@@ -367,6 +368,12 @@ async def run_stage(case_run: CaseRun, ctx: RunContext, conversation: Conversati
         if attempt.passed or not attempt.turns:
             break  # an attempt that sent nothing failed on the case itself: retry can't help
     return result
+
+
+def _keep_state(attempt: StageAttempt, world: WorldState, toolset: Toolset) -> None:
+    """The toolboxes' state into the attempt's record, and why any could not be read."""
+    if toolset.stateful:
+        attempt.state, attempt.state_errors = world.states, dict(world.errors)
 
 
 def _broken_attempt(case_run: CaseRun, stage: Stage, number: int,
@@ -409,7 +416,7 @@ class StageRunner:
         try:
             await self._run(attempt)
             if attempt.state is None and self.toolset.stateful:  # the loop broke off
-                attempt.state = (await self.toolset.snapshot()).states
+                _keep_state(attempt, await self.toolset.snapshot(), self.toolset)
         except InterpolationError as error:
             attempt.failures.append(self._failure(error.message, error.path))
         except ToolSourceFault as fault:  # a tool server broke: the case fails, naming it
@@ -527,7 +534,7 @@ class StageRunner:
         world, probes = await observe(self.toolset, self._expect(), self.ctx.scrubber)
         if first:
             attempt.trajectory = list(outcome.tool_calls)
-            attempt.state = world.states if self.toolset.stateful else None
+            _keep_state(attempt, world, self.toolset)
             attempt.probes = probes
         return dataclasses.replace(outcome, world=world, probes=probes)
 

@@ -26,6 +26,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
+from ..cuts import cut
+from ..defaults import TOOL_RESULT_CHARS
 from ..keypaths import KeyPath
 from ..records import ToolCall, ToolRun
 
@@ -176,8 +178,11 @@ class Toolset:
         started = time.perf_counter()
         answer = await source.call(call)
         duration = (time.perf_counter() - started) * 1000
-        return ToolRun(call.id, call.name, call.arguments_raw, answer.content, answer.error,
-                       duration, failed=answer.error is not None, server=source.server)
+        # Cut before the model is sent it: requests, cassettes and reports hold the same.
+        error = None if answer.error is None else cut(answer.error, TOOL_RESULT_CHARS)
+        return ToolRun(call.id, call.name, call.arguments_raw,
+                       cut(answer.content, TOOL_RESULT_CHARS), error, duration,
+                       failed=answer.error is not None, server=source.server)
 
     async def begin_run(self) -> None:
         for source in self._restarted:

@@ -16,6 +16,8 @@ from typing import Any
 
 import httpx2
 
+from ..cuts import cut
+from ..defaults import DIFF_LINE_CHARS
 from ..records import Interaction, StreamEvent
 from ..scrubbing import Scrubber, mask_urls
 from .cassette import Cassette
@@ -190,11 +192,12 @@ def query_without_credentials(query: httpx2.QueryParams) -> str:
 
 
 def request_diff(recorded: dict[str, Any], sent: dict[str, Any]) -> str:
-    """A unified diff of two request bodies, keys sorted, for replay mismatches."""
+    """A unified diff of two request bodies, keys sorted, for replay mismatches; a line
+    past ``DIFF_LINE_CHARS`` is cut (a recorded tool result may be megabytes on one line)."""
     before = json.dumps(recorded, indent=2, sort_keys=True).splitlines()
     after = json.dumps(sent, indent=2, sort_keys=True).splitlines()
-    return "\n".join(difflib.unified_diff(before, after, "recorded request", "sent request",
-                                          lineterm=""))
+    return "\n".join(cut(line, DIFF_LINE_CHARS) for line in difflib.unified_diff(
+        before, after, "recorded request", "sent request", lineterm=""))
 
 
 def _content_of(body: Any) -> bytes | None:
