@@ -48,8 +48,8 @@ def test_a_huge_tool_result_is_cut_before_the_model_cassette_and_reports_see_it(
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--toolbench-record",
                                            *outputs, timeout=120)
     result.assert_outcomes(passed=1)
-    sent = [m["content"] for m in chat_server.requests[1].json()["messages"]
-            if m["role"] == "tool"][0]
+    sent = next(m["content"] for m in chat_server.requests[1].json()["messages"]
+            if m["role"] == "tool")
     assert len(sent) == TOOL_RESULT_CHARS
     kept = sent.index("... [")
     assert sent.endswith(f"... [{BIG - kept:,} more characters left out]")
