@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from . import stopping
 from .apis import AGENT, case_label
 from .budget import BudgetSpent, TokenBudget
 from .casefile.cache import CASSETTE_FOLDER, CASSETTE_MAGIC, PARSED_FOLDER, KeptParses, ParsedCache
@@ -295,6 +296,7 @@ def _start_session(config: pytest.Config) -> None:
         return
     config.stash[PARSED_KEY] = _parsed_cache(config)
     _freeze_at_exit()
+    stopping.install()  # SIGTERM, SIGHUP: as Ctrl-C (servers stopped, reports written)
     config.pluginmanager.register(CaseReports(records_read(config)), "toolbench-case-reports")
 
 
@@ -378,8 +380,6 @@ class CaseReports:
             self._report_interrupted(item)
 
     def _report_interrupted(self, item: CaseItem) -> None:
-        from . import stopping
-
         how = stopping.stopped_by or "KeyboardInterrupt"
         result = item.case_run.not_run(f"interrupted: the session was stopped ({how})"
                                        " while the case ran")

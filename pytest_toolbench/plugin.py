@@ -53,11 +53,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[SETTINGS_KEY] = Settings.from_config(config)
     config.pluginmanager.register(SessionReports(config), "toolbench-reports")
-    stopping.install()  # SIGTERM, SIGHUP: as Ctrl-C
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    stopping.uninstall()
+    stopping.uninstall()  # installed with the first case file (items.py), if any
 
 
 @pytest.fixture

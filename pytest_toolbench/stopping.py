@@ -2,9 +2,10 @@
 
 ``timeout``, a cancelled CI job and a closed terminal send them; by default they end the
 process at once, so no ``finally`` runs: stdio MCP servers would be left running (adopted
-by PID 1) and no report written. While a session runs, each becomes a
-``KeyboardInterrupt`` in the main thread, which pytest handles as Ctrl-C: the servers are
-stopped, the reports written with what ran, the interrupted cases marked so.
+by PID 1) and no report written. From the first case file collected to the end of the
+session, each becomes a ``KeyboardInterrupt`` in the main thread, which pytest handles as
+Ctrl-C: the servers are stopped, the reports written with what ran, the interrupted cases
+marked so. A project without case files keeps the default.
 
 A handler someone else installed (the project's conftest, a CI wrapper) is left alone.
 """

@@ -8,12 +8,16 @@ hanging it; the last case of each file is a plain one that must still pass.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import textwrap
 import time
 from typing import Any
 
 import pytest
 from support.chat_server import ChatServer, RecordedRequest, completion, json_reply
+from support.signals import interruptible_pytest
 
 HOSTILE_TOOLBOXES = '''
 import argparse
@@ -39,6 +43,13 @@ class Interrupts(Base):
 
 class NeverStarts(Base):
     def __init__(self) -> None:
+        while True:
+            time.sleep(0.1)
+
+
+class NeverStartsMarked(Base):
+    def __init__(self) -> None:
+        open("toolbox-started", "w").close()
         while True:
             time.sleep(0.1)
 
@@ -138,7 +149,8 @@ def test_a_toolbox_that_exits_or_interrupts_fails_its_case_and_the_session_goes_
     result = run(pytester, box_case("hostile", box, chat_server), after(chat_server))
     result.assert_outcomes(failed=1, passed=1)
     result.stdout.fnmatch_lines([(f"*hostile.case.yaml:4: hostile: tools?0?.toolbox:"
-                                 f" toolbox '{box}': {said}")])
+                                 f" toolbox '{box}': {said}"),
+                                 "*hostile_boxes.py*, in __init__"])  # where, in its code
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
 
 
@@ -240,3 +252,33 @@ def test_a_type_hint_that_raises_is_a_collection_error_at_its_line(
                                   " BadHint.add cannot be read: a type hint raised"
                                   " ZeroDivisionError: division by zero")])
     assert "Traceback" not in result.stdout.str()
+
+
+@pytest.mark.parametrize("mode", ["live", "replay"])
+def test_ctrl_c_while_a_toolbox_never_starts_stops_the_session_at_once(
+        pytester: pytest.Pytester, chat_server: ChatServer, toolboxes: None,
+        mode: str) -> None:
+    chat_server.set_handler(call_then_answer("ping"))
+    case = box_case("stuck", "NeverStartsMarked", chat_server, timeout_s=120)
+    args = ["--toolbench-live"] if mode == "live" else []
+    if mode == "replay":  # a cassette to replay, recorded with a toolbox that starts
+        run(pytester, case.replace("NeverStartsMarked", "Base"),
+            args=("--toolbench-record",)).assert_outcomes(passed=1)
+    pytester.makefile(".case.yaml", hostile=case)
+    process = subprocess.Popen([*interruptible_pytest(), "-p", "no:cacheprovider", *args],
+                               cwd=pytester.path, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not os.path.exists(pytester.path / "toolbox-started"):
+            assert time.monotonic() < deadline, "the toolbox never started"
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
+        interrupted = time.monotonic()
+        out, err = process.communicate(timeout=20)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert time.monotonic() - interrupted < 8
+    assert process.returncode == pytest.ExitCode.INTERRUPTED, out + err

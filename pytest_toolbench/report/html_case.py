@@ -38,7 +38,8 @@ from .json_report import (
     TurnRecord,
 )
 
-OUTCOME_ORDER = {"failed": 0, "xpassed": 1, "xfailed": 2, "skipped": 3, "passed": 4}
+OUTCOME_ORDER = {"failed": 0, "interrupted": 1, "xpassed": 2, "xfailed": 3, "skipped": 4,
+                 "passed": 5}
 """Failures first: what needs reading comes before what passed."""
 CONVERSATION_KEYS = conversation_keys()
 """Where the APIs' request bodies hold the conversation (the rest is settings)."""

@@ -272,7 +272,8 @@ class CaseRecord:
     file: str = ""
     line: int = 0
     outcome: str = ""
-    """pytest's outcome: passed, failed, skipped, xfailed or xpassed."""
+    """pytest's outcome: passed, failed, skipped, xfailed or xpassed; interrupted for a case
+    the session was stopped in (Ctrl-C, SIGTERM, SIGHUP)."""
     passes: int = 0
     runs_total: int = 0
     min_pass_rate: float = 1.0

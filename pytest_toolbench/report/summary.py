@@ -21,7 +21,7 @@ SECOND_MODELS = {"judge tokens": "judge_tokens", "user tokens": "simulator_token
 """The columns of the second models' tokens (the judge's, the simulated user's), apart
 from the model's: shown when a case used one."""
 OUTCOME_STYLE = {"passed": "green", "failed": "red", "xfailed": "yellow", "xpassed": "yellow",
-                 "skipped": "dim"}
+                 "skipped": "dim", "interrupted": "red"}
 
 
 def render_summary(records: list[CaseRecord], width: int, color: bool) -> str:

@@ -61,8 +61,10 @@ class ToolboxSource:
                                               f"{cls.__qualname__}.__init__")
         except UserCodeFailed as failure:  # its failure fails the case, named
             said = "" if failure.overran else "raised "
+            where = f"\n{failure.frames.rstrip()}" if failure.frames else ""
             raise ToolSourceFault(f"{self.owner}: {cls.__qualname__}(**init) {said}"
-                                  f"{failure.message}", (*self._path, "toolbox")) from None
+                                  f"{failure.message}{where}", (*self._path, "toolbox")
+                                  ) from None
 
     async def call(self, call: ToolCall) -> ToolAnswer:
         try:
