@@ -360,7 +360,8 @@ class Toolbox(StrictModel):
     schemas: dict[str, MethodSchema] = Field(default_factory=dict)
     """Method name -> its description and parameters as the model is told them."""
     timeout_s: float = Field(default=30, gt=0)
-    """How long one call of a method may take."""
+    """How long one call into the toolbox may take: a method, its constructor, ``state()``
+    or a deep copy (a retried stage); past it the call is abandoned and named."""
 
     _methods: list[MethodTool] = PrivateAttr(default_factory=list)
 
