@@ -67,9 +67,8 @@ class StderrTail:
         with self._lock:
             text, dropped = self._kept.decode("utf-8", errors="replace"), self._dropped
         lines = text.splitlines()
-        shown = lines[-STDERR_TAIL_LINES:]
-        earlier = dropped + len("\n".join(lines[:-STDERR_TAIL_LINES]).encode()) if len(
-            lines) > STDERR_TAIL_LINES else dropped
+        shown, hidden = lines[-STDERR_TAIL_LINES:], lines[:-STDERR_TAIL_LINES]
+        earlier = dropped + sum(len(line.encode()) + 1 for line in hidden)
         out = [f"    ({_bytes(earlier)} before these lines left out)"] if earlier else []
         return "\n".join(out + [f"    {cut(line, STDERR_LINE_CHARS)}" for line in shown])
 
