@@ -136,9 +136,8 @@ class AgentCases:
 
     def _upstream(self, case_endpoint: Endpoint, api: str) -> Upstream:
         endpoint = self.settings.endpoint_for(case_endpoint, api)
-        row = REGISTRY[api]
-        return Upstream(endpoint.base_url, endpoint.api_key(), row.key_header, row.key_scheme,
-                        endpoint.headers, endpoint.timeout_s)
+        return Upstream(endpoint.base_url, endpoint.api_key(), endpoint.headers,
+                        endpoint.timeout_s)
 
     def _abandon(self, tap: Tap) -> None:
         """An agent left running: its case's tap refuses it, its connections are cut, its

@@ -510,3 +510,23 @@ def test_a_factory_given_the_proxys_url_records_and_replays_another_api(
     assert refused["type"] == "error"
     assert refused["error"]["type"] == "invalid_request_error"
     assert "differs from the one recorded" in refused["error"]["message"]
+
+
+def test_the_placeholder_key_is_replaced_by_the_endpoints_own_upstream(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("LOCAL_SERVER_KEY", "sk-local-server-key-4242")
+    pytester.makepyfile(sdk_bot=OPENAI_AGENT)
+    pytester.syspathinsert()
+    case = (REFUND_CASE.replace("support_bot:make_agent", "sdk_bot:make_agent")
+            .replace("init: {tone: terse}", "init: {}")
+            .replace("      state: {refunds: 1}\n", ""))
+    with start_chat_server() as server:
+        play(server, *REFUND_SCRIPT)
+        write_case(pytester, server.base_url, case)
+        run(pytester, "--toolbench-record", "--toolbench-api-key-env",
+            "LOCAL_SERVER_KEY").assert_outcomes(passed=1)
+        keys = {request.headers["authorization"] for request in server.requests}
+    assert keys == {"Bearer sk-local-server-key-4242"}
+    assert "sk-local-server-key-4242" not in (
+        pytester.path / "__cassettes__" / "refund" / "refund_order.yaml").read_text()

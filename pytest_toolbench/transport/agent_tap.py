@@ -231,8 +231,7 @@ class Upstream:
 
     base_url: str
     api_key: str | None
-    key_header: str
-    key_scheme: str
+    """The endpoint's key: it replaces the placeholder key an SDK was given."""
     headers: tuple[tuple[str, str], ...] = ()
     timeout_s: float = 60.0
 
@@ -340,8 +339,8 @@ def _upstream_headers(request: ProxyRequest, upstream: Upstream) -> list[tuple[s
         lowered = name.lower()
         if lowered in _NOT_FORWARDED:
             continue
-        if PLACEHOLDER_KEY in value:
-            if upstream.api_key is None or lowered != upstream.key_header.lower():
+        if PLACEHOLDER_KEY in value:  # in whichever header the SDK sends its key
+            if upstream.api_key is None:
                 continue
             value = value.replace(PLACEHOLDER_KEY, upstream.api_key)
         headers.append((name, value))
