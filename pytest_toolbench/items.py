@@ -403,6 +403,7 @@ class CaseReports:
             return report
         if call.when != "setup" or not report.passed:  # it ran, or never will
             self._unreported.pop(item.nodeid, None)
+        _mask_sections(report, item.config)
         if call.when == "call":
             self._budget_figures(report, item, call)
             self._limit_figures(report, item)
@@ -455,6 +456,14 @@ class CaseReports:
         if stats is not None:
             report.toolbench_limits = [  # type: ignore[attr-defined]
                 stats.requests, stats.tokens, stats.waited_s]
+
+
+def _mask_sections(report: pytest.TestReport, config: pytest.Config) -> None:
+    """What the case's code printed (a toolbox, a tool, an agent), as pytest captured it
+    for the terminal and junitxml, with the session's credentials masked."""
+    runtime = config.stash.get(RUNTIME_KEY, None)
+    if runtime is not None and report.sections:
+        report.sections = [(title, runtime.mask(text)) for title, text in report.sections]
 
 
 def _not_started(call: pytest.CallInfo[None]) -> bool:

@@ -267,14 +267,15 @@ class LogScrubber(logging.Filter):
             message = record.getMessage()
         except (TypeError, ValueError):
             return True  # a record that cannot be formatted: the handler reports it as usual
-        masked = self._mask(message)
+        masked = self.mask(message)
         if masked != message:
             record.msg, record.args = masked, None
         if record.exc_info and not record.exc_text:  # a traceback's text may hold one too
-            record.exc_text = self._mask(logging.Formatter().formatException(record.exc_info))
+            record.exc_text = self.mask(logging.Formatter().formatException(record.exc_info))
         return True
 
-    def _mask(self, text: str) -> str:
+    def mask(self, text: str) -> str:
+        """``text`` with the known secrets and the credentials of its URLs masked."""
         return mask_urls(self.scrubber.text(text))
 
     def install(self) -> None:

@@ -116,6 +116,10 @@ class SessionRuntime:
         """How many cases started ahead or waited for are still under way."""
         return sum(not future.done() for future in self._started.values())
 
+    def mask(self, text: str) -> str:
+        """``text`` with every credential the session knows masked (what a case printed)."""
+        return self._log_scrubber.mask(text)
+
     def unfinished(self) -> list[str]:
         """The node ids of the cases started and not yet asked for (interrupted, at the
         end of a session that was stopped)."""

@@ -20,6 +20,7 @@ OUTPUTS = ("r.json", "r.html", "j.xml", "l.txt")
 
 KEEPER = '''
 import os
+import sys
 
 
 class Keeper:
@@ -30,6 +31,8 @@ class Keeper:
     def ping(self) -> str:
         """Ping."""
         self.calls += 1
+        print(f"the key is {self.key}")
+        print(f"the key is {self.key}", file=sys.stderr)
         return "pong"
 '''
 
@@ -63,7 +66,7 @@ def key(monkeypatch: pytest.MonkeyPatch) -> str:
     return SECRET
 
 
-def test_a_key_kept_in_a_toolbox_state_is_masked_in_every_output(
+def test_a_key_kept_in_a_toolbox_state_or_printed_is_masked_in_every_output(
         pytester: pytest.Pytester, chat_server: ChatServer, key: str) -> None:
     pytester.makepyfile(keeper=KEEPER)
     chat_server.set_handler(ping_then_done)
@@ -78,7 +81,7 @@ stages:
       state: {{Keeper: {{calls: 2}}}}
 """)
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*stages?0?.expect.state*"])
+    result.stdout.fnmatch_lines(["*stages?0?.expect.state*", "*the key is <scrubbed>*"])
     assert "<scrubbed>" in (pytester.path / "r.json").read_text()
     assert_nowhere(pytester, result)
 
