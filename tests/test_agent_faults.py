@@ -409,3 +409,18 @@ def test_live_agent_cases_spend_the_token_budget(pytester: pytest.Pytester,
         result.assert_outcomes(passed=2, skipped=2)
         assert len(server.requests) == 2
     result.stdout.fnmatch_lines(["*token budget spent: 30 of 20 tokens used*"])
+
+
+def test_a_request_body_past_the_proxys_limit_is_refused_with_a_413(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("pytest_toolbench.transport.proxy.MAX_REQUEST_BYTES", 1000)
+    proxy = ProxyServer()
+    proxy.start()
+    try:
+        with httpx2.Client(timeout=10) as client:
+            big = client.post(proxy.base_url("chat") + "/chat/completions",
+                              content=b"x" * 5000)
+        assert big.status_code == 413
+        assert "larger than 1000 bytes" in big.json()["error"]["message"]
+    finally:
+        proxy.close()

@@ -259,9 +259,12 @@ class ProxyServer:
         if head is None:
             return False
         body = await connection.read_body()
-        request = self._request(head, body, connection.number)
+        request = self._request(head, body or b"", connection.number)
         handler = self._handler
-        if isinstance(request, str):
+        if body is None:
+            response = refused(413, f"pytest-toolbench: the request body is larger than"
+                                    f" {MAX_REQUEST_BYTES} bytes, the most the proxy takes")
+        elif isinstance(request, str):
             response = refused(403, request)
         elif handler is None or not handler.owns(connection.number):
             response = refused(403, "pytest-toolbench: no agent case is running, so this"
@@ -318,7 +321,9 @@ class _Connection:
             return event
         return None  # ConnectionClosed: the agent is done with it
 
-    async def read_body(self) -> bytes:
+    async def read_body(self) -> bytes | None:
+        """The request's body; None when it is larger than the proxy takes (the rest is
+        left unread: the connection closes after the answer)."""
         pieces: list[bytes] = []
         size = 0
         while True:
@@ -326,7 +331,7 @@ class _Connection:
             if isinstance(event, h11.Data):
                 size += len(event.data)
                 if size > MAX_REQUEST_BYTES:
-                    raise h11.LocalProtocolError("request body too large")
+                    return None
                 pieces.append(bytes(event.data))
             elif isinstance(event, h11.EndOfMessage):
                 return b"".join(pieces)
