@@ -53,6 +53,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[SETTINGS_KEY] = Settings.from_config(config)
     config.pluginmanager.register(SessionReports(config), "toolbench-reports")
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        # pytest-xdist's controller collects nothing (no first case file to wait for) and
+        # writes the reports: SIGTERM must not end it before they are written.
+        stopping.install()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -77,3 +77,40 @@ stages: [{{name: ask, user: echo, run_tools: true}}]
     junit = (pytester.path / "j.xml").read_text()
     assert junit.count("<testcase") == 2 and said in junit
     assert "Traceback" not in err
+
+
+def test_sigterm_to_an_xdist_controller_stops_the_workers_servers_and_writes_the_report(
+        pytester: pytest.Pytester, chat_server: ChatServer) -> None:
+    tag = "toolbench-test-sigterm-xdist"
+    chat_server.set_handler(echo)
+    case = f"""name: NAME
+endpoint: {{base_url: '{chat_server.base_url}', retries: 0}}
+mcp_servers:
+  stuck: {{command: [{PYTHON}, {BROKEN}, slow_call, {tag}], call_timeout_s: 120}}
+tools: [{{mcp: stuck}}]
+stages: [{{name: ask, user: echo, run_tools: true}}]
+"""
+    pytester.makefile(".case.yaml", stuck="---\n".join(
+        case.replace("NAME", name) for name in ("a", "b", "c", "d")))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--toolbench-live",
+         "-n", "2", "--toolbench-report=r.json"],
+        cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while len(processes_tagged(tag)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)  # a server in each worker, each case in a stuck call
+        assert len(processes_tagged(tag)) >= 2
+        time.sleep(0.5)
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == pytest.ExitCode.INTERRUPTED, out + err
+    deadline = time.monotonic() + 10
+    while processes_tagged(tag) and time.monotonic() < deadline:
+        time.sleep(0.1)  # the workers wind down after the controller
+    assert processes_tagged(tag) == []
+    assert json.loads((pytester.path / "r.json").read_text())["summary"]["cases"] == 0
