@@ -26,7 +26,9 @@ from .run.agent_thread import AgentThread
 from .run.runner import CaseRun
 from .scrubbing import Scrubber, endpoint_secrets
 from .settings import Mode, Settings
-from .transport.agent_tap import PLACEHOLDER_KEY, LiveTap, ReplayTap, Tap, Upstream
+from .transport.agent_forward import LiveTap, Upstream
+from .transport.agent_replay import ReplayTap
+from .transport.agent_tap import PLACEHOLDER_KEY, Tap
 from .transport.cassette import Cassette
 from .transport.errors import ReplayError
 from .transport.proxy import ProxyServer

@@ -29,7 +29,8 @@ from .report.failure import render_failure
 from .run.agent import Toolbench, exchange_turn
 from .run.check import Outcome, check
 from .settings import Mode
-from .transport.agent_tap import Exchange, ReplayTap, Tap
+from .transport.agent_replay import ReplayTap
+from .transport.agent_tap import Exchange, Tap
 from .transport.cassette import cassette_file_stem
 from .transport.errors import ReplayError
 

@@ -1,11 +1,11 @@
 """Runs an agent case: the team's own agent, stage by stage, judged by what it sent.
 
 Each run of the case (each repeat) calls the factory once (``agent.python`` with ``init``,
-and ``model=``/``toolbench=`` when it takes them) for a fresh agent; each stage calls the
-agent once with its ``user`` text. Every call into the team's code goes through
-``run/usercode.py``: a plain agent on a thread of its own with no event loop running, an
-async one (and every stage of its case) on one ``UserLoop``, each within the stage's time
-limit. Meanwhile its requests go through the proxy to the case's ``Tap``, which forwards
+``model=`` when the case names one and ``toolbench=`` when it takes them) for a fresh
+agent; each stage calls the agent once with its ``user`` text. Every call into the team's
+code goes through ``run/usercode.py``, within the stage's time limit: a plain agent on
+the session's agent thread (``agent_thread.py``) with no event loop running, an async one
+(and every stage of its case) on one ``UserLoop``. Meanwhile its requests go through the proxy to the case's ``Tap``, which forwards
 and records them or replays them; the stage's exchanges, read by their APIs' wire readers,
 are its turns, and the stage's expectations are checked on them as on the plugin's own
 loop's (``check.Outcome`` with the agent's answer).

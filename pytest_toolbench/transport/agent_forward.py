@@ -1,0 +1,155 @@
+"""Live and record: an agent's requests forwarded upstream, each once, and recorded.
+
+``LiveTap`` forwards each request once (no retries of the plugin's: the agent's own retry
+logic is under test) to the API's real base URL and streams the response back chunk by
+chunk as it arrives, reading it on the way; a recording keeps each exchange, scrubbed, in
+the case's cassette.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Final
+
+import httpx2
+
+from ..scrubbing import Scrubber
+from .agent_tap import PLACEHOLDER_KEY, Exchange, ReplyReader, Tap
+from .cassette import Cassette
+from .proxy import ProxyRequest, ProxyResponse, refused
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """Where one wire API's requests go when a case runs live."""
+
+    base_url: str
+    api_key: str | None
+    """The endpoint's key: it replaces the placeholder key an SDK was given."""
+    headers: tuple[tuple[str, str], ...] = ()
+    timeout_s: float = 60.0
+
+
+class LiveTap(Tap):
+    """Forwards each request once to its API's real base URL; records when told to."""
+
+    def __init__(self, cassette: Cassette, scrubber: Scrubber,
+                 upstreams: Mapping[str, Upstream], recording: bool) -> None:
+        super().__init__(cassette, scrubber)
+        self.upstreams = upstreams
+        self.recording = recording
+        self._client: httpx2.AsyncClient | None = None
+
+    async def handle(self, request: ProxyRequest) -> ProxyResponse:
+        if self._closed:
+            return refused(403, "pytest-toolbench: this agent's case is over (its stage ran"
+                                " past its time limit)", request.family.error_shape)
+        self._begin(request)
+        upstream = self.upstreams[request.api or request.family.default_api]
+        body = self._request_body(request)
+        exchange = Exchange(request.api, request.method, self._shown_path(request), body)
+        started = time.perf_counter()
+        try:
+            response = await self._send(request, upstream)
+        except (httpx2.HTTPError, httpx2.InvalidURL, OSError, ValueError) as error:
+            exchange.error = (f"the proxy's request to {_where(upstream.base_url)} failed:"
+                              f" {str(error) or type(error).__name__}")
+            exchange.elapsed_ms = (time.perf_counter() - started) * 1000
+            self._end(exchange)
+            return refused(502, f"pytest-toolbench: {exchange.error}",
+                           request.family.error_shape)
+        reader = ReplyReader(request.api, response.status_code,
+                             response.headers.get("content-type", ""),
+                             response.headers.get("content-encoding", ""), started)
+        # Passed on as they came, compressed or not (identity was asked for; a server
+        # that compresses anyway is inflated by the agent's own client); the proxy frames
+        # the body itself.
+        headers = [(name, value) for name, value in response.headers.multi_items()
+                   if name.lower() != "content-length"]
+        return ProxyResponse(response.status_code, headers,
+                             self._relay(response, reader, exchange, request))
+
+    async def _send(self, request: ProxyRequest, upstream: Upstream) -> httpx2.Response:
+        if self._client is None:
+            self._client = httpx2.AsyncClient(timeout=httpx2.Timeout(upstream.timeout_s))
+        url = _upstream_url(upstream.base_url, request)
+        sent = self._client.build_request(request.method, url,
+                                          headers=_upstream_headers(request, upstream),
+                                          content=request.body)
+        return await self._client.send(sent, stream=True)
+
+    async def _relay(self, response: httpx2.Response, reader: ReplyReader,
+                     exchange: Exchange, request: ProxyRequest) -> AsyncIterator[bytes]:
+        """The response's bytes as they arrive, each read on the way."""
+        try:
+            async for chunk in response.aiter_raw():
+                reader.feed(chunk)
+                yield chunk
+        except httpx2.HTTPError as error:
+            exchange.error = f"the upstream reply broke off: {str(error) or type(error).__name__}"
+        finally:
+            await response.aclose()
+            self._settle(exchange, reader, request)
+
+    def _settle(self, exchange: Exchange, reader: ReplyReader, request: ProxyRequest) -> None:
+        reply, interaction = reader.finish()
+        exchange.streamed = reader.streamed
+        exchange.elapsed_ms = interaction.elapsed_ms
+        scrubber = self._scrubber_for(request)
+        exchange.reply = None if reply is None else scrubber.data(reply)
+        interaction.request, interaction.path = exchange.request, exchange.path
+        interaction.method = exchange.method
+        interaction = scrubber.interaction(interaction)
+        if exchange.error is None:
+            exchange.interaction = interaction
+            if self.recording:
+                self.cassette.interactions.append(interaction)
+        self._end(exchange)
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+
+
+def _upstream_url(base_url: str, request: ProxyRequest) -> str:
+    """The request's URL upstream: the path below the family's base URL, below the API's
+    base URL; an SDK that adds its own API version (``/v1/messages``,
+    ``/v1beta/models/...``) has it replaced by the base URL's."""
+    below = request.below
+    if not request.family.base_suffix:
+        below = _VERSION.sub("", below, count=1)
+    query = f"?{request.query}" if request.query else ""
+    return base_url.rstrip("/") + below + query
+
+
+_VERSION = re.compile(r"^/v\d[^/]*(?=/)")
+
+
+def _upstream_headers(request: ProxyRequest, upstream: Upstream) -> list[tuple[str, str]]:
+    """The agent's headers, but those of one hop; identity encoding, so each chunk can be
+    passed on as it comes; the placeholder key replaced by the endpoint's, or dropped."""
+    headers: list[tuple[str, str]] = []
+    for name, value in request.headers:
+        lowered = name.lower()
+        if lowered in _NOT_FORWARDED:
+            continue
+        if PLACEHOLDER_KEY in value:  # in whichever header the SDK sends its key
+            if upstream.api_key is None:
+                continue
+            value = value.replace(PLACEHOLDER_KEY, upstream.api_key)
+        headers.append((name, value))
+    headers += list(upstream.headers)
+    headers.append(("accept-encoding", "identity"))
+    return headers
+
+
+_NOT_FORWARDED: Final = frozenset({
+    "host", "content-length", "accept-encoding", "connection", "keep-alive", "te",
+    "trailer", "transfer-encoding", "upgrade", "proxy-authorization"})
+
+
+def _where(url: str) -> str:
+    return url.partition("?")[0]

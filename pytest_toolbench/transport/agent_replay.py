@@ -1,0 +1,149 @@
+"""Replay: an agent's requests answered from its case's cassette, never the network.
+
+``ReplayTap`` matches each request on its method, path and canonical body, among
+identical requests in recorded order (so concurrent requests replay whatever order they
+come in), serves streams in their recorded events, and refuses a request that matches
+nothing with a 400 in the API's error shape, naming the difference from the nearest
+recorded request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from ..records import Interaction, StreamEvent
+from ..scrubbing import Scrubber
+from .agent_tap import Exchange, ReplyReader, Tap
+from .cassette import Cassette
+from .client import request_content
+from .errors import UnsendableRequest
+from .proxy import ProxyRequest, ProxyResponse, refused
+from .replay import request_diff
+
+
+class ReplayTap(Tap):
+    """Answers each request from the case's cassette; never the network."""
+
+    def __init__(self, cassette: Cassette, scrubber: Scrubber, speed: float = 0.0) -> None:
+        super().__init__(cassette, scrubber)
+        self.speed = speed
+        self._used: set[int] = set()
+        self._recorded = [interaction for interaction in cassette.interactions
+                           if interaction.role == "model"]
+        """The agent's exchanges (the judge's and the simulated user's are answered apart)."""
+        self._canonical = [_canonical(interaction.request) for interaction in self._recorded]
+        self.refusals: list[str] = []
+        """Why each refused request matched nothing, in order."""
+
+    async def handle(self, request: ProxyRequest) -> ProxyResponse:
+        shape = request.family.error_shape
+        if self._closed:
+            return refused(403, "pytest-toolbench: this agent's case is over (its stage ran"
+                                " past its time limit)", shape)
+        self._begin(request)
+        body = self._request_body(request)
+        exchange = Exchange(request.api, request.method, self._shown_path(request), body)
+        found = self._match(exchange)
+        if isinstance(found, str):
+            exchange.error = found
+            self.refusals.append(found)
+            self._end(exchange)
+            return refused(400, f"pytest-toolbench replay: {found}", shape)
+        recorded = self._recorded[found]
+        started = time.perf_counter()
+        reader = ReplyReader(recorded.api, recorded.status, recorded.content_type, "", started)
+        headers = [("content-type", recorded.content_type)] if recorded.content_type else []
+        return ProxyResponse(recorded.status, headers,
+                             self._replayed(recorded, reader, exchange))
+
+    def _match(self, exchange: Exchange) -> int | str:
+        """The first unused recorded exchange with the request's method, path and body;
+        else why none is."""
+        canonical = _canonical(exchange.request)
+        with self._lock:
+            for index, recorded in enumerate(self._recorded):
+                if (index not in self._used and recorded.method == exchange.method
+                        and recorded.path == exchange.path
+                        and self._canonical[index] == canonical):
+                    self._used.add(index)
+                    return index
+        return self._mismatch(exchange)
+
+    def _mismatch(self, exchange: Exchange) -> str:
+        cassette, recorded = self.cassette, self._recorded
+        unused = [index for index in range(len(recorded)) if index not in self._used]
+        hint = f"; re-record it with: {cassette.rerecord_hint}"
+        request = f"{exchange.method} {exchange.path}"
+        if not unused:
+            return (f"the agent sent a request ({request}) that {cassette.shown} does not"
+                    f" hold: its {len(recorded)} recorded requests were all"
+                    f" answered{hint}")
+        same_path = [index for index in unused if recorded[index].path == exchange.path]
+        nearest = recorded[(same_path or unused)[0]]
+        if not same_path:
+            return (f"the agent sent {request}, which no unused request of {cassette.shown}"
+                    f" matches; the next recorded one is {nearest.method} {nearest.path}{hint}")
+        return (f"the agent's request {request} differs from the one recorded in"
+                f" {cassette.shown}{hint}\n{request_diff(nearest.request, exchange.request)}")
+
+    async def _replayed(self, recorded: Interaction, reader: ReplyReader,
+                        exchange: Exchange) -> AsyncIterator[bytes]:
+        try:
+            for chunk in _recorded_chunks(recorded):
+                if self.speed > 0 and chunk[0] > 0:
+                    await asyncio.sleep(chunk[0] / 1000 / self.speed)
+                reader.feed(chunk[1])
+                yield chunk[1]
+        finally:
+            reply, _interaction = reader.finish()
+            exchange.reply, exchange.streamed = reply, reader.streamed
+            exchange.interaction = recorded
+            exchange.elapsed_ms = recorded.elapsed_ms
+            if reply is not None:
+                reply.latency_ms = recorded.elapsed_ms
+            self._end(exchange)
+
+    def unused(self) -> str | None:
+        """Why the case fails when recorded exchanges were left unplayed, or None."""
+        cassette = self.cassette
+        left = len(self._recorded) - len(self._used)
+        if not left or self.refusals:
+            return None
+        sent = len(self._used)
+        return (f"the agent sent {sent} request{'' if sent == 1 else 's'}, but"
+                f" {cassette.shown} holds {len(self._recorded)}: the agent changed"
+                f" since it was recorded; re-record it with: {cassette.rerecord_hint}")
+
+
+def _recorded_chunks(recorded: Interaction) -> list[tuple[float, bytes]]:
+    """(wait in ms since the previous chunk, bytes): each event a chunk of its own."""
+    if recorded.events is not None:
+        chunks, clock = [], 0.0
+        for event in recorded.events:
+            chunks.append((max(0.0, event.offset_ms - clock), _sse_bytes(event)))
+            clock = max(clock, event.offset_ms)
+        return chunks
+    if recorded.body_json is not None:
+        body = recorded.body_json
+    elif isinstance(recorded.body, str):
+        body = recorded.body
+    else:
+        body = json.dumps(recorded.body)
+    return [(recorded.elapsed_ms, body.encode())]
+
+
+def _sse_bytes(event: StreamEvent) -> bytes:
+    lines = [f"event: {event.event}"] if event.event != "message" else []
+    lines.extend(f"data: {line}" for line in event.data.split("\n"))
+    return ("\n".join(lines) + "\n\n").encode()
+
+
+def _canonical(body: dict[str, Any]) -> bytes | None:
+    try:
+        return request_content(body)
+    except UnsendableRequest:
+        return None
