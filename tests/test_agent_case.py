@@ -530,3 +530,20 @@ def test_the_placeholder_key_is_replaced_by_the_endpoints_own_upstream(
     assert keys == {"Bearer sk-local-server-key-4242"}
     assert "sk-local-server-key-4242" not in (
         pytester.path / "__cassettes__" / "refund" / "refund_order.yaml").read_text()
+
+
+def test_capture_reads_the_agents_answer_and_calls_for_later_stages(
+        pytester: pytest.Pytester, support_bot: None) -> None:
+    case = REFUND_CASE.replace(
+        "      state: {refunds: 1}\n",
+        "      state: {refunds: 1}\n    capture: {said: text, order: tool_calls.0.arguments.order_id}\n"
+    ).replace("user: When will the money arrive?", "user: 'You said: ${said} (order ${order})'")
+    pytester.makepyfile(support_bot=HTTP_AGENT.replace(
+        'return message["content"]', 'return "Bot: " + message["content"]'))
+    with start_chat_server() as server:
+        play(server, *REFUND_SCRIPT)
+        write_case(pytester, server.base_url, case)
+        run(pytester, "--toolbench-live").assert_outcomes(passed=1)
+        last_user = [m["content"] for m in server.requests[-1].json()["messages"]
+                     if m["role"] == "user"][-1]
+    assert last_user == "You said: Bot: Your refund is on its way. (order 913)"

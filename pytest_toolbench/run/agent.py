@@ -13,6 +13,7 @@ loop's (``check.Outcome`` with the agent's answer).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -252,7 +253,9 @@ class AgentRun:
             self.history = history
         if not attempt.failures and stage.capture:
             try:
-                self.variables.update(capture(stage.capture, outcome.reply, calls))
+                # ``text`` is what the agent returned, as the expectations read it.
+                answered = dataclasses.replace(outcome.reply, text=outcome.text)
+                self.variables.update(capture(stage.capture, answered, calls))
             except InterpolationError as error:
                 attempt.failures.append(self._failure(error.message,
                                                       ("stages", index, *error.path)))
