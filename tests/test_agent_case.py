@@ -547,3 +547,15 @@ def test_capture_reads_the_agents_answer_and_calls_for_later_stages(
         last_user = [m["content"] for m in server.requests[-1].json()["messages"]
                      if m["role"] == "user"][-1]
     assert last_user == "You said: Bot: Your refund is on its way. (order 913)"
+
+
+def test_stream_checks_fail_when_the_agent_streamed_nothing(
+        pytester: pytest.Pytester, support_bot: None) -> None:
+    case = REFUND_CASE.replace("      requests: 3\n", "      requests: 3\n      stream: {done: true}\n")
+    with start_chat_server() as server:
+        play(server, *REFUND_SCRIPT)
+        write_case(pytester, server.base_url, case)
+        result = run(pytester, "--toolbench-live")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([("*refund.case.yaml:13: refund_order: stages[[]0].expect.stream:"
+                                 " no reply of the stage was streamed: the agent asked for none")])

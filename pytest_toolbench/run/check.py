@@ -210,6 +210,10 @@ def _check(expect: Expect, outcome: Outcome, base: KeyPath, line_of: LineOf,
     streamed = outcome.streamed
     if streamed is not None:
         failures.extend(_check_stream(stream, streamed, (*base, "stream"), line_of))
+    elif outcome.answer is not None and "stream" in expect.model_fields_set:
+        # An agent chooses whether to stream: stream checks of one that did not fail.
+        failures.append(_plain("no reply of the stage was streamed: the agent asked for none",
+                               (*base, "stream"), line_of))
     for reply in outcome.replies:
         failures.extend(_protocol_failures(reply, base, line_of))
         if (reply is not streamed and stream.done and reply.stream is not None
