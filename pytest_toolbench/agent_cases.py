@@ -77,7 +77,7 @@ class AgentCases:
             return case_run.not_run(str(error))
         endpoint = self.settings.endpoint_for(case.endpoint)
         second = seconds(cassette) if seconds is not None else RoleModels()
-        with self.attached(cassette, replaying, case.endpoint) as tap:
+        with self.attached(cassette, replaying, case.endpoint, whole=True) as tap:
             verdicts = [*([tap.unused] if isinstance(tap, ReplayTap) else []),
                         *second.verdicts]
             context = AgentContext(
@@ -105,11 +105,13 @@ class AgentCases:
         return Cassette(path, rerecord_hint=hint, shown=shown, api=AGENT)
 
     @contextmanager
-    def attached(self, cassette: Cassette, replaying: bool, endpoint: Endpoint
-                 ) -> Iterator[Tap]:
+    def attached(self, cassette: Cassette, replaying: bool, endpoint: Endpoint,
+                 whole: bool = False) -> Iterator[Tap]:
         """The proxy answering from ``cassette`` (``replaying``) or forwarding to the APIs
         ``endpoint`` resolves to, and the environment pointing every SDK at it, while the
-        block runs."""
+        block runs; ``whole``: the whole environment is put back after (an agent case's
+        code may change any of it), else the variables set (a test's own changes stay
+        its own)."""
         # Resolved before the environment points at the proxy: OPENAI_BASE_URL is one of
         # the places an endpoint's base URL comes from.
         upstreams = {api: self._upstream(endpoint, api) for api in API_NAMES}
@@ -122,7 +124,8 @@ class AgentCases:
         proxy = self.proxy
         proxy.attach(tap)
         try:
-            with _environment({**proxy.environment(), **TRACING_OFF}, _placeholder_keys()):
+            with _environment({**proxy.environment(), **TRACING_OFF, **_placeholder_keys()},
+                              whole):
                 yield tap
         finally:
             proxy.attach(None)
@@ -158,16 +161,24 @@ def _placeholder_keys() -> dict[str, str]:
 
 
 @contextmanager
-def _environment(*settings: dict[str, str]) -> Iterator[None]:
-    """The variables set while the block runs, each restored after (unset if it was)."""
-    wanted = {name: value for group in settings for name, value in group.items()}
-    before = {name: os.environ.get(name) for name in wanted}
+def _environment(wanted: dict[str, str], whole: bool) -> Iterator[None]:
+    """``wanted`` set while the block runs; after it, each restored (unset if it was), or
+    with ``whole`` the whole environment as it was."""
+    before: dict[str, str | None] = (
+        {**os.environ} if whole else {name: os.environ.get(name) for name in wanted})
     os.environ.update(wanted)
     try:
         yield
     finally:
-        for name, value in before.items():
-            if value is None:
+        if whole:
+            for name in set(os.environ) - set(before):
                 os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        _put_back(before)
+
+
+def _put_back(values: dict[str, str | None]) -> None:
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        elif os.environ.get(name) != value:
+            os.environ[name] = value

@@ -8,6 +8,7 @@ to over real HTTP on loopback.
 from __future__ import annotations
 
 import json
+import os
 import time
 from typing import Any
 
@@ -424,3 +425,37 @@ def test_a_request_body_past_the_proxys_limit_is_refused_with_a_413(
         assert "larger than 1000 bytes" in big.json()["error"]["message"]
     finally:
         proxy.close()
+
+
+ENV_CHANGER = '''
+import os
+
+
+def make():
+    def agent(user):
+        os.environ.pop("PATH_LIKE_SETTING", None)
+        os.environ["LEFT_BY_THE_AGENT"] = "1"
+        os.environ["OPENAI_BASE_URL"] = "http://example.invalid/v1"
+        return "changed"
+    return agent
+
+
+def seen():
+    def agent(user):
+        return " ".join(f"{name}={os.environ.get(name)}" for name in (
+            "PATH_LIKE_SETTING", "LEFT_BY_THE_AGENT"))
+    return agent
+'''
+
+
+def test_an_agent_that_changes_the_environment_leaves_no_trace(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH_LIKE_SETTING", "kept")
+    pytester.makepyfile(changer=ENV_CHANGER)
+    pytester.syspathinsert()
+    pytester.makefile(".case.yaml", env=(
+        case("changer", "make").replace("agents:", "changer:") + "---\n"
+        + case("after", "seen", expect="      text: PATH_LIKE_SETTING=kept LEFT_BY_THE_AGENT=None\n"
+               ).replace("agents:", "changer:")))
+    run(pytester, "--toolbench-live").assert_outcomes(passed=2)
+    assert "LEFT_BY_THE_AGENT" not in os.environ
