@@ -559,3 +559,14 @@ def test_stream_checks_fail_when_the_agent_streamed_nothing(
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([("*refund.case.yaml:13: refund_order: stages[[]0].expect.stream:"
                                  " no reply of the stage was streamed: the agent asked for none")])
+
+
+def test_the_fixture_without_a_cassette_fails_with_the_command_that_records_it(
+        pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(sdk_bot=OPENAI_AGENT, test_refund=FIXTURE_TEST)
+    pytester.syspathinsert()
+    result = run(pytester)
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([
+        ("*no cassette at __cassettes__/test_refund/test_refund.yaml; record it with:"
+        " pytest 'test_refund.py::test_refund' --toolbench-record*")])
