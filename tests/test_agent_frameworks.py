@@ -41,15 +41,20 @@ PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses",
          "messages": "/v1/messages"}
 
 
+OPENAI_AGENTS_MODULE = "support.agents.openai_agents_sdk"
+
+
 @pytest.fixture(autouse=True)
 def frameworks_imported_here_stay_here() -> Iterator[None]:
     """The modules a test imports in this process are dropped after it, as pytester drops
     an in-process run's: openai-agents' package is named ``agents``, and left in
-    ``sys.modules`` it would be what a later test's own ``agents`` module imports as."""
+    ``sys.modules`` it would be what a later test's own ``agents`` module imports as. The
+    support agent built on it goes too, or a later run would mix its classes with those
+    of the package imported again ("must be a RunConfig instance ..., got RunConfig")."""
     before = set(sys.modules)
     yield
     for name in set(sys.modules) - before:
-        if name == "agents" or name.startswith("agents."):
+        if name.split(".")[0] == "agents" or name == OPENAI_AGENTS_MODULE:
             del sys.modules[name]
 
 
