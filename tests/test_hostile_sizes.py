@@ -82,3 +82,19 @@ def test_a_huge_recorded_result_in_a_request_diff_is_cut_line_by_line(
     assert longest < DIFF_LINE_CHARS + 200
     for name in ("j.xml", "r.json"):
         assert (pytester.path / name).stat().st_size < 200_000, name
+
+
+@pytest.mark.parametrize("length", [0, 999, 1000, 1001, 10**6])
+def test_a_cut_fits_its_limit_says_what_it_left_out_and_cuts_no_further(length: int) -> None:
+    from pytest_toolbench.cuts import cut
+
+    text = "".join(chr(0x61 + i % 26) for i in range(length))
+    once = cut(text, 1000)
+    assert len(once) <= 1000
+    assert cut(once, 1000) == once
+    if length <= 1000:
+        assert once == text
+    else:
+        kept = once.index("... [")
+        assert text.startswith(once[:kept])
+        assert once.endswith(f"... [{length - kept:,} more characters left out]")
