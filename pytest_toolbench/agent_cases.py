@@ -105,6 +105,14 @@ class AgentCases:
         return Cassette(path, rerecord_hint=hint, shown=shown, api=AGENT)
 
     @contextmanager
+    def importing(self) -> Iterator[None]:
+        """The environment an agent module is imported in at collection: every SDK's base
+        URL variable at the proxy (which refuses requests until a case runs)."""
+        with _environment({**self.proxy.environment(), **TRACING_OFF, **_placeholder_keys()},
+                          whole=False):
+            yield
+
+    @contextmanager
     def attached(self, cassette: Cassette, replaying: bool, endpoint: Endpoint,
                  whole: bool = False) -> Iterator[Tap]:
         """The proxy answering from ``cassette`` (``replaying``) or forwarding to the APIs

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from . import stopping
+from .agent_imports import set_environment
 from .apis import AGENT, case_label
 from .budget import BudgetSpent, TokenBudget
 from .casefile.cache import CASSETTE_FOLDER, CASSETTE_MAGIC, PARSED_FOLDER, KeptParses, ParsedCache
@@ -295,6 +296,8 @@ def _start_session(config: pytest.Config) -> None:
     if PARSED_KEY in config.stash:
         return
     config.stash[PARSED_KEY] = _parsed_cache(config)
+    set_environment(lambda: _runtime(config).agent_cases.importing())
+    config.add_cleanup(lambda: set_environment(None))
     _freeze_at_exit()
     stopping.install()  # SIGTERM, SIGHUP: as Ctrl-C (servers stopped, reports written)
     config.pluginmanager.register(CaseReports(records_read(config)), "toolbench-case-reports")

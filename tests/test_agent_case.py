@@ -570,3 +570,36 @@ def test_the_fixture_without_a_cassette_fails_with_the_command_that_records_it(
     result.stdout.fnmatch_lines([
         ("*no cassette at __cassettes__/test_refund/test_refund.yaml; record it with:"
         " pytest 'test_refund.py::test_refund' --toolbench-record*")])
+
+
+IMPORT_TIME_CLIENT = '''
+import openai
+
+CLIENT = openai.OpenAI(max_retries=0)  # built when the module is imported, at collection
+
+
+def make():
+    def agent(user):
+        reply = CLIENT.chat.completions.create(
+            model="test-model", messages=[{"role": "user", "content": user}])
+        return reply.choices[0].message.content
+    return agent
+'''
+
+
+def test_a_client_built_when_the_module_is_imported_goes_through_the_proxy(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # nothing listens there
+    pytester.makepyfile(import_time=IMPORT_TIME_CLIENT)
+    pytester.syspathinsert()
+    cases = "---\n".join(
+        f"name: c{n}\nagent: {{python: 'import_time:make'}}\n"
+        "endpoint: {base_url: 'BASE_URL'}\n"
+        f"stages:\n  - name: ask\n    user: q{n}\n    expect: {{text: fine, requests: 1}}\n"
+        for n in range(2))
+    with start_chat_server() as server:
+        server.set_handler(lambda request: json_reply(completion("fine")))
+        pytester.makefile(".case.yaml", imported=cases.replace("BASE_URL", server.base_url))
+        run(pytester, "--toolbench-record").assert_outcomes(passed=2)
+        assert len(server.requests) == 2
+    run(pytester).assert_outcomes(passed=2)

@@ -35,6 +35,7 @@ from pydantic import (
 from pydantic.json_schema import GenerateJsonSchema
 from pydantic_core import core_schema
 
+from ..agent_imports import importing
 from ..apis import AGENT, API_NAMES
 from ..keypaths import KeyedError, KeyPath
 from ..matchers import Matcher, compile_matcher, compile_tool_calls, compile_trajectory
@@ -478,7 +479,8 @@ class Agent(StrictModel):
     @classmethod
     def _importable(cls, value: str) -> str:
         try:
-            resolve_callable(value)
+            with importing():  # a client built at import time gets the proxy's URL
+                resolve_callable(value)
         except ValueError as exc:
             raise ValueError(str(exc).replace("'module:function'", "'module:callable'")
                              ) from None
