@@ -459,3 +459,39 @@ def test_an_agent_that_changes_the_environment_leaves_no_trace(
                ).replace("agents:", "changer:")))
     run(pytester, "--toolbench-live").assert_outcomes(passed=2)
     assert "LEFT_BY_THE_AGENT" not in os.environ
+
+
+BIG_READER = '''
+import json
+import os
+import time
+
+import httpx2
+
+
+def make():
+    def agent(user):
+        with httpx2.Client(timeout=30) as client:
+            with client.stream("POST", os.environ["OPENAI_BASE_URL"] + "/chat/completions",
+                               json={"model": "m", "messages": []}) as response:
+                pieces = []
+                for piece in response.iter_bytes(65536):
+                    pieces.append(piece)
+                    time.sleep(0.001)  # a slow reader: the proxy's buffer fills
+        reply = json.loads(b"".join(pieces))
+        return str(len(reply["choices"][0]["message"]["content"]))
+    return agent
+'''
+
+
+def test_a_large_reply_reaches_a_slow_agent_whole(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(big=BIG_READER)
+    pytester.syspathinsert()
+    body = completion("x" * 4_000_000)
+    with start_chat_server() as server:
+        server.set_handler(lambda request: json_reply(body))
+        pytester.makefile(".case.yaml", big=case("big", "make", base_url=server.base_url,
+                                                 expect="      text: '4000000'\n"
+                                                 ).replace("agents:", "big:"))
+        run(pytester, "--toolbench-record").assert_outcomes(passed=1)
+    run(pytester).assert_outcomes(passed=1)

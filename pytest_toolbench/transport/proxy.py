@@ -237,9 +237,11 @@ class ProxyServer:
         self._connections += 1
         connection = _Connection(self._connections, reader, writer)
         self._writers[connection.number] = writer
+        ended = False
         try:
             while await self._one_request(connection):
                 connection.state.start_next_cycle()
+            ended = True
         except (ConnectionError, h11.ProtocolError, asyncio.TimeoutError,
                 asyncio.IncompleteReadError):
             pass  # the agent went away, or spoke no HTTP: nothing to answer
@@ -251,7 +253,10 @@ class ProxyServer:
             return
         finally:
             self._writers.pop(connection.number, None)
-            writer.transport.abort()
+            if not ended:
+                writer.transport.abort()
+        if ended:
+            await _close(writer)  # after the last reply: what is still buffered goes first
 
     async def _one_request(self, connection: _Connection) -> bool:
         """Serve the next request on ``connection``; whether the connection stays open."""
@@ -369,6 +374,19 @@ _HOP_BY_HOP: Final = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
     "trailer", "transfer-encoding", "upgrade", "content-length"})
 """Headers of one hop, never passed on (the proxy frames each body itself)."""
+
+
+async def _close(writer: asyncio.StreamWriter) -> None:
+    """Close the connection once its buffered bytes are sent (abort would drop them), within
+    a bound: an agent that never reads them is cut off."""
+    writer.close()
+    try:
+        await asyncio.wait_for(writer.wait_closed(), _CLOSE_WAIT_S)
+    except (ConnectionError, asyncio.TimeoutError, asyncio.CancelledError):
+        writer.transport.abort()  # cancelled: the proxy is closing
+
+
+_CLOSE_WAIT_S = 10.0
 
 
 def refused(status: int, message: str, shape: str = "openai") -> ProxyResponse:
