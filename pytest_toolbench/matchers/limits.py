@@ -8,6 +8,10 @@ while it runs), and JSON Schema validation and one-to-one pairing look at the cl
 go. Past the deadline, ``MatchTimeout`` ends the whole match: it is not a mismatch, which
 ``$not`` or ``$anyof`` could turn into a pass.
 
+Only matching counts: importing the regex package and compiling a pattern (``untimed``)
+depend on the case file alone, and a loaded machine that slows them must not turn a
+pattern that would match or fail at once into one that ran out of time.
+
 A pattern whose work is bounded whatever the text (``quick_search``: no repetition,
 back-reference or conditional, and a text short enough) is searched with ``re`` at once:
 the regex package's compile costs several times re's, and most patterns in case files are
@@ -53,6 +57,21 @@ def time_limit(seconds: float) -> Iterator[None]:
         yield
     finally:
         _DEADLINE.reset(token)
+
+
+@contextmanager
+def untimed() -> Iterator[None]:
+    """The time spent inside this block does not count against the deadline: for work that
+    depends on the case file alone, never on the value matched (importing the regex
+    package, compiling a case's pattern). A loaded machine slows it, and a pattern that
+    would finish at once must not fail at the limit for it; it cannot run away."""
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        deadline = _DEADLINE.get()
+        if deadline is not None:
+            _DEADLINE.set(deadline + (time.monotonic() - started))
 
 
 def time_left() -> float:

@@ -21,7 +21,7 @@ from .core import (
     _Test,
     _type_name,
 )
-from .limits import quick_search, search
+from .limits import quick_search, search, untimed
 
 if TYPE_CHECKING:
     import regex
@@ -77,7 +77,9 @@ def _regex(value: Any, path: Path) -> _Test:
         found = quick_search(plain, actual, what)
         if found is None:  # the work could run away: the regex package, under the limit
             try:
-                found = search(_compiled(value), actual, what)
+                with untimed():
+                    pattern = _compiled(value)
+                found = search(pattern, actual, what)
             except _Unsearchable as error:
                 return f"regex {value!r} cannot be searched with a time limit: {error}"
         return None if found else f"{_short(actual)} does not match regex {value!r}"

@@ -26,7 +26,7 @@ from jsonschema_specifications import REGISTRY as _META_SCHEMAS  # type: ignore[
 
 from .core import MatcherError as _MatcherError
 from .core import Mismatch, Path, _Matcher, _require, _same, _short
-from .limits import MatchTimeout, check_time, search
+from .limits import MatchTimeout, check_time, search, untimed
 
 Keyword = Callable[[Any, Any, Any, Any], Any]
 """A jsonschema keyword function: (validator, keyword value, instance, schema) -> errors."""
@@ -164,7 +164,9 @@ def _compiled(pattern: str) -> regex.Pattern[str]:
 
 
 def _found(pattern: str, text: str) -> bool:
-    return search(_compiled(pattern), text, f"$schema pattern {pattern!r}")
+    with untimed():
+        compiled = _compiled(pattern)
+    return search(compiled, text, f"$schema pattern {pattern!r}")
 
 
 # The three below are jsonschema's own, with ``_found`` for ``re.search``; then uniqueItems.
