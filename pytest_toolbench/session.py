@@ -23,7 +23,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .agent_cases import AgentCases
 from .apis import AGENT, API_NAMES, DEFAULT_API
 from .budget import TokenBudget
 from .casefile.cache import KeptParses
@@ -42,6 +41,7 @@ from .transport.replay import Replayer
 if TYPE_CHECKING:
     import httpx2
 
+    from .agent_cases import AgentCases
     from .mcp.provider import SessionServers
     from .run.runner import McpProvider
 
@@ -189,6 +189,8 @@ class SessionRuntime:
         """The runner of agent cases (and of the ``toolbench_agent`` fixture), with the
         session's one proxy."""
         if self._agents is None:
+            from .agent_cases import AgentCases  # the proxy and h11: only with agent cases
+
             self._agents = AgentCases(self.settings, self.kept_cassettes)
         return self._agents
 
