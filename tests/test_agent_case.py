@@ -188,7 +188,8 @@ def test_a_changed_agent_fails_its_replay_naming_the_difference(
     replayed = run(pytester)
     replayed.assert_outcomes(failed=1)
     replayed.stdout.fnmatch_lines([
-        "*differs from the one recorded in __cassettes__/refund/refund_order.yaml*",
+        ("*differs from the one recorded in __cassettes__/refund/refund_order.yaml, first at"
+         ' messages[[]0].content: recorded "Be terse.", sent "Be very terse."; re-record*'),
         "*-*Be terse.*", "*+*Be very terse.*"])
 
 
@@ -504,7 +505,8 @@ def test_a_factory_given_the_proxys_url_records_and_replays_another_api(
     changed.stdout.fnmatch_lines([
         ("given.case.yaml:5: given: stages[[]0]: the agent's request POST"
         " /anthropic/v1/messages differs from the one recorded in"
-        " __cassettes__/given/given.yaml; re-record it with: *"),
+        " __cassettes__/given/given.yaml, first at max_tokens: recorded 64, sent 65;"
+        " re-record it with: *"),
         '-  "max_tokens": 64,', '+  "max_tokens": 65,'])
     refused = json.loads((pytester.path / "refused.json").read_text())
     assert refused["type"] == "error"

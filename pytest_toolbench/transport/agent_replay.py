@@ -15,6 +15,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from ..keypaths import format_key_path
 from ..records import Interaction, StreamEvent
 from ..scrubbing import Scrubber
 from .agent_tap import Exchange, ReplyReader, Tap
@@ -87,8 +88,10 @@ class ReplayTap(Tap):
         if not same_path:
             return (f"the agent sent {request}, which no unused request of {cassette.shown}"
                     f" matches; the next recorded one is {nearest.method} {nearest.path}{hint}")
+        where = first_difference(nearest.request, exchange.request)
         return (f"the agent's request {request} differs from the one recorded in"
-                f" {cassette.shown}{hint}\n{request_diff(nearest.request, exchange.request)}")
+                f" {cassette.shown}, first at {where}{hint}\n"
+                f"{request_diff(nearest.request, exchange.request)}")
 
     async def _replayed(self, recorded: Interaction, reader: ReplyReader,
                         exchange: Exchange) -> AsyncIterator[bytes]:
@@ -117,6 +120,28 @@ class ReplayTap(Tap):
         return (f"the agent sent {sent} request{'' if sent == 1 else 's'}, but"
                 f" {cassette.shown} holds {len(self._recorded)}: the agent changed"
                 f" since it was recorded; re-record it with: {cassette.rerecord_hint}")
+
+
+def first_difference(recorded: Any, sent: Any, path: tuple[str | int, ...] = ()) -> str:
+    """Where two request bodies first differ, as a key path (``messages[0].content``), with
+    the two values when they are short."""
+    if isinstance(recorded, dict) and isinstance(sent, dict):
+        for key in sorted(set(recorded) | set(sent)):
+            if key not in recorded or key not in sent:
+                said = "only in the recorded one" if key in recorded else "only in the sent one"
+                return f"{format_key_path((*path, key))} ({said})"
+            if recorded[key] != sent[key]:
+                return first_difference(recorded[key], sent[key], (*path, key))
+    elif isinstance(recorded, list) and isinstance(sent, list):
+        for index, (before, after) in enumerate(zip(recorded, sent)):
+            if before != after:
+                return first_difference(before, after, (*path, index))
+        if len(recorded) != len(sent):
+            return (f"{format_key_path(path) or 'the body'} ({len(recorded)} items recorded,"
+                    f" {len(sent)} sent)")
+    shown = (json.dumps(recorded, ensure_ascii=False), json.dumps(sent, ensure_ascii=False))
+    values = f": recorded {shown[0]}, sent {shown[1]}" if max(map(len, shown)) <= 80 else ""
+    return f"{format_key_path(path) or 'the body'}{values}"
 
 
 def _recorded_chunks(recorded: Interaction) -> list[tuple[float, bytes]]:
