@@ -1,9 +1,8 @@
-"""The package's imports point one way, down the layers the README's architecture section
-lists, and no module imports itself back through others.
+"""The package's imports point one way, down the layers docs/architecture.md lists, and no module imports itself back through others.
 
 Every import counts: at the top of a module, inside a function (the plugin imports its
-machinery lazily) and under ``TYPE_CHECKING``. The layers are read from the README, so the
-picture it draws and the code cannot drift apart.
+machinery lazily) and under ``TYPE_CHECKING``. The layers are read from docs/architecture.md, so
+the picture it draws and the code cannot drift apart.
 """
 
 from __future__ import annotations
@@ -23,11 +22,14 @@ Edge = tuple[str, str, int]
 """Importing module, imported module, line of the import."""
 
 
-def readme_layers() -> list[list[str]]:
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+
+
+def documented_layers() -> list[list[str]]:
     """The layers, top first: the code block after "Dependencies point one way"."""
-    text = (ROOT / "README.md").read_text()
+    text = ARCHITECTURE.read_text(encoding="utf-8")
     found = re.search(r"Dependencies point one way.*?```text\n(.*?)```", text, re.DOTALL)
-    assert found, "README.md: no layer list after 'Dependencies point one way'"
+    assert found, "docs/architecture.md: no layer list after 'Dependencies point one way'"
     return [line.split() for line in found.group(1).splitlines() if line.strip()]
 
 
@@ -79,15 +81,15 @@ def test_the_walk_sees_lazy_and_type_checking_imports() -> None:
 
 
 def test_the_readme_places_every_module_in_one_layer() -> None:
-    listed = [name for layer in readme_layers() for name in layer]
+    listed = [name for layer in documented_layers() for name in layer]
     groups = {group(module) for module in MODULES} - {""}
     assert sorted(listed) == sorted(set(listed)), "a module listed in two layers"
-    assert groups - set(listed) == set(), "modules the README's layers leave out"
+    assert groups - set(listed) == set(), "modules docs/architecture.md's layers leave out"
     assert set(listed) - groups == set(), "layers naming no module"
 
 
 def test_imports_point_down_the_layers() -> None:
-    rank = {name: -index for index, layer in enumerate(readme_layers()) for name in layer}
+    rank = {name: -index for index, layer in enumerate(documented_layers()) for name in layer}
     upward = [f"{MODULES[a].relative_to(ROOT)}:{line}: {a} imports {b}"
               for a, b, line in edges()
               if group(a) and group(b) != group(a) and rank[group(b)] >= rank[group(a)]]
