@@ -134,6 +134,36 @@ def test_a_broken_server_fails_its_case_naming_it_and_the_session_goes_on(
     result.stdout.fnmatch_lines(said)
 
 
+SLOW_SDK_IMPORT = """
+import sys
+import time
+
+
+class SlowSdk:
+    \"\"\"The mcp SDK's first import takes 4 s, as it can on a loaded machine.\"\"\"
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "mcp":
+            sys.meta_path.remove(self)
+            time.sleep(4)
+        return None
+
+
+sys.meta_path.insert(0, SlowSdk())
+"""
+
+
+def test_importing_the_sdk_is_not_part_of_a_servers_start(
+        pytester: pytest.Pytester, chat_server: ChatServer) -> None:
+    """``startup_timeout_s`` is the server's: the plugin's own import of the SDK, however
+    slow, is done before it starts."""
+    chat_server.set_handler(calls_then_answers(("echo", {"text": "hi"})))
+    pytester.makeconftest(SLOW_SDK_IMPORT)
+    write_case(pytester, chat_server, broken_case("ok", startup_timeout_s=3))
+    result = run(pytester, "--toolbench-live")
+    result.assert_outcomes(passed=1)
+
+
 # -- lifecycle ----------------------------------------------------------------------------
 
 def processes_tagged(tag: str) -> list[int]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 from collections.abc import AsyncIterator, Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -46,6 +47,7 @@ class McpConnection:
 
     async def start(self) -> dict[str, Any]:
         """Start the server, initialise the session; return its ``tools/list`` result."""
+        _import_sdk(self.server)  # before the clock: the plugin's cost, not the server's
         loop = asyncio.get_running_loop()
         self._ready = loop.create_future()
         self._holder = loop.create_task(self._hold(), name=f"toolbench-mcp-{self.server.name}")
@@ -232,6 +234,17 @@ class McpConnection:
             what = f"{what} (the server answered {self._http_error})"
         said = f"\n  its stderr ends:\n{tail}" if tail else ""
         return McpFault(f"MCP server {self.server.name!r} {what}{said}")
+
+
+def _import_sdk(server: ResolvedServer) -> None:
+    """Import what the connection uses of the SDK (the [mcp] extra, imported when a case
+    uses MCP). The first import takes a good part of a second, several on a loaded
+    machine: done before ``startup_timeout_s`` starts, it is not counted as the server's
+    start, which would leave a server that starts at once too little of the time."""
+    transport = ("mcp.client.stdio",) if server.command is not None else (
+        "httpx2", "mcp.client.streamable_http")
+    for module in ("mcp", "mcp.types", *transport):
+        importlib.import_module(module)
 
 
 @contextlib.asynccontextmanager
