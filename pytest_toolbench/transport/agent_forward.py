@@ -69,8 +69,8 @@ class LiveTap(Tap):
         # the body itself.
         headers = [(name, value) for name, value in response.headers.multi_items()
                    if name.lower() != "content-length"]
-        return ProxyResponse(response.status_code, headers,
-                             self._relay(response, reader, exchange, request))
+        return ProxyResponse(response.status_code, headers, self._relay(response, reader, exchange),
+                             lambda: self._settle(exchange, reader, request))
 
     async def _send(self, request: ProxyRequest, upstream: Upstream) -> httpx2.Response:
         if self._client is None:
@@ -82,8 +82,9 @@ class LiveTap(Tap):
         return await self._client.send(sent, stream=True)
 
     async def _relay(self, response: httpx2.Response, reader: ReplyReader,
-                     exchange: Exchange, request: ProxyRequest) -> AsyncIterator[bytes]:
-        """The response's bytes as they arrive, each read on the way."""
+                     exchange: Exchange) -> AsyncIterator[bytes]:
+        """The response's bytes as they arrive, each read on the way (the reply is read
+        whole and recorded by ``_settle`` once its end has been sent to the agent)."""
         try:
             async for chunk in response.aiter_raw():
                 reader.feed(chunk)
@@ -92,7 +93,6 @@ class LiveTap(Tap):
             exchange.error = f"the upstream reply broke off: {str(error) or type(error).__name__}"
         finally:
             await response.aclose()
-            self._settle(exchange, reader, request)
 
     def _settle(self, exchange: Exchange, reader: ReplyReader, request: ProxyRequest) -> None:
         reply, interaction = reader.finish()

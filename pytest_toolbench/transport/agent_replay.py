@@ -58,8 +58,8 @@ class ReplayTap(Tap):
         started = time.perf_counter()
         reader = ReplyReader(recorded.api, recorded.status, recorded.content_type, "", started)
         headers = [("content-type", recorded.content_type)] if recorded.content_type else []
-        return ProxyResponse(recorded.status, headers,
-                             self._replayed(recorded, reader, exchange))
+        return ProxyResponse(recorded.status, headers, self._replayed(recorded, reader),
+                             lambda: self._settle(recorded, reader, exchange))
 
     def _match(self, exchange: Exchange) -> int | str:
         """The first unused recorded exchange with the request's method, path and body;
@@ -93,22 +93,23 @@ class ReplayTap(Tap):
                 f" {cassette.shown}, first at {where}{hint}\n"
                 f"{request_diff(nearest.request, exchange.request)}")
 
-    async def _replayed(self, recorded: Interaction, reader: ReplyReader,
-                        exchange: Exchange) -> AsyncIterator[bytes]:
-        try:
-            for chunk in _recorded_chunks(recorded):
-                if self.speed > 0 and chunk[0] > 0:
-                    await asyncio.sleep(chunk[0] / 1000 / self.speed)
-                reader.feed(chunk[1])
-                yield chunk[1]
-        finally:
-            reply, _interaction = reader.finish()
-            exchange.reply, exchange.streamed = reply, reader.streamed
-            exchange.interaction = recorded
-            exchange.elapsed_ms = recorded.elapsed_ms
-            if reply is not None:
-                reply.latency_ms = recorded.elapsed_ms
-            self._end(exchange)
+    async def _replayed(self, recorded: Interaction, reader: ReplyReader
+                        ) -> AsyncIterator[bytes]:
+        for chunk in _recorded_chunks(recorded):
+            if self.speed > 0 and chunk[0] > 0:
+                await asyncio.sleep(chunk[0] / 1000 / self.speed)
+            reader.feed(chunk[1])
+            yield chunk[1]
+
+    def _settle(self, recorded: Interaction, reader: ReplyReader, exchange: Exchange) -> None:
+        """The reply read whole, once its end has been sent to the agent."""
+        reply, _interaction = reader.finish()
+        exchange.reply, exchange.streamed = reply, reader.streamed
+        exchange.interaction = recorded
+        exchange.elapsed_ms = recorded.elapsed_ms
+        if reply is not None:
+            reply.latency_ms = recorded.elapsed_ms
+        self._end(exchange)
 
     def unused(self) -> str | None:
         """Why the case fails when recorded exchanges were left unplayed, or None."""

@@ -22,7 +22,7 @@ import json
 import re
 import secrets
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
@@ -113,6 +113,9 @@ class ProxyResponse:
     status: int
     headers: list[tuple[str, str]]
     chunks: AsyncIterator[bytes]
+    after: Callable[[], object] | None = None
+    """Called once the reply is over (its end sent, or the agent gone mid-reply): the
+    handler's reading and recording of it, kept off the agent's wait for the end."""
 
 
 class ProxyHandler(Protocol):
@@ -350,19 +353,21 @@ class _Connection:
         # kept from the stage before fails with "... is bound to a different event loop".
         headers = [(name, value) for name, value in response.headers
                    if name.lower() not in _HOP_BY_HOP] + [("connection", "close")]
-        self._send(h11.Response(status_code=response.status, headers=headers))
-        await self.writer.drain()
         try:
+            self._send(h11.Response(status_code=response.status, headers=headers))
+            await self.writer.drain()
             async for chunk in response.chunks:
                 if chunk:
                     self._send(h11.Data(data=chunk))
                     await self.writer.drain()  # each chunk on its way as it came
+            self._send(h11.EndOfMessage())
+            await self.writer.drain()
         finally:  # the agent gone mid-reply: the reply's reading ends now, not when collected
             closing = getattr(response.chunks, "aclose", None)
             if closing is not None:
                 await closing()
-        self._send(h11.EndOfMessage())
-        await self.writer.drain()
+            if response.after is not None:
+                response.after()
 
     def _send(self, event: h11.Event) -> None:
         data = self.state.send(event)
