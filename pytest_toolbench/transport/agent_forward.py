@@ -49,12 +49,14 @@ class LiveTap(Tap):
                                 " past its time limit)", request.family.error_shape)
         self._begin(request)
         upstream = self.upstreams[request.api or request.family.default_api]
-        body = self._request_body(request)
-        exchange = Exchange(request.api, request.method, self._shown_path(request), body)
+        # Sent upstream first: what the exchange keeps of the request is read from it
+        # once the reply is over, off the agent's wait.
+        exchange = Exchange(request.api, request.method, "", {})
         started = time.perf_counter()
         try:
             response = await self._send(request, upstream)
         except (httpx2.HTTPError, httpx2.InvalidURL, OSError, ValueError) as error:
+            self._note_request(exchange, request)
             exchange.error = (f"the proxy's request to {_where(upstream.base_url)} failed:"
                               f" {str(error) or type(error).__name__}")
             exchange.elapsed_ms = (time.perf_counter() - started) * 1000
@@ -87,14 +89,21 @@ class LiveTap(Tap):
         whole and recorded by ``_settle`` once its end has been sent to the agent)."""
         try:
             async for chunk in response.aiter_raw():
-                reader.feed(chunk)
-                yield chunk
+                try:
+                    yield chunk
+                finally:  # read once it is on its way to the agent
+                    reader.feed(chunk)
         except httpx2.HTTPError as error:
             exchange.error = f"the upstream reply broke off: {str(error) or type(error).__name__}"
         finally:
             await response.aclose()
 
+    def _note_request(self, exchange: Exchange, request: ProxyRequest) -> None:
+        exchange.path = self._shown_path(request)
+        exchange.request = self._request_body(request)
+
     def _settle(self, exchange: Exchange, reader: ReplyReader, request: ProxyRequest) -> None:
+        self._note_request(exchange, request)
         reply, interaction = reader.finish()
         exchange.streamed = reader.streamed
         exchange.elapsed_ms = interaction.elapsed_ms

@@ -98,8 +98,10 @@ class ReplayTap(Tap):
         for chunk in _recorded_chunks(recorded):
             if self.speed > 0 and chunk[0] > 0:
                 await asyncio.sleep(chunk[0] / 1000 / self.speed)
-            reader.feed(chunk[1])
-            yield chunk[1]
+            try:
+                yield chunk[1]
+            finally:  # read once it is on its way to the agent
+                reader.feed(chunk[1])
 
     def _settle(self, recorded: Interaction, reader: ReplyReader, exchange: Exchange) -> None:
         """The reply read whole, once its end has been sent to the agent."""

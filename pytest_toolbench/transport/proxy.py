@@ -348,9 +348,15 @@ class _Connection:
 
     async def respond(self, response: ProxyResponse) -> None:
         # Every reply closes its connection: an SDK's pool then keeps none past the event
-        # loop it was opened on. openai-agents shares one HTTP client between runs, and
-        # each stage of a plain agent runs on a thread (so a loop) of its own: a connection
-        # kept from the stage before fails with "... is bound to a different event loop".
+        # loop it was opened on. A shared async client (openai-agents' module-wide one,
+        # pydantic-ai's cached one) outlives the loop of an async agent's case, of an
+        # abandoned agent's thread and of a session; a connection it pooled there fails
+        # its next request on another loop ("bound to a different event loop", or "Event
+        # loop is closed"). Only the client can retire it: closing it from this side when
+        # a case ends does not help, since the pool, finding it closed, aborts its
+        # transport through the loop that is gone (anyio does not read an idle connection,
+        # so even a loop still running never sees the close). What keep-alive would save
+        # is a loopback connect a request (benchmarks/README.md, agent cases).
         headers = [(name, value) for name, value in response.headers
                    if name.lower() not in _HOP_BY_HOP] + [("connection", "close")]
         try:
