@@ -52,12 +52,12 @@ async def interrupts_async(**kwargs):
 
 def sleeps(**kwargs):
     pathlib.Path("tool-started").touch()
-    time.sleep(30)
+    time.sleep(600)
     return "too late"
 
 async def sleeps_async(**kwargs):
     pathlib.Path("tool-started").touch()
-    await asyncio.sleep(30)
+    await asyncio.sleep(600)
     return "too late"
 
 def not_a_number(**kwargs):
@@ -66,6 +66,11 @@ def not_a_number(**kwargs):
 def infinite(**kwargs):
     return [1.0, float("inf")]
 '''
+
+
+STALL_BOUND_S = 120
+"""How long a run may take to reach a stall or to end past one: a bound for a hang, far
+beyond what a loaded machine takes, and far short of the stalls' 600 s."""
 
 
 @pytest.fixture
@@ -143,14 +148,12 @@ def test_sync_tool_past_its_timeout_does_not_keep_pytest_alive(
     pytester.makefile(".case.yaml", slow=tool_case(
         "sleeper", "python: hostile_tools:sleeps", chat_server, timeout_s=0.5))
 
-    started = time.monotonic()
+    # The tool sleeps 600 s: a process that waited for it would pass the timeout (a hang).
     result = pytester.runpytest_subprocess("--toolbench-live", "-p", "no:cacheprovider",
-                                           timeout=25)
+                                           timeout=STALL_BOUND_S)
 
     result.assert_outcomes(passed=1)
     assert sent_tool_results(chat_server) == ['{"error": "t timed out after 0.5 s"}']
-    # The tool sleeps 30 s; the process ends with the session, not with the tool.
-    assert time.monotonic() - started < 15
 
 
 # -- results that are not JSON -------------------------------------------------------------
@@ -344,7 +347,7 @@ def test_match_timeout_setting_is_validated(pytester: pytest.Pytester) -> None:
 
 
 def stalled_stream(request: RecordedRequest) -> Any:
-    return sse_reply([*chunks_for("never")[:2], SSEPause(30), *chunks_for("never")[2:]])
+    return sse_reply([*chunks_for("never")[:2], SSEPause(600), *chunks_for("never")[2:]])
 
 
 @pytest.mark.parametrize("stall", ["stream", "async_tool", "sync_tool"])
@@ -363,13 +366,12 @@ def test_ctrl_c_cancels_running_cases_quietly_and_promptly(
     try:
         wait_until_stalled(pytester, chat_server, stall)
         process.send_signal(signal.SIGINT)
-        interrupted = time.monotonic()
-        out, err = process.communicate(timeout=15)
+        # The stall lasts 600 s: a run that waited for it would pass the timeout (a hang).
+        out, err = process.communicate(timeout=STALL_BOUND_S)
     finally:
         if process.poll() is None:
             process.kill()
             process.communicate()
-    assert time.monotonic() - interrupted < 8
     assert process.returncode == pytest.ExitCode.INTERRUPTED, out + err
     assert "KeyboardInterrupt" in out
     for noise in ("Task was destroyed", "Exception ignored", "Traceback"):
@@ -377,7 +379,7 @@ def test_ctrl_c_cancels_running_cases_quietly_and_promptly(
 
 
 def wait_until_stalled(pytester: pytest.Pytester, server: ChatServer, stall: str) -> None:
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + STALL_BOUND_S
     while time.monotonic() < deadline:
         if stall == "stream" and server.requests:
             time.sleep(0.3)  # the first chunks are read; the stream is now stalled
