@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import socket
 import textwrap
 import time
@@ -46,7 +47,7 @@ TIMEOUT_S = 1.0
 DEADLINE_S = 1.5
 """Above the timeout: each of these servers sends something well within every timeout."""
 MARGIN_S = 3.0
-"""Generous: in-process pytest start-up and a slow, shared CI machine."""
+"""Generous: a slow, shared CI machine."""
 MIB = 1024 * 1024
 URL = "http://127.0.0.1:*/v1/chat/completions"
 
@@ -81,11 +82,22 @@ def run_hostile(pytester: pytest.Pytester, server: ChatServer, hostile: Reply, *
     pytester.makefile(".case.yaml", f=two_cases(url or server.base_url, server.base_url,
                                                 stream=stream, timeout_s=timeout_s))
     started = time.monotonic()
-    result = pytester.runpytest("--toolbench-live", "-v", *args)
+    result = pytester.runpytest("--toolbench-live", "-v", "--durations=0", "--durations-min=0",
+                                *args)
     elapsed = time.monotonic() - started
     result.assert_outcomes(failed=1, passed=1)
     assert "Traceback" not in result.stdout.str()
     return result, elapsed
+
+
+def hostile_took(result: pytest.RunResult) -> float:
+    """The seconds the case ``hostile`` ran (pytest's ``--durations``): what an upper bound
+    is about, without the run's start-up and the other case, which a loaded machine slows
+    by more than any margin."""
+    took = [float(match[1]) for line in result.outlines
+            if (match := re.fullmatch(r"\s*([\d.]+)s call\s+\S+::hostile\s*", line))]
+    assert len(took) == 1, result.outlines
+    return took[0]
 
 
 def verdict(result: pytest.RunResult, reason: str) -> None:
@@ -187,7 +199,8 @@ def test_a_reply_that_never_completes_fails_at_the_total_deadline(
 
     verdict(result, "deadline exceeded: no complete reply within 1.5 s (total deadline,"
                     f" --toolbench-deadline) from {URL}")
-    assert DEADLINE_S * 0.9 <= elapsed < DEADLINE_S + MARGIN_S
+    assert DEADLINE_S * 0.9 <= elapsed
+    assert hostile_took(result) < DEADLINE_S + MARGIN_S
 
 
 def test_the_deadline_is_kept_in_the_task_that_sends() -> None:
@@ -223,11 +236,11 @@ def test_the_deadline_is_kept_in_the_task_that_sends() -> None:
 
 def test_without_a_deadline_setting_a_reply_gets_ten_timeouts(
         pytester: pytest.Pytester, chat_server: ChatServer) -> None:
-    result, elapsed = run_hostile(pytester, chat_server, keep_alive_forever(every_s=0.04),
-                                  stream=True, timeout_s=0.2)
+    result, _ = run_hostile(pytester, chat_server, keep_alive_forever(every_s=0.04),
+                            stream=True, timeout_s=0.5)  # also the connect's: not less
 
-    verdict(result, f"deadline exceeded: no complete reply within 2 s (total deadline, *) from {URL}")
-    assert elapsed < 2 + MARGIN_S
+    verdict(result, f"deadline exceeded: no complete reply within 5 s (total deadline, *) from {URL}")
+    assert hostile_took(result) < 5 + MARGIN_S
 
 
 def test_the_ini_deadline_applies(pytester: pytest.Pytester, chat_server: ChatServer) -> None:
@@ -313,11 +326,11 @@ def unanswered_port() -> Iterator[str]:
 def test_a_connect_timeout_names_the_limit_and_the_url(pytester: pytest.Pytester,
                                                        chat_server: ChatServer) -> None:
     with unanswered_port() as url:
-        result, elapsed = run_hostile(pytester, chat_server, json_reply(completion("unused")),
-                                      url=url)
+        result, _ = run_hostile(pytester, chat_server, json_reply(completion("unused")),
+                                url=url)
 
     verdict(result, f"connect failed: no connection within 1 s (timeout) to {URL}")
-    assert elapsed < TIMEOUT_S + MARGIN_S
+    assert hostile_took(result) < TIMEOUT_S + MARGIN_S
 
 
 def test_no_response_before_the_timeout_names_the_limit_and_the_url(
