@@ -389,7 +389,7 @@ class CaseReports:
         report = pytest.TestReport(
             item.nodeid, item.location, dict.fromkeys(item.keywords, 1), "failed",
             f"{result.file}:{result.line}: {item.name}: {result.runs[0].error}", "call",
-            user_properties=list(result.figures()))
+            user_properties=list(result.figures()), toolbench_interrupted=True)
         if self.records:
             from .report.json_report import CaseRecord, marks_from_keywords
 
@@ -397,6 +397,16 @@ class CaseReports:
             report.toolbench = CaseRecord.of(  # type: ignore[attr-defined]
                 result, item.nodeid, "interrupted", marks).to_text()
         item.ihook.pytest_runtest_logreport(report=report)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_report_teststatus(self, report: pytest.TestReport,
+                                 config: pytest.Config) -> tuple[str, str, str] | None:
+        """An interrupted case is marked INTERRUPTED in the terminal and counted in none of
+        its totals, as pytest leaves out a test cut off by Ctrl-C: the session was stopped,
+        the case did not fail (junitxml still needs it as a failure, to hold it at all)."""
+        if getattr(report, "toolbench_interrupted", False):
+            return "", "!", "INTERRUPTED"
+        return None
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]

@@ -465,6 +465,7 @@ def test_ctrl_c_during_a_replayed_case_stops_the_session_cleanly(
     assert process.returncode == pytest.ExitCode.INTERRUPTED
     assert "KeyboardInterrupt" in shown + stdout
     assert "no tests ran" in stdout  # the case was cut off, not waited for
+    assert "INTERRUPTED" in shown + stdout and "failed" not in stdout  # marked, not failed
     for leftover in ("Task was destroyed", "was never awaited", "Traceback"):
         assert leftover not in stderr
 

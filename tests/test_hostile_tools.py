@@ -374,6 +374,7 @@ def test_ctrl_c_cancels_running_cases_quietly_and_promptly(
             process.communicate()
     assert process.returncode == pytest.ExitCode.INTERRUPTED, out + err
     assert "KeyboardInterrupt" in out
+    assert "no tests ran" in out and "failed" not in out, out  # no tool's failure
     for noise in ("Task was destroyed", "Exception ignored", "Traceback"):
         assert noise not in err, err
 
