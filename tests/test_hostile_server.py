@@ -243,6 +243,28 @@ def test_without_a_deadline_setting_a_reply_gets_ten_timeouts(
     assert hostile_took(result) < 5 + MARGIN_S
 
 
+def test_cases_started_together_do_not_use_up_each_others_timeout(
+        pytester: pytest.Pytester, chat_server: ChatServer) -> None:
+    """Sixteen cases, each with an endpoint of its own (a timeout of its own), start at once
+    on one event loop: what one case does to start (its client) must not be counted
+    against another's connect timeout. Each client once built an SSL context of its own,
+    ~25 ms of processor time on the loop, so the first case's 0.25 s connect timeout ran
+    out while the others started, and on a loaded machine a case next to one other could
+    fail to connect."""
+    chat_server.set_handler(lambda request: json_reply(completion("fine")))
+    cases = "---\n".join(textwrap.dedent(f"""\
+        name: case_{n}
+        endpoint: {{base_url: "{chat_server.base_url}", retries: 0, timeout_s: 0.25{n:02d}}}
+        stages: [{{name: ask, user: hi, expect: {{text: fine}}}}]
+        """) for n in range(16))
+    pytester.makefile(".case.yaml", together=cases)
+
+    result = pytester.runpytest("--toolbench-live", "--toolbench-concurrency=16")
+
+    result.assert_outcomes(passed=16)
+    assert len(chat_server.requests) == 16
+
+
 def test_the_ini_deadline_applies(pytester: pytest.Pytester, chat_server: ChatServer) -> None:
     pytester.makeini("[pytest]\ntoolbench_deadline = 1.2\n")
 

@@ -20,6 +20,7 @@ from ..scrubbing import Scrubber
 from .agent_tap import PLACEHOLDER_KEY, Exchange, ReplyReader, Tap
 from .cassette import Cassette
 from .proxy import ProxyRequest, ProxyResponse, refused
+from .tls import shared_ssl_context
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,8 @@ class LiveTap(Tap):
 
     async def _send(self, request: ProxyRequest, upstream: Upstream) -> httpx2.Response:
         if self._client is None:
-            self._client = httpx2.AsyncClient(timeout=httpx2.Timeout(upstream.timeout_s))
+            self._client = httpx2.AsyncClient(timeout=httpx2.Timeout(upstream.timeout_s),
+                                              verify=shared_ssl_context())
         url = _upstream_url(upstream.base_url, request)
         sent = self._client.build_request(request.method, url,
                                           headers=_upstream_headers(request, upstream),

@@ -34,6 +34,8 @@ from typing import cast
 
 import httpx2
 
+from .tls import shared_ssl_context
+
 CONNECTION_RAMP_S = 0.002
 """The least time between two new connections to one endpoint. The listen queue of 5
 then holds what arrives in 10-12 ms: a Python server's accepting thread may wait up to
@@ -138,8 +140,11 @@ class _Released(httpx2.AsyncByteStream):
 
 
 def ramped_transport(limits: httpx2.Limits, *, trust_env: bool = True) -> RampedTransport:
-    """The transport ``httpx2.AsyncClient`` would build for ``limits``, ramped."""
+    """The transport ``httpx2.AsyncClient`` would build for ``limits``, ramped, with the
+    process's one SSL context (``tls.py``)."""
     expiry = limits.keepalive_expiry
-    return RampedTransport(httpx2.AsyncHTTPTransport(limits=limits, trust_env=trust_env),
+    inner = httpx2.AsyncHTTPTransport(limits=limits, trust_env=trust_env,
+                                      verify=shared_ssl_context(trust_env=trust_env))
+    return RampedTransport(inner,
                            ConnectionRamp(keepalive_expiry_s=math.inf if expiry is None
                                           else expiry))
