@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -81,7 +82,8 @@ stages: [{{name: ask, user: echo, run_tools: true}}]
 
 def test_sigterm_to_an_xdist_controller_stops_the_workers_servers_and_writes_the_report(
         pytester: pytest.Pytester, chat_server: ChatServer) -> None:
-    tag = "toolbench-test-sigterm-xdist"
+    # A tag of this run's own: servers another run left behind must not count as this one's.
+    tag = f"toolbench-test-sigterm-xdist-{uuid.uuid4().hex[:12]}"
     chat_server.set_handler(echo)
     case = f"""name: NAME
 endpoint: {{base_url: '{chat_server.base_url}', retries: 0}}
