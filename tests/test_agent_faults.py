@@ -379,7 +379,10 @@ async def make_swallowing():
 def test_hostile_agents_fail_their_stage_and_the_session_goes_on(
         pytester: pytest.Pytester, agents: None) -> None:
     pytester.makepyfile(hostile=HOSTILE)
-    cases = [case(name, factory).replace("agents:", "hostile:") for name, factory in (
+    # Their stage may take 1 s (ten times the endpoint's timeout): the case after them takes
+    # the default, since the spinning agents, left running, slow every later case of the run.
+    cases = [case(name, factory).replace("agents:", "hostile:").replace(
+        "base_url:", "timeout_s: 0.1, base_url:") for name, factory in (
         ("exiting", "make_exiting"), ("interrupting", "make_interrupting"),
         ("spinning", "make_spinning"), ("async_spinning", "make_async_spinning"),
         ("swallowing", "make_swallowing"))]
@@ -389,7 +392,10 @@ def test_hostile_agents_fail_their_stage_and_the_session_goes_on(
                      expect="      text: fine\n")
         pytester.makefile(".case.yaml", hostile="---\n".join([*cases, after]))
         started = time.monotonic()
-        result = run(pytester, "--toolbench-live", "--toolbench-deadline", "1")
+        # In a process of its own: the two spinning agents, abandoned at their deadline,
+        # spin on for as long as their process lives, and in this one would hold the GIL
+        # against every later test of this worker (a loopback server's accept thread among them).
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--toolbench-live")
     assert time.monotonic() - started < 30
     result.assert_outcomes(passed=1, failed=5)
     result.stdout.fnmatch_lines([
