@@ -63,6 +63,17 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     stopping.uninstall()  # installed with the first case file (items.py), if any
 
 
+def pytest_keyboard_interrupt(excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+    """Ctrl-C, SIGTERM, SIGHUP, or an xdist worker told to stop: kill the stdio MCP servers
+    now, before the session winds down. Their graceful stop (stdin closed, 2 s to exit,
+    then terminated) is for a session that ends in its own time; one that is being stopped
+    may be killed itself before it gets there (xdist kills a worker 10 s after it asked it
+    to stop), which would leave the servers running."""
+    from .mcp.processes import SERVER_PROCESSES
+
+    SERVER_PROCESSES.kill_all()
+
+
 @pytest.fixture
 def toolbench_agent(request: pytest.FixtureRequest) -> Iterator[ToolbenchAgent]:
     """An agent test's proxy, cassette and checks: while the test runs, every SDK's base
