@@ -32,6 +32,7 @@ from .transport.agent_tap import PLACEHOLDER_KEY, Tap
 from .transport.cassette import Cassette
 from .transport.errors import ReplayError
 from .transport.proxy import ProxyServer
+from .transport.ratelimit import RequestPacer
 
 TRACING_OFF = {"OPENAI_AGENTS_DISABLE_TRACING": "1"}
 """openai-agents posts traces to a fixed host of OpenAI's, which no base URL moves."""
@@ -40,9 +41,14 @@ TRACING_OFF = {"OPENAI_AGENTS_DISABLE_TRACING": "1"}
 class AgentCases:
     """Runs the session's agent cases through its one proxy."""
 
-    def __init__(self, settings: Settings, kept: KeptParses | None = None) -> None:
+    def __init__(self, settings: Settings, kept: KeptParses | None = None,
+                 pacer_for: Callable[[str], RequestPacer | None] = lambda base_url: None
+                 ) -> None:
         self.settings = settings
         self.kept = kept
+        self.pacer_for = pacer_for
+        """The rate limits of the endpoint at a base URL, shared with the session's other
+        live requests to it."""
         self._proxy: ProxyServer | None = None
         self._threads = itertools.count(1)
         self._thread = self._new_thread()
@@ -150,7 +156,7 @@ class AgentCases:
     def _upstream(self, case_endpoint: Endpoint, api: str) -> Upstream:
         endpoint = self.settings.endpoint_for(case_endpoint, api)
         return Upstream(endpoint.base_url, endpoint.api_key(), endpoint.headers,
-                        endpoint.timeout_s)
+                        endpoint.timeout_s, self.pacer_for(endpoint.base_url))
 
     def _abandon(self, tap: Tap) -> None:
         """An agent left running: its case's tap refuses it, its connections are cut, its

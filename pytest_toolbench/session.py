@@ -173,9 +173,12 @@ class SessionRuntime:
         seconds = SecondModels(self, case_run, cassette)
         if not seconds.roles:
             return RoleModels()
-        client = ApiClient(_client_config(seconds.endpoint))
-        if self.replays(case_run):
-            endpoint = seconds.endpoint
+        endpoint = seconds.endpoint
+        replaying = self.replays(case_run)
+        live = not replaying or self._rejudges(case_run)
+        client = ApiClient(_client_config(endpoint),
+                           pacer=self._limiter(endpoint.base_url) if live else None)
+        if replaying:
             replayed = seconds.replayed(self._scrubber(endpoint, endpoint.api_key()),
                                         live_judge=self._rejudges(case_run), client=client)
             replayed.clients.append(client)
@@ -191,7 +194,7 @@ class SessionRuntime:
         if self._agents is None:
             from .agent_cases import AgentCases  # the proxy and h11: only with agent cases
 
-            self._agents = AgentCases(self.settings, self.kept_cassettes)
+            self._agents = AgentCases(self.settings, self.kept_cassettes, self._limiter)
         return self._agents
 
     def settle(self) -> None:

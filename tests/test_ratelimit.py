@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import pytest
 from support.chat_server import ChatServer, RecordedRequest, Reply, completion, json_reply
+from support.second_models import verdict
 
 GAP_S = 0.5
 """The server's limit: one request every half second (120 a minute)."""
@@ -166,3 +167,40 @@ def test_a_limit_that_is_no_positive_number_is_a_usage_error(pytester: pytest.Py
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([(f"*--toolbench-{flag} must be a finite number > 0;"
                                   f" got '{value}'*")])
+
+
+AGENT_CASE = """name: paced_agent
+agent: {{python: "support.agents.openai_chat:make_agent"}}
+model: agent-model
+endpoint: {{base_url: '{base_url}'}}
+judge: {{model: judge-model}}
+stages:
+  - {{name: one, user: Say hi}}
+  - {{name: two, user: Say hi again}}
+  - name: three
+    user: And once more
+    expect:
+      judge: [Says hi]
+"""
+
+
+def test_rpm_paces_an_agent_cases_requests_and_its_judges(pytester: pytest.Pytester,
+                                                          chat_server: ChatServer) -> None:
+    """The agent's requests, forwarded by the proxy, and the judge's, sent from pytest's
+    own thread, keep to the same limit as the plugin's own cases."""
+    server = EnforcingServer(chat_server)
+    said_hi = server.answer
+
+    def answer(request: RecordedRequest) -> Reply:
+        reply = said_hi(request)
+        if reply.status == 200 and "response_format" in request.json():
+            return verdict("chat", "pass", "The agent said hi.")
+        return reply
+
+    chat_server.set_handler(answer)
+    pytester.makefile(".case.yaml", agent=AGENT_CASE.format(base_url=chat_server.base_url))
+    result = run(pytester, "--toolbench-rpm=120", "-rA")
+    result.assert_outcomes(passed=1)
+    assert len(server.arrivals) == 4  # a request a stage, and the judge's
+    assert server.refused == 0, server.gaps()
+    result.stdout.fnmatch_lines(["rate limits: 4 requests, * tokens, * s waited on limits*"])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 import httpx2
@@ -20,6 +20,7 @@ from ..scrubbing import Scrubber
 from .agent_tap import PLACEHOLDER_KEY, Exchange, ReplyReader, Tap
 from .cassette import Cassette
 from .proxy import ProxyRequest, ProxyResponse, refused
+from .ratelimit import RequestPacer
 from .tls import shared_ssl_context
 
 
@@ -32,6 +33,9 @@ class Upstream:
     """The endpoint's key: it replaces the placeholder key an SDK was given."""
     headers: tuple[tuple[str, str], ...] = ()
     timeout_s: float = 60.0
+    pacer: RequestPacer | None = field(default=None, compare=False)
+    """The endpoint's rate limits (``--toolbench-rpm``, ``--toolbench-tpm``), shared with
+    every other live request to it: a request waits its turn before it is forwarded."""
 
 
 class LiveTap(Tap):
@@ -49,7 +53,9 @@ class LiveTap(Tap):
             return refused(403, "pytest-toolbench: this agent's case is over (its stage ran"
                                 " past its time limit)", request.family.error_shape)
         self._begin(request)
-        upstream = self.upstreams[request.api or request.family.default_api]
+        upstream = self._upstream(request)
+        if upstream.pacer is not None:
+            await upstream.pacer.before_request()
         # Sent upstream first: what the exchange keeps of the request is read from it
         # once the reply is over, off the agent's wait.
         exchange = Exchange(request.api, request.method, "", {})
@@ -64,6 +70,8 @@ class LiveTap(Tap):
             self._end(exchange)
             return refused(502, f"pytest-toolbench: {exchange.error}",
                            request.family.error_shape)
+        if upstream.pacer is not None:
+            upstream.pacer.after_headers(response.status_code, response.headers)
         reader = ReplyReader(request.api, response.status_code,
                              response.headers.get("content-type", ""),
                              response.headers.get("content-encoding", ""), started)
@@ -74,6 +82,9 @@ class LiveTap(Tap):
                    if name.lower() != "content-length"]
         return ProxyResponse(response.status_code, headers, self._relay(response, reader, exchange),
                              lambda: self._settle(exchange, reader, request))
+
+    def _upstream(self, request: ProxyRequest) -> Upstream:
+        return self.upstreams[request.api or request.family.default_api]
 
     async def _send(self, request: ProxyRequest, upstream: Upstream) -> httpx2.Response:
         if self._client is None:
@@ -111,6 +122,9 @@ class LiveTap(Tap):
         exchange.elapsed_ms = interaction.elapsed_ms
         scrubber = self._scrubber_for(request)
         exchange.reply = None if reply is None else scrubber.data(reply)
+        pacer = self._upstream(request).pacer
+        if pacer is not None and reply is not None:
+            pacer.after_reply(reply)  # its tokens, for --toolbench-tpm
         interaction.request, interaction.path = exchange.request, exchange.path
         interaction.method = exchange.method
         interaction = scrubber.interaction(interaction)

@@ -1,7 +1,9 @@
 """Live requests within a service's rate limits: ``--toolbench-rpm`` / ``--toolbench-tpm``.
 
-One ``RateLimiter`` per endpoint, shared by every case that reaches it live (the cases of
-``--toolbench-concurrency`` run on one event loop, so one lock orders them). It paces
+One ``RateLimiter`` per endpoint, shared by everything that reaches it live: the cases of
+``--toolbench-concurrency`` on their event loop, an agent case's requests on the proxy's
+and its judge's on pytest's own (each loop's requests wait in order; the times they
+reserve are one account, kept under a thread lock). It paces
 requests evenly: with a limit of R requests a minute, each request starts at least 60 / R
 s after the one before, so no minute holds more than R. With T tokens a minute, each
 request is charged, as it goes, the mean tokens of the replies so far (``usage.
@@ -28,7 +30,9 @@ import datetime
 import email.utils
 import math
 import re
+import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -83,23 +87,38 @@ class RateLimiter:
         """Held by the server's word: a 429's retry-after, a remaining count of 0."""
         self._replies = 0
         """Replies read, whose tokens make the estimate of the next request's."""
-        self._lock: asyncio.Lock | None = None
+        self._queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary())
+        """Each event loop's requests wait their turn in the order they asked."""
+        self._account = threading.Lock()
+        """Held while a request reads and reserves the times: loops on other threads."""
         self.stats = LimiterStats()
         self._taken = LimiterStats()
 
     async def before_request(self) -> None:
-        if self._lock is None:  # made on the loop that uses it
-            self._lock = asyncio.Lock()
-        async with self._lock:  # requests go in the order they asked
-            # Again after each wait: a 429 or a header may have moved the time on meanwhile.
-            while (wait := self._ready_at() - self._clock()) > 0:
-                self.stats.waited_s += wait
+        loop = asyncio.get_running_loop()
+        queue = self._queues.get(loop)
+        if queue is None:
+            queue = self._queues[loop] = asyncio.Lock()
+        async with queue:
+            # Again after each wait: a 429, a header or another loop's request may have
+            # moved the time on meanwhile.
+            while (wait := self._reserve()) > 0:
                 await self._sleep(wait)
+
+    def _reserve(self) -> float:
+        """Take the next request's turn if it has come (0), else how long to wait."""
+        with self._account:
             now = self._clock()
+            wait = self._ready_at() - now
+            if wait > 0:
+                self.stats.waited_s += wait
+                return wait
             if self.rpm:
                 self._next_request = now + 60.0 / self.rpm
             self._charge(self._estimate())
             self.stats.requests += 1
+            return 0.0
 
     def _ready_at(self) -> float:
         return max(self._next_request, self._tokens_free, self._paused_until)
@@ -109,14 +128,16 @@ class RateLimiter:
                   *(_reset_s(headers, name) for name in _exhausted(headers))]
         known = [pause for pause in pauses if pause is not None]
         if known:
-            until = self._clock() + min(max(known), MAX_PAUSE_S)
-            self._paused_until = max(self._paused_until, until)
+            with self._account:
+                until = self._clock() + min(max(known), MAX_PAUSE_S)
+                self._paused_until = max(self._paused_until, until)
 
     def after_reply(self, reply: Reply) -> None:
         tokens = total_tokens([reply]) or 0
-        self._charge(tokens - self._estimate())  # what its request was charged, corrected
-        self.stats.tokens += tokens
-        self._replies += 1
+        with self._account:
+            self._charge(tokens - self._estimate())  # its request's charge, corrected
+            self.stats.tokens += tokens
+            self._replies += 1
 
     def _estimate(self) -> float:
         """The tokens a request is expected to use: the mean of the replies so far."""
@@ -128,7 +149,8 @@ class RateLimiter:
 
     def take_stats(self) -> LimiterStats:
         """What happened since the last call (each case report carries its part)."""
-        now = self.stats
+        with self._account:
+            now = LimiterStats(self.stats.requests, self.stats.tokens, self.stats.waited_s)
         delta = LimiterStats(now.requests - self._taken.requests,
                              now.tokens - self._taken.tokens,
                              now.waited_s - self._taken.waited_s)
