@@ -432,6 +432,35 @@ def test_an_agents_stage_is_judged_live_and_the_verdict_replays(
     run(pytester).assert_outcomes(passed=1)
 
 
+def test_rejudge_replays_the_agent_and_asks_the_judge_live(
+        pytester: pytest.Pytester, support_bot: None) -> None:
+    from support.second_models import verdict
+
+    case = REFUND_CASE.replace("name: refund_order\n", "name: refund_order\njudge:\n"
+                               "  model: judge-model\n").replace(
+        "      text: {$contains: days}\n",
+        "      judge: [Says when the money arrives]\n")
+    with start_chat_server() as server:
+        agent = play(server, *REFUND_SCRIPT)
+        verdicts = iter([verdict("chat", "pass", "It says five days."),
+                         verdict("chat", "fail", "It names no day.")])
+        sent = {"model": 0, "judge": 0}
+
+        def answer(request: RecordedRequest) -> Any:
+            role = "judge" if request.json().get("model") == "judge-model" else "model"
+            sent[role] += 1
+            return next(verdicts) if role == "judge" else agent(request)
+        server.set_handler(answer)
+        write_case(pytester, server.base_url, case)
+        run(pytester, "--toolbench-record").assert_outcomes(passed=1)
+        recorded = cassette(pytester)
+        result = run(pytester, "--toolbench-rejudge", "--toolbench-base-url", server.base_url)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*judge says fail*", "*fail: It names no day.*"])
+    assert sent == {"model": 4, "judge": 2}  # the agent's requests were replayed
+    assert cassette(pytester) == recorded  # nothing written
+
+
 def test_recorded_exchanges_the_agent_left_unplayed_fail_the_case(
         pytester: pytest.Pytester, support_bot: None) -> None:
     with start_chat_server() as server:
