@@ -20,6 +20,7 @@ import concurrent.futures
 import contextvars
 import ctypes
 import queue
+import sys
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -98,8 +99,13 @@ class AgentAbandoned(BaseException):
 
 def _close_left_loop() -> None:
     """Close the event loop a framework's ``run_sync`` set on this thread and left open."""
+    # On a thread that is not the main one neither creates a loop: each returns the one
+    # set, or raises. Policies are deprecated from Python 3.14, get_event_loop() warned
+    # with no loop running before 3.12.
+    current = (asyncio.get_event_loop if sys.version_info >= (3, 12)
+               else asyncio.get_event_loop_policy().get_event_loop)
     try:
-        loop = asyncio.get_event_loop_policy().get_event_loop()
+        loop = current()
     except RuntimeError:  # none was set
         return
     if not loop.is_closed() and not loop.is_running():
