@@ -405,14 +405,16 @@ def test_expect_python_checks_an_agents_stage_and_a_loops_stage(
         '*support_checks.py", line 14, in broken*'])
 
 
+JUDGED_CASE = REFUND_CASE.replace(
+    "name: refund_order\n", "name: refund_order\njudge:\n  model: judge-model\n").replace(
+    "      text: {$contains: days}\n", "      judge: [Says when the money arrives]\n")
+"""The refund case with its second stage judged."""
+
+
 def test_an_agents_stage_is_judged_live_and_the_verdict_replays(
         pytester: pytest.Pytester, support_bot: None) -> None:
     from support.second_models import verdict
 
-    case = REFUND_CASE.replace("name: refund_order\n", "name: refund_order\njudge:\n"
-                               "  model: judge-model\n").replace(
-        "      text: {$contains: days}\n",
-        "      judge: [Says when the money arrives]\n")
     with start_chat_server() as server:
         agent = play(server, *REFUND_SCRIPT)
         judged: list[str] = []
@@ -423,7 +425,7 @@ def test_an_agents_stage_is_judged_live_and_the_verdict_replays(
                 return verdict("chat", "pass", "It says five days.")
             return agent(request)
         server.set_handler(answer)
-        write_case(pytester, server.base_url, case)
+        write_case(pytester, server.base_url, JUDGED_CASE)
         run(pytester, "--toolbench-record").assert_outcomes(passed=1)
     assert len(judged) == 1 and "It arrives within 5 days." in judged[0]
     kept = cassette(pytester)
@@ -436,10 +438,6 @@ def test_rejudge_replays_the_agent_and_asks_the_judge_live(
         pytester: pytest.Pytester, support_bot: None) -> None:
     from support.second_models import verdict
 
-    case = REFUND_CASE.replace("name: refund_order\n", "name: refund_order\njudge:\n"
-                               "  model: judge-model\n").replace(
-        "      text: {$contains: days}\n",
-        "      judge: [Says when the money arrives]\n")
     with start_chat_server() as server:
         agent = play(server, *REFUND_SCRIPT)
         verdicts = iter([verdict("chat", "pass", "It says five days."),
@@ -451,7 +449,7 @@ def test_rejudge_replays_the_agent_and_asks_the_judge_live(
             sent[role] += 1
             return next(verdicts) if role == "judge" else agent(request)
         server.set_handler(answer)
-        write_case(pytester, server.base_url, case)
+        write_case(pytester, server.base_url, JUDGED_CASE)
         run(pytester, "--toolbench-record").assert_outcomes(passed=1)
         recorded = cassette(pytester)
         result = run(pytester, "--toolbench-rejudge", "--toolbench-base-url", server.base_url)

@@ -8,7 +8,7 @@ from typing import Any
 from anthropic import Anthropic
 from anthropic.types import Message
 
-from support.agents.shop import MAX_TURNS, SYSTEM, TOOLS, Shop
+from support.agents.shop import SYSTEM, TOOLS, Shop, converse
 
 MESSAGES_TOOLS = [{"name": tool["name"], "description": tool["description"],
                    "input_schema": tool["parameters"]} for tool in TOOLS]
@@ -23,11 +23,7 @@ class MessagesAgent:
 
     def __call__(self, user_text: str) -> str:
         self.messages.append({"role": "user", "content": user_text})
-        for _ in range(MAX_TURNS):
-            answer = self.take(self._reply())
-            if answer is not None:
-                return answer
-        raise RuntimeError(f"no answer after {MAX_TURNS} model requests")
+        return converse(self._reply, self.take)
 
     def close(self) -> None:
         self.client.close()

@@ -9,7 +9,7 @@ from typing import Any
 from google import genai
 from google.genai import types
 
-from support.agents.shop import MAX_TURNS, SYSTEM, TOOLS, Shop
+from support.agents.shop import SYSTEM, TOOLS, Shop, converse
 
 
 def _config(system: str, max_tokens: int | None) -> types.GenerateContentConfig:
@@ -31,11 +31,7 @@ class GeminiAgent:
 
     def __call__(self, user_text: str) -> str:
         self.contents.append(types.Content(role="user", parts=[types.Part(text=user_text)]))
-        for _ in range(MAX_TURNS):
-            answer = self.take(self._reply())
-            if answer is not None:
-                return answer
-        raise RuntimeError(f"no answer after {MAX_TURNS} model requests")
+        return converse(self._reply, self.take)
 
     def close(self) -> None:
         self.client.close()

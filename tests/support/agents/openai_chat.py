@@ -8,7 +8,7 @@ from typing import Any
 from openai import AsyncOpenAI, OpenAI
 from openai.types.chat import ChatCompletionMessage
 
-from support.agents.shop import MAX_TURNS, SYSTEM, TOOLS, Shop
+from support.agents.shop import SYSTEM, TOOLS, Shop, aconverse, converse
 
 CHAT_TOOLS = [{"type": "function", "function": tool} for tool in TOOLS]
 
@@ -49,11 +49,7 @@ class ChatAgent(_Conversation):
 
     def __call__(self, user_text: str) -> str:
         self.messages.append({"role": "user", "content": user_text})
-        for _ in range(MAX_TURNS):
-            answer = self.take(self._reply())
-            if answer is not None:
-                return answer
-        raise RuntimeError(f"no answer after {MAX_TURNS} model requests")
+        return converse(self._reply, self.take)
 
     def close(self) -> None:
         self.client.close()
@@ -74,11 +70,7 @@ class AsyncChatAgent(_Conversation):
 
     async def __call__(self, user_text: str) -> str:
         self.messages.append({"role": "user", "content": user_text})
-        for _ in range(MAX_TURNS):
-            answer = self.take(await self._reply())
-            if answer is not None:
-                return answer
-        raise RuntimeError(f"no answer after {MAX_TURNS} model requests")
+        return await aconverse(self._reply, self.take)
 
     async def aclose(self) -> None:
         """Close the client's connections (on the loop they were opened on)."""

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 SYSTEM = ("You are the support agent of an online shop. Look an order up with lookup_order"
           " before you refund it with issue_refund. Answer in one short sentence.")
@@ -19,6 +20,28 @@ TOOLS: list[dict[str, Any]] = [
                     "required": ["order_id"]}},
 ]
 """The tools as JSON Schema, for the SDKs that take schemas rather than functions."""
+
+Reply = TypeVar("Reply")
+
+
+def converse(reply: Callable[[], Reply], take: Callable[[Reply], str | None]) -> str:
+    """An agent's own loop: ask the model, ``take`` its reply (answering the tools it
+    called), until a reply is the answer (``take`` returns its text)."""
+    for _ in range(MAX_TURNS):
+        answer = take(reply())
+        if answer is not None:
+            return answer
+    raise RuntimeError(f"no answer after {MAX_TURNS} model requests")
+
+
+async def aconverse(reply: Callable[[], Awaitable[Reply]],
+                    take: Callable[[Reply], str | None]) -> str:
+    """``converse`` for an async client."""
+    for _ in range(MAX_TURNS):
+        answer = take(await reply())
+        if answer is not None:
+            return answer
+    raise RuntimeError(f"no answer after {MAX_TURNS} model requests")
 
 
 class Shop:
