@@ -7,6 +7,7 @@ to over real HTTP on loopback.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import time
@@ -17,7 +18,7 @@ import pytest
 import yaml
 from support.chat_server import completion, json_reply, start_chat_server
 
-from pytest_toolbench.transport.proxy import ProxyServer
+from pytest_toolbench.transport.proxy import ProxyRequest, ProxyResponse, ProxyServer, refused
 
 AGENTS = '''
 import json
@@ -262,6 +263,50 @@ def test_the_proxy_listens_on_loopback_and_refuses_without_its_token_or_a_case()
             assert body["error"]["message"].startswith("pytest-toolbench:")
         assert "no agent case is running" in idle.json()["error"]["message"]
         assert json.dumps(proxy.environment()).count(proxy.token) == 3
+    finally:
+        proxy.close()
+
+
+class _Answers:
+    """A case's handler that answers every request (200)."""
+
+    def owns(self, connection: int) -> bool:
+        return True
+
+    async def handle(self, request: ProxyRequest) -> ProxyResponse:
+        return refused(200, "fine")
+
+
+def test_a_connection_is_kept_alive_only_for_a_client_that_says_it_has_no_event_loop(
+        ) -> None:
+    proxy = ProxyServer()
+    proxy.start()
+    proxy.attach(_Answers())
+    path = f"/{proxy.token}/openai/v1/chat/completions"
+    sync_client = {"X-Stainless-Async": "false", "content-type": "application/json"}
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=10)
+        replies = []
+        for _ in range(2):
+            connection.request("POST", path, body=b"{}", headers=sync_client)
+            replies.append(connection.getresponse())
+            replies[-1].read()
+        assert [reply.status for reply in replies] == [200, 200]
+        assert not any(reply.will_close for reply in replies)
+        kept = connection.sock
+        assert kept is not None
+        proxy.attach(None)  # the case is over: its idle connections are closed
+        assert kept.recv(1) == b""
+
+        proxy.attach(_Answers())
+        for headers in ({"X-Stainless-Async": "async:asyncio"}, {}):
+            other = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=10)
+            other.request("POST", path, body=b"{}", headers=headers)
+            reply = other.getresponse()
+            reply.read()
+            assert reply.will_close, headers  # the connection closes after the reply
+            other.close()
+        connection.close()
     finally:
         proxy.close()
 

@@ -9,7 +9,9 @@ says while an agent case runs (``environment()``), ``.../TOKEN/anthropic`` and
 the whole session, so a client an agent module built at import time keeps working.
 
 The server only routes: a request without the token is refused (403), and so is one while
-no agent case runs. Everything else goes to the ``ProxyHandler`` of the case under way
+no agent case runs. A reply keeps its connection open only for a client whose pool is
+bound to no event loop (``_loop_free``), and only within a case: when the next case (or
+none) is attached, the idle ones are closed. Everything else goes to the ``ProxyHandler`` of the case under way
 (``transport/agent_tap.py``): forwarded upstream and recorded, or answered from a cassette.
 Which wire API a request speaks is read from its path (``FAMILIES``); a path that is no
 model API is still handled, its reply not read as one.
@@ -142,6 +144,8 @@ class ProxyServer:
         self._connections = 0
         self._writers: dict[int, asyncio.StreamWriter] = {}
         """The open connections, by number."""
+        self._busy: dict[int, bool] = {}
+        """Whether each open connection is serving a request (False: idle, kept alive)."""
 
     # -- lifetime -------------------------------------------------------------------------
 
@@ -218,7 +222,17 @@ class ProxyServer:
                 for family in FAMILIES.values() for name in family.env}
 
     def attach(self, handler: ProxyHandler | None) -> None:
-        """From now on ``handler`` answers (None: requests are refused)."""
+        """From now on ``handler`` answers (None: requests are refused). The connections
+        kept alive for the case before, idle now, are closed first: a client that pooled
+        one finds it closed and opens another, which the new case owns."""
+        loop = self._loop
+        if loop is not None and any(not busy for busy in self._busy.values()):
+            async def close_idle() -> None:
+                for number, busy in list(self._busy.items()):
+                    writer = self._writers.get(number)
+                    if not busy and writer is not None:
+                        writer.close()
+            asyncio.run_coroutine_threadsafe(close_idle(), loop).result(timeout=10)
         self._handler = handler
 
     def drop(self, connections: set[int]) -> None:
@@ -240,6 +254,7 @@ class ProxyServer:
         self._connections += 1
         connection = _Connection(self._connections, reader, writer)
         self._writers[connection.number] = writer
+        self._busy[connection.number] = True
         ended = False
         try:
             while await self._one_request(connection):
@@ -256,6 +271,7 @@ class ProxyServer:
             return
         finally:
             self._writers.pop(connection.number, None)
+            self._busy.pop(connection.number, None)
             if not ended:
                 writer.transport.abort()
         if ended:
@@ -263,9 +279,11 @@ class ProxyServer:
 
     async def _one_request(self, connection: _Connection) -> bool:
         """Serve the next request on ``connection``; whether the connection stays open."""
+        self._busy[connection.number] = False
         head = await connection.next_request()
         if head is None:
             return False
+        self._busy[connection.number] = True
         body = await connection.read_body()
         request = self._request(head, body or b"", connection.number)
         handler = self._handler
@@ -283,7 +301,7 @@ class ProxyServer:
             except Exception as error:  # noqa: BLE001 - said to the agent, not raised here
                 response = refused(502, f"pytest-toolbench: the proxy failed: {error!r}",
                                    request.family.error_shape)
-        await connection.respond(response)
+        await connection.respond(response, keep_alive=_loop_free(head))
         return connection.state.our_state is h11.DONE and connection.state.their_state is h11.DONE
 
     def _request(self, head: h11.Request, body: bytes, number: int) -> ProxyRequest | str:
@@ -346,19 +364,12 @@ class _Connection:
             else:
                 raise h11.LocalProtocolError(f"unexpected {type(event).__name__}")
 
-    async def respond(self, response: ProxyResponse) -> None:
-        # Every reply closes its connection: an SDK's pool then keeps none past the event
-        # loop it was opened on. A shared async client (openai-agents' module-wide one,
-        # pydantic-ai's cached one) outlives the loop of an async agent's case, of an
-        # abandoned agent's thread and of a session; a connection it pooled there fails
-        # its next request on another loop ("bound to a different event loop", or "Event
-        # loop is closed"). Only the client can retire it: closing it from this side when
-        # a case ends does not help, since the pool, finding it closed, aborts its
-        # transport through the loop that is gone (anyio does not read an idle connection,
-        # so even a loop still running never sees the close). What keep-alive would save
-        # is a loopback connect a request (benchmarks/README.md, agent cases).
+    async def respond(self, response: ProxyResponse, keep_alive: bool = False) -> None:
+        """Send ``response``; then close the connection, unless ``keep_alive``."""
         headers = [(name, value) for name, value in response.headers
-                   if name.lower() not in _HOP_BY_HOP] + [("connection", "close")]
+                   if name.lower() not in _HOP_BY_HOP]
+        if not keep_alive:
+            headers.append(("connection", "close"))
         try:
             self._send(h11.Response(status_code=response.status, headers=headers))
             await self.writer.drain()
@@ -379,6 +390,24 @@ class _Connection:
         data = self.state.send(event)
         if data:
             self.writer.write(data)
+
+
+def _loop_free(head: h11.Request) -> bool:
+    """Whether the client says its connection pool is bound to no event loop, so a
+    connection kept alive is safe to keep (the openai and anthropic SDKs' sync clients say
+    ``X-Stainless-Async: false``).
+
+    Any other reply closes its connection, so no pool keeps one past the event loop it was
+    opened on. A shared async client (openai-agents' module-wide one, pydantic-ai's cached
+    one) outlives the loop of an async agent's case, of an abandoned agent's thread and of
+    a session; a connection it pooled there fails its next request on another loop ("bound
+    to a different event loop", or "Event loop is closed"). Only the client can retire it:
+    closing it from this side does not help, since the pool, finding it closed, aborts its
+    transport through the loop that is gone (anyio does not read an idle connection, so
+    even a loop still running never sees the close). A client that does not say pays a
+    loopback connect a request (benchmarks/README.md, agent cases)."""
+    return any(name == b"x-stainless-async" and value.strip().lower() == b"false"
+               for name, value in head.headers)
 
 
 _HOP_BY_HOP: Final = frozenset({
