@@ -44,7 +44,7 @@ from .interpolate import InterpolationError, capture, interpolate, resolve_expec
 from .outcome_check import python_check, stage_outcome
 from .runner import CaseRun
 from .toolset import ToolFailed, WorldState
-from .usercode import UserCodeFailed, UserLoop, call_user
+from .usercode import ThreadRunner, UserCodeFailed, UserLoop, call_user
 
 
 class AgentTraffic(Protocol):
@@ -158,8 +158,9 @@ class AgentRun:
         close = getattr(self.agent, "aclose", None) or getattr(self.agent, "close", None)
         if callable(close) and not self.abandoned:
             try:
-                await call_user(self._entry(close), timeout_s=self.ctx.stage_timeout_s,
-                                what=f"the agent's {close.__name__}()", loop=self.loop)
+                await call_user(_entry(close), timeout_s=self.ctx.stage_timeout_s,
+                                what=f"the agent's {close.__name__}()", loop=self.loop,
+                                thread=self.thread)
             except UserCodeFailed:
                 pass  # the run's verdict is in; a close that fails changes none of it
         self.ctx.hang_up()
@@ -176,10 +177,10 @@ class AgentRun:
             kwargs["toolbench"] = Toolbench(self.ctx.base_url, self.case_run.model)
         started = self.ctx.traffic.mark()
         try:
-            self.agent = await call_user(self._entry(factory),
+            self.agent = await call_user(_entry(factory),
                                          timeout_s=self.ctx.stage_timeout_s,
                                          what=f"agent factory {self.spec.python}",
-                                         loop=self.loop, **kwargs)
+                                         loop=self.loop, thread=self.thread, **kwargs)
         except UserCodeFailed as failed:
             self._abandon_if_overrun(failed)
             return self._failure(f"the agent factory {self.spec.python} {_said(failed)}",
@@ -278,9 +279,10 @@ class AgentRun:
         """Call the agent with the stage's text; what it returned, or None when it failed
         (the failure noted in ``attempt``)."""
         try:
-            answer = await call_user(self._entry(self.agent), text,
+            answer = await call_user(_entry(self.agent), text,
                                      timeout_s=self.ctx.stage_timeout_s,
-                                     what=f"agent {self.spec.python}", loop=self.loop)
+                                     what=f"agent {self.spec.python}", loop=self.loop,
+                                     thread=self.thread)
         except UserCodeFailed as failed:
             self._abandon_if_overrun(failed)
             attempt.failures.append(self._failure(f"the agent {_said(failed)}",
@@ -306,7 +308,7 @@ class AgentRun:
             return WorldState()
         try:
             state = await read_state(self.agent, self.ctx.stage_timeout_s, self.loop,
-                                     self._entry)
+                                     self.thread)
         except ToolFailed as failed:
             return WorldState(errors={"agent": str(failed)})
         attempt.state = {"agent": state}
@@ -320,16 +322,6 @@ class AgentRun:
         attempt.failures = check_agent(expect, attempt.trajectory, world, [], ("expect",),
                                        self._line_of, self.ctx.match_timeout_s)
         return StageResult(CASE_END, [attempt])
-
-    def _entry(self, target: Callable[..., Any]) -> Callable[..., Any]:
-        """What ``call_user`` is given for ``target``: a coroutine function as it is (an
-        object whose ``__call__`` is async: that method), a plain one on the run's thread."""
-        if inspect.iscoroutinefunction(target):
-            return target
-        method = getattr(target, "__call__", None)  # noqa: B004 - which kind of callable
-        if inspect.iscoroutinefunction(method):
-            return method
-        return self.thread.wrap(target)
 
     def _failure(self, message: str, path: KeyPath) -> Failure:
         return Failure(message, path, self._line_of(path))
@@ -367,6 +359,16 @@ def _resolve(python: str) -> Callable[..., Any]:
     return resolve_callable(python)  # type: ignore[no-any-return]
 
 
+def _entry(target: Callable[..., Any]) -> Callable[..., Any]:
+    """What ``call_user`` is given for ``target``: an object whose ``__call__`` is async,
+    that method (so it runs on the run's loop); anything else as it is (a plain one runs on
+    the run's thread)."""
+    method = getattr(target, "__call__", None)  # noqa: B004 - which kind of callable
+    if not inspect.iscoroutinefunction(target) and inspect.iscoroutinefunction(method):
+        return method
+    return target
+
+
 def _parameters(factory: Callable[..., Any]) -> set[str]:
     """Which of the parameters the plugin may pass (``model``, ``toolbench``) the factory
     takes by name."""
@@ -378,14 +380,15 @@ def _parameters(factory: Callable[..., Any]) -> set[str]:
 
 
 async def read_state(agent: Any, timeout_s: float, loop: UserLoop | None,
-                     entry: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Any:
+                     thread: ThreadRunner | None) -> Any:
     """The agent's state as JSON data, read as a toolbox's is: what its ``state()``
     returns, else its public attributes; ``ToolFailed`` says why there is none."""
     method = getattr(agent, STATE_METHOD, None)
     if callable(method):
         try:
-            found = await call_user(entry(method), timeout_s=timeout_s,
-                                    what=f"the agent's {STATE_METHOD}()", loop=loop)
+            found = await call_user(method, timeout_s=timeout_s,
+                                    what=f"the agent's {STATE_METHOD}()", loop=loop,
+                                    thread=thread)
         except UserCodeFailed as failed:
             raise ToolFailed(f"the agent's {STATE_METHOD}() {_said(failed)}") from None
         what = f"{STATE_METHOD}() of the agent"

@@ -22,7 +22,7 @@ import ctypes
 import queue
 import sys
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 _Job = tuple[Callable[[], Any], concurrent.futures.Future[Any]] | None
@@ -37,15 +37,10 @@ class AgentThread:
         self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
 
-    def wrap(self, fn: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
-        """``fn`` as a coroutine function whose call runs ``fn`` on this thread."""
-        async def on_thread(*args: Any, **kwargs: Any) -> Any:
-            return await asyncio.wrap_future(self._submit(fn, args, kwargs))
-        on_thread.__name__ = getattr(fn, "__name__", "call")
-        return on_thread
-
-    def _submit(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-                ) -> concurrent.futures.Future[Any]:
+    def submit(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+               ) -> concurrent.futures.Future[Any]:
+        """Run ``fn(*args, **kwargs)`` on this thread after the calls before it (the
+        ``ThreadRunner`` of ``run/usercode.py``); its outcome."""
         if self._thread is None:
             self._thread = threading.Thread(target=self._serve, name=self.name, daemon=True)
             self._thread.start()

@@ -7,7 +7,8 @@ or swallow ``CancelledError``. None of that may stop or stall the session:
 
 - a plain function runs on a daemon thread of its own, with no event loop running in it
   (frameworks start their own inside: pydantic-ai's ``run_sync``, openai-agents'
-  ``Runner.run_sync``);
+  ``Runner.run_sync``), or on the thread a ``ThreadRunner`` keeps for it (an agent's calls,
+  every one on the same thread);
 - a coroutine function runs on a ``UserLoop``: an event loop on a daemon thread of its own,
   never the loop the case's requests run on;
 - at the deadline the call is abandoned: the thread or task is left behind, never waited
@@ -27,7 +28,7 @@ import os
 import threading
 import traceback
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 T = TypeVar("T")
 
@@ -72,6 +73,14 @@ def _failed(exc: BaseException, what: str) -> UserCodeFailed:
     if isinstance(exc, UserCodeFailed):
         return exc
     return UserCodeFailed(describe(exc), what=what, frames=user_frames(exc))
+
+
+class ThreadRunner(Protocol):
+    """A thread of the caller's that runs plain functions (``run/agent_thread.py``)."""
+
+    def submit(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+               ) -> concurrent.futures.Future[Any]:
+        """Run ``fn(*args, **kwargs)`` there; its outcome, whatever it raised included."""
 
 
 class UserLoop:
@@ -133,19 +142,24 @@ class UserLoop:
 
 
 async def call_user(fn: Callable[..., Any], /, *args: Any, timeout_s: float, what: str,
-                    loop: UserLoop | None = None, **kwargs: Any) -> Any:
+                    loop: UserLoop | None = None, thread: ThreadRunner | None = None,
+                    **kwargs: Any) -> Any:
     """Call ``fn(*args, **kwargs)`` where it can be abandoned and return its result.
 
-    A plain function runs on a daemon thread of its own; a coroutine function (or a plain
-    one that returns a coroutine) runs on ``loop``, else on a ``UserLoop`` of its own closed
-    afterwards. At ``timeout_s`` the call is abandoned and ``UserCodeFailed`` says so; any
-    ``BaseException`` from user code becomes ``UserCodeFailed`` naming it. ``what`` names
-    the code in messages (``toolbox Bank.__init__``).
+    A plain function runs on ``thread``, else on a daemon thread of its own; a coroutine
+    function (or a plain one that returns a coroutine) runs on ``loop``, else on a
+    ``UserLoop`` of its own closed afterwards. At ``timeout_s`` the call is abandoned and
+    ``UserCodeFailed`` says so; any ``BaseException`` from user code becomes
+    ``UserCodeFailed`` naming it. ``what`` names the code in messages (``toolbox
+    Bank.__init__``).
     """
     deadline = asyncio.get_running_loop().time() + timeout_s
     if inspect.iscoroutinefunction(fn):
         return await _on_user_loop(lambda: fn(*args, **kwargs), deadline, timeout_s, what, loop)
-    result = await _within(_in_thread(fn, args, kwargs, what), deadline, timeout_s, what)
+    if thread is None:
+        result = await _within(_in_thread(fn, args, kwargs, what), deadline, timeout_s, what)
+    else:
+        result = await _on_thread(thread.submit(fn, args, kwargs), deadline, timeout_s, what)
     if inspect.iscoroutine(result):  # a plain function that made a coroutine: run it too
         return await _on_user_loop(lambda: result, deadline, timeout_s, what, loop)
     return result
@@ -159,6 +173,19 @@ async def _within(waiting: asyncio.Future[T], deadline: float, timeout_s: float,
     except asyncio.TimeoutError:
         raise UserCodeFailed(f"did not finish within {timeout_s:g} s", what=what,
                              overran=True) from None
+
+
+async def _on_thread(running: concurrent.futures.Future[T], deadline: float, timeout_s: float,
+                     what: str) -> T:
+    """The outcome of a call ``running`` on a ``ThreadRunner``'s thread, by the deadline."""
+    try:
+        return await _within(asyncio.wrap_future(running), deadline, timeout_s, what)
+    except UserCodeFailed:
+        raise
+    except BaseException as exc:  # the call's own exception (SystemExit too), or a cancel
+        if running.done() and not running.cancelled() and running.exception() is exc:
+            raise _failed(exc, what) from None
+        raise  # this side's: cancelled (Ctrl-C), not the user's code
 
 
 def _in_thread(fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any],
