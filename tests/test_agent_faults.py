@@ -284,30 +284,30 @@ def test_a_connection_is_kept_alive_only_for_a_client_that_says_it_has_no_event_
     proxy.attach(_Answers())
     path = f"/{proxy.token}/openai/v1/chat/completions"
     sync_client = {"X-Stainless-Async": "false", "content-type": "application/json"}
+    connections = [http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=10)
+                   for _ in range(3)]
     try:
-        connection = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=10)
+        kept = connections[0]
         replies = []
         for _ in range(2):
-            connection.request("POST", path, body=b"{}", headers=sync_client)
-            replies.append(connection.getresponse())
+            kept.request("POST", path, body=b"{}", headers=sync_client)
+            replies.append(kept.getresponse())
             replies[-1].read()
         assert [reply.status for reply in replies] == [200, 200]
         assert not any(reply.will_close for reply in replies)
-        kept = connection.sock
-        assert kept is not None
+        assert kept.sock is not None
         proxy.attach(None)  # the case is over: its idle connections are closed
-        assert kept.recv(1) == b""
+        assert kept.sock.recv(1) == b""
 
         proxy.attach(_Answers())
-        for headers in ({"X-Stainless-Async": "async:asyncio"}, {}):
-            other = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=10)
+        for other, headers in zip(connections[1:], ({"X-Stainless-Async": "async:asyncio"}, {})):
             other.request("POST", path, body=b"{}", headers=headers)
             reply = other.getresponse()
             reply.read()
             assert reply.will_close, headers  # the connection closes after the reply
-            other.close()
-        connection.close()
     finally:
+        for connection in connections:
+            connection.close()
         proxy.close()
 
 

@@ -58,7 +58,14 @@ class ReplayTap(Tap):
         started = time.perf_counter()
         reader = ReplyReader(recorded.api, recorded.status, recorded.content_type, "", started)
         headers = [("content-type", recorded.content_type)] if recorded.content_type else []
-        return ProxyResponse(recorded.status, headers, self._replayed(recorded, reader),
+        chunks = _recorded_chunks(recorded)
+        payload: AsyncIterator[bytes] | bytes
+        if recorded.events is None and self.speed <= 0:  # whole, at once: one write
+            payload = chunks[0][1]
+            reader.feed(payload)
+        else:
+            payload = self._replayed(chunks, reader)
+        return ProxyResponse(recorded.status, headers, payload,
                              lambda: self._settle(recorded, reader, exchange))
 
     def _match(self, exchange: Exchange) -> int | str:
@@ -93,9 +100,9 @@ class ReplayTap(Tap):
                 f" {cassette.shown}, first at {where}{hint}\n"
                 f"{request_diff(nearest.request, exchange.request)}")
 
-    async def _replayed(self, recorded: Interaction, reader: ReplyReader
+    async def _replayed(self, chunks: list[tuple[float, bytes]], reader: ReplyReader
                         ) -> AsyncIterator[bytes]:
-        for chunk in _recorded_chunks(recorded):
+        for chunk in chunks:
             if self.speed > 0 and chunk[0] > 0:
                 await asyncio.sleep(chunk[0] / 1000 / self.speed)
             try:

@@ -114,7 +114,9 @@ class ProxyResponse:
 
     status: int
     headers: list[tuple[str, str]]
-    chunks: AsyncIterator[bytes]
+    chunks: AsyncIterator[bytes] | bytes
+    """The body as it comes, each chunk passed on as it arrives; or, known whole, its
+    bytes (sent with the head in one write, with its length)."""
     after: Callable[[], object] | None = None
     """Called once the reply is over (its end sent, or the agent gone mid-reply): the
     handler's reading and recording of it, kept off the agent's wait for the end."""
@@ -226,14 +228,17 @@ class ProxyServer:
         kept alive for the case before, idle now, are closed first: a client that pooled
         one finds it closed and opens another, which the new case owns."""
         loop = self._loop
-        if loop is not None and any(not busy for busy in self._busy.values()):
-            async def close_idle() -> None:
-                for number, busy in list(self._busy.items()):
-                    writer = self._writers.get(number)
-                    if not busy and writer is not None:
-                        writer.close()
-            asyncio.run_coroutine_threadsafe(close_idle(), loop).result(timeout=10)
-        self._handler = handler
+        if loop is None:
+            self._handler = handler
+            return
+
+        async def switch() -> None:  # on the loop: no reply ends between the two steps
+            self._handler = handler  # a reply under way now closes its connection after
+            for number, busy in list(self._busy.items()):
+                writer = self._writers.get(number)
+                if not busy and writer is not None:
+                    writer.close()
+        asyncio.run_coroutine_threadsafe(switch(), loop).result(timeout=10)
 
     def drop(self, connections: set[int]) -> None:
         """Cut ``connections`` (an abandoned agent's): whatever it sends on them is lost."""
@@ -301,8 +306,10 @@ class ProxyServer:
             except Exception as error:  # noqa: BLE001 - said to the agent, not raised here
                 response = refused(502, f"pytest-toolbench: the proxy failed: {error!r}",
                                    request.family.error_shape)
+        # Kept open for the case that sent it only: once another is attached, it closes.
         await connection.respond(response, keep_alive=_loop_free(head))
-        return connection.state.our_state is h11.DONE and connection.state.their_state is h11.DONE
+        return (connection.state.our_state is h11.DONE and connection.state.their_state
+                is h11.DONE and self._handler is handler)
 
     def _request(self, head: h11.Request, body: bytes, number: int) -> ProxyRequest | str:
         """The request as the handler sees it, or why it is refused."""
@@ -370,26 +377,37 @@ class _Connection:
                    if name.lower() not in _HOP_BY_HOP]
         if not keep_alive:
             headers.append(("connection", "close"))
+        chunks = response.chunks
         try:
+            if isinstance(chunks, bytes):
+                headers.append(("content-length", str(len(chunks))))
+                self.writer.write(b"".join((
+                    self._bytes(h11.Response(status_code=response.status, headers=headers)),
+                    self._bytes(h11.Data(data=chunks)), self._bytes(h11.EndOfMessage()))))
+                await self.writer.drain()
+                return
             self._send(h11.Response(status_code=response.status, headers=headers))
             await self.writer.drain()
-            async for chunk in response.chunks:
+            async for chunk in chunks:
                 if chunk:
                     self._send(h11.Data(data=chunk))
                     await self.writer.drain()  # each chunk on its way as it came
             self._send(h11.EndOfMessage())
             await self.writer.drain()
         finally:  # the agent gone mid-reply: the reply's reading ends now, not when collected
-            closing = getattr(response.chunks, "aclose", None)
+            closing = getattr(chunks, "aclose", None)
             if closing is not None:
                 await closing()
             if response.after is not None:
                 response.after()
 
     def _send(self, event: h11.Event) -> None:
-        data = self.state.send(event)
+        data = self._bytes(event)
         if data:
             self.writer.write(data)
+
+    def _bytes(self, event: h11.Event) -> bytes:
+        return self.state.send(event) or b""
 
 
 def _loop_free(head: h11.Request) -> bool:
@@ -432,8 +450,4 @@ _CLOSE_WAIT_S = 10.0
 def refused(status: int, message: str, shape: str = "openai") -> ProxyResponse:
     """A response saying ``message`` in the family's error shape."""
     body = json.dumps(error_body(shape, message, status)).encode()
-    return ProxyResponse(status, [("content-type", "application/json")], _once(body))
-
-
-async def _once(body: bytes) -> AsyncIterator[bytes]:
-    yield body
+    return ProxyResponse(status, [("content-type", "application/json")], body)
