@@ -352,9 +352,22 @@ def test_schema_describes_a_case(capsys: pytest.CaptureFixture[str]) -> None:
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     assert schema["title"] == "pytest-toolbench case file"
     assert schema["$id"]
-    assert {"name", "model", "endpoint", "tools", "stages"} <= set(schema["properties"])
-    assert schema["required"] == ["name", "stages"]
-    assert schema["additionalProperties"] is False
+    case = schema["then"]  # a document with a name or stages is a case
+    assert {"name", "model", "endpoint", "tools", "stages"} <= set(case["properties"])
+    assert case["required"] == ["name", "stages"]
+    assert case["additionalProperties"] is False
+    assert set(schema["else"]["properties"]) == {"mcp_servers", "defaults"}
+
+
+def test_schema_accepts_a_file_level_document_and_rejects_a_case_key_in_defaults() -> None:
+    validator = jsonschema.Draft202012Validator(json.loads(schema_text()))
+    shared = {"defaults": {"model": "gpt-4.1-mini", "params": {"temperature": 0},
+                           "tools": [{"name": "lookup", "result": {"ok": True}}]},
+              "mcp_servers": {"time": {"command": ["mcp-server-time"]}}}
+    assert list(validator.iter_errors(shared)) == []
+    shared["defaults"]["stages"] = []
+    assert ["'stages' was unexpected" in error.message
+            for error in validator.iter_errors(shared)] == [True]
 
 
 def test_schema_accepts_a_case_and_rejects_an_unknown_key() -> None:

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..casefile.schema import Case, CaseJsonSchema
+from ..casefile.inherit import allowed_keys
+from ..casefile.schema import Case, CaseJsonSchema, SharedMcpServers
 from .usage import ExitCode, UsageError
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"  # what pydantic generates
@@ -22,7 +23,8 @@ SCHEMA_PATH = Path(__file__).parent.parent / "case.schema.json"
 def build_parser() -> argparse.ArgumentParser:
     schema = argparse.ArgumentParser(
         prog="toolbench schema",
-        description="Print the JSON Schema of one case (one YAML document of a case file), "
+        description="Print the JSON Schema of one YAML document of a case file (a case, or "
+        "a file-level document of mcp_servers and defaults), "
         "generated from the models that validate cases. Point an editor at it with "
         "'# yaml-language-server: $schema=PATH' as a case file's first line. "
         f"A copy ships with the package: {SCHEMA_PATH}",
@@ -37,10 +39,30 @@ def main(argv: list[str]) -> int:
 
 
 def case_schema() -> dict[str, Any]:
-    """The JSON Schema of one case (one YAML document of a case file), from the models."""
-    generated = Case.model_json_schema(schema_generator=CaseJsonSchema)
-    generated.pop("title", None)
-    return {"$schema": SCHEMA_DIALECT, "$id": SCHEMA_ID, "title": SCHEMA_TITLE, **generated}
+    """The JSON Schema of one YAML document of a case file, from the models: a case (a
+    document with a ``name`` or ``stages``), else a file-level document of shared
+    ``mcp_servers`` and ``defaults``."""
+    case = Case.model_json_schema(schema_generator=CaseJsonSchema)
+    case.pop("title", None)
+    definitions = case.pop("$defs", {})
+    shared = SharedMcpServers.model_json_schema(schema_generator=CaseJsonSchema)
+    for name, definition in shared.pop("$defs", {}).items():
+        assert definitions.setdefault(name, definition) == definition, name
+    defaults = {"type": "object", "additionalProperties": False,
+                "description": "The keys every case of the file starts from.",
+                "properties": {key: case["properties"][key] for key in allowed_keys()}}
+    file_level = {
+        "type": "object", "additionalProperties": False, "minProperties": 1,
+        "description": "A file-level document: MCP servers every case of the file may use"
+                       " by name, and the defaults every case starts from.",
+        "properties": {"mcp_servers": shared["properties"]["mcp_servers"],
+                       "defaults": defaults}}
+    return {"$schema": SCHEMA_DIALECT, "$id": SCHEMA_ID, "title": SCHEMA_TITLE,
+            "description": "One YAML document of a case file: a case, or a file-level"
+                           " document (mcp_servers, defaults).",
+            "$defs": definitions,
+            "if": {"anyOf": [{"required": ["name"]}, {"required": ["stages"]}]},
+            "then": case, "else": file_level}
 
 
 def schema_text() -> str:
