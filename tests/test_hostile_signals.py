@@ -14,20 +14,10 @@ from pathlib import Path
 
 import pytest
 from support.chat_server import ChatServer, RecordedRequest, completion, json_reply
+from support.processes import processes_tagged
 
 PYTHON = json.dumps(sys.executable)
 BROKEN = json.dumps(str(Path(__file__).parent / "support" / "broken_mcp.py"))
-
-
-def processes_tagged(tag: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and tag.encode() in (entry / "cmdline").read_bytes():
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
 
 
 def echo(request: RecordedRequest) -> object:

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from support.chat_server import ChatServer, RecordedRequest, completion, json_reply
+from support.processes import processes_tagged
 
 PYTHON = json.dumps(sys.executable)
 TIME_SERVER = f"{{command: [{PYTHON}, -m, mcp_server_time, --local-timezone, UTC]}}"
@@ -165,18 +166,6 @@ def test_importing_the_sdk_is_not_part_of_a_servers_start(
 
 
 # -- lifecycle ----------------------------------------------------------------------------
-
-def processes_tagged(tag: str) -> list[int]:
-    """The pids of running processes whose command line holds ``tag``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and tag.encode() in (entry / "cmdline").read_bytes():
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
-
 
 def counting_cases(server: ChatServer, tag: str, scope: str, count: int = 3,
                    prefix: str = "c") -> str:
