@@ -545,11 +545,11 @@ def _can_hold_check(cls: type[BaseModel], value: Any, info: ValidationInfo) -> A
 
 
 def _not_empty(value: Any) -> Any:
-    """``expect:`` with nothing under it (YAML's null) or ``expect: {}``: a typo or a check
-    not yet written, never "expect nothing" (that is leaving the key out)."""
-    if value is None or value == {}:
-        written = "`expect:`" if value is None else "`expect: {}`"
-        raise ValueError(f"{written} is empty: give at least one expectation under it, or"
+    """``expect:`` with nothing under it (YAML's null): a typo, not "expect nothing".
+    ``expect: {}`` is written on purpose: the checks every stage gets (a 200, the protocol
+    checks) and nothing more."""
+    if value is None:
+        raise ValueError("`expect:` is empty: give at least one expectation under it, or"
                          " leave the key out")
     return value
 
