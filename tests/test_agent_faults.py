@@ -311,6 +311,18 @@ def test_a_connection_is_kept_alive_only_for_a_client_that_says_it_has_no_event_
         proxy.close()
 
 
+def test_a_head_request_gets_the_head_of_its_answer_and_no_body() -> None:
+    proxy = ProxyServer()
+    proxy.start()
+    try:
+        with httpx2.Client(timeout=10) as client:
+            response = client.head(proxy.base_url("chat") + "/models")  # no case: refused
+        assert response.status_code == 403
+        assert int(response.headers["content-length"]) > 0 and response.content == b""
+    finally:
+        proxy.close()
+
+
 GATHERER = '''
 import asyncio
 import os

@@ -9,10 +9,11 @@ says while an agent case runs (``environment()``), ``.../TOKEN/anthropic`` and
 the whole session, so a client an agent module built at import time keeps working.
 
 The server only routes: a request without the token is refused (403), and so is one while
-no agent case runs. A reply keeps its connection open only for a client whose pool is
-bound to no event loop (``_loop_free``), and only within a case: when the next case (or
-none) is attached, the idle ones are closed. Everything else goes to the ``ProxyHandler`` of the case under way
+no agent case runs. Everything else goes to the ``ProxyHandler`` of the case under way
 (``transport/agent_tap.py``): forwarded upstream and recorded, or answered from a cassette.
+A reply keeps its connection open only for a client whose pool is bound to no event loop
+(``_loop_free``), and only within a case: when the next case (or none) is attached, the
+idle ones are closed.
 Which wire API a request speaks is read from its path (``FAMILIES``); a path that is no
 model API is still handled, its reply not read as one.
 """
@@ -307,7 +308,8 @@ class ProxyServer:
                 response = refused(502, f"pytest-toolbench: the proxy failed: {error!r}",
                                    request.family.error_shape)
         # Kept open for the case that sent it only: once another is attached, it closes.
-        await connection.respond(response, keep_alive=_loop_free(head))
+        await connection.respond(response, keep_alive=_loop_free(head),
+                                 head_only=head.method == b"HEAD")
         return (connection.state.our_state is h11.DONE and connection.state.their_state
                 is h11.DONE and self._handler is handler)
 
@@ -371,8 +373,10 @@ class _Connection:
             else:
                 raise h11.LocalProtocolError(f"unexpected {type(event).__name__}")
 
-    async def respond(self, response: ProxyResponse, keep_alive: bool = False) -> None:
-        """Send ``response``; then close the connection, unless ``keep_alive``."""
+    async def respond(self, response: ProxyResponse, keep_alive: bool = False,
+                      head_only: bool = False) -> None:
+        """Send ``response`` (``head_only``: the answer to a HEAD request, its body left
+        out); then close the connection, unless ``keep_alive``."""
         headers = [(name, value) for name, value in response.headers
                    if name.lower() not in _HOP_BY_HOP]
         if not keep_alive:
@@ -383,7 +387,8 @@ class _Connection:
                 headers.append(("content-length", str(len(chunks))))
                 self.writer.write(b"".join((
                     self._bytes(h11.Response(status_code=response.status, headers=headers)),
-                    self._bytes(h11.Data(data=chunks)), self._bytes(h11.EndOfMessage()))))
+                    b"" if head_only else self._bytes(h11.Data(data=chunks)),
+                    self._bytes(h11.EndOfMessage()))))
                 await self.writer.drain()
                 return
             self._send(h11.Response(status_code=response.status, headers=headers))
