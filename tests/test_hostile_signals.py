@@ -26,11 +26,10 @@ def echo(request: RecordedRequest) -> object:
     return json_reply(completion(tool_calls=[("echo", {"text": "hi"})]))
 
 
-@pytest.mark.parametrize("sent", [signal.SIGTERM, signal.SIGHUP])
-def test_a_stopping_signal_during_an_mcp_call_stops_servers_and_writes_reports(
-        pytester: pytest.Pytester, chat_server: ChatServer, sent: signal.Signals) -> None:
-    tag = f"toolbench-test-{sent.name}"
-    chat_server.set_handler(echo)
+def stuck_cases(pytester: pytest.Pytester, chat_server: ChatServer, tag: str,
+                *names: str) -> None:
+    """Cases called ``names``, each of whose tool calls waits on its stdio server (its
+    process tagged ``tag``) for two minutes."""
     case = f"""name: NAME
 endpoint: {{base_url: '{chat_server.base_url}', retries: 0}}
 mcp_servers:
@@ -39,7 +38,15 @@ tools: [{{mcp: stuck}}]
 stages: [{{name: ask, user: echo, run_tools: true}}]
 """
     pytester.makefile(".case.yaml", stuck="---\n".join(
-        case.replace("NAME", name) for name in ("first", "second")))
+        case.replace("NAME", name) for name in names))
+
+
+@pytest.mark.parametrize("sent", [signal.SIGTERM, signal.SIGHUP])
+def test_a_stopping_signal_during_an_mcp_call_stops_servers_and_writes_reports(
+        pytester: pytest.Pytester, chat_server: ChatServer, sent: signal.Signals) -> None:
+    tag = f"toolbench-test-{sent.name}"
+    chat_server.set_handler(echo)
+    stuck_cases(pytester, chat_server, tag, "first", "second")
     process = subprocess.Popen(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--toolbench-live",
          "--toolbench-report=r.json", "--junitxml=j.xml"],
@@ -75,15 +82,7 @@ def test_sigterm_to_an_xdist_controller_stops_the_workers_servers_and_writes_the
     # A tag of this run's own: servers another run left behind must not count as this one's.
     tag = f"toolbench-test-sigterm-xdist-{uuid.uuid4().hex[:12]}"
     chat_server.set_handler(echo)
-    case = f"""name: NAME
-endpoint: {{base_url: '{chat_server.base_url}', retries: 0}}
-mcp_servers:
-  stuck: {{command: [{PYTHON}, {BROKEN}, slow_call, {tag}], call_timeout_s: 120}}
-tools: [{{mcp: stuck}}]
-stages: [{{name: ask, user: echo, run_tools: true}}]
-"""
-    pytester.makefile(".case.yaml", stuck="---\n".join(
-        case.replace("NAME", name) for name in ("a", "b", "c", "d")))
+    stuck_cases(pytester, chat_server, tag, "a", "b", "c", "d")
     process = subprocess.Popen(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--toolbench-live",
          "-n", "2", "--toolbench-report=r.json"],
