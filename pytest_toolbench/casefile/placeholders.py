@@ -52,6 +52,11 @@ def undefined_names(case: Case) -> Iterator[tuple[KeyPath, str]]:
     ``${env.NAME}`` is read when the stage runs and is not checked here.
     """
     captured: list[str] = case.parametrize.names if case.parametrize else []
+    if case.agent is not None:  # the factory is called before the first stage
+        for where, name in _placeholders(case.agent.init, ("agent", "init")):
+            if name not in captured and not name.startswith("env."):
+                yield where, (f"${{{name}}} is not defined{did_you_mean(name, captured)}"
+                              f" ({_before_stages(captured)})")
     for index, stage in enumerate(case.stages):
         for path, value in _interpolated(stage):
             for where, name in _placeholders(value, ("stages", index, *path)):
@@ -64,6 +69,12 @@ def undefined_names(case: Case) -> Iterator[tuple[KeyPath, str]]:
             if name not in captured and not name.startswith("env."):
                 yield where, (f"${{{name}}} is not defined"
                               f"{did_you_mean(name, captured) or _captures(captured)}")
+
+
+def _before_stages(table: list[str]) -> str:
+    """What ``init`` may name: the factory is called before any stage captures."""
+    names = f"the table's names: {', '.join(table)}; " if table else ""
+    return f"{names}init is read before any stage, so it sees no captured value"
 
 
 def _captures(captured: list[str]) -> str:

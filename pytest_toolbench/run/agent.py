@@ -126,6 +126,7 @@ class AgentRun:
         self.agent: Any = None
         self.abandoned = False
         self.variables: dict[str, Any] = {}
+        """The run's ``${name}`` values: its ``parametrize`` row's, then what stages capture."""
         self.history: list[dict[str, Any]] = []
         """The conversation so far as the judge reads it: each text the agent was called
         with, its model's tool calls and its answer (stages that passed)."""
@@ -134,7 +135,7 @@ class AgentRun:
         run = RunResult(self.number)
         self.loop = UserLoop()
         try:
-            built = await self._build()
+            built = self._row() or await self._build()
             for index, stage in enumerate(self.case.stages):
                 if built is not None:  # the factory failed: the first stage says so
                     attempt = StageAttempt(stage.name, 1, failures=[built])
@@ -166,10 +167,24 @@ class AgentRun:
         self.ctx.hang_up()
         self.loop.close()
 
+    def _row(self) -> Failure | None:
+        """The values of the run's ``parametrize`` row, or the failure when its table no
+        longer has it."""
+        try:
+            self.variables = self.case_run.row_values()
+        except KeyError:  # its file changed between collection and now
+            return self._failure(f"row {self.case_run.row!r} is no longer one of the case's"
+                                 " table: collect again", ("parametrize",))
+        return None
+
     async def _build(self) -> Failure | None:
         """Call the factory; the failure that stops the run when it cannot."""
         factory = _resolve(self.spec.python)
-        kwargs: dict[str, Any] = dict(self.spec.init)
+        try:
+            kwargs: dict[str, Any] = interpolate(self.spec.init, self.variables,
+                                                 ("agent", "init"))
+        except InterpolationError as error:  # an unset ${env.NAME}
+            return self._failure(error.message, error.path)
         accepted = _parameters(factory)
         if "model" in accepted and self.case_run.model is not None:  # else its own default
             kwargs["model"] = self.case_run.model
@@ -318,6 +333,12 @@ class AgentRun:
         attempt = StageAttempt(CASE_END, 1)
         attempt.trajectory = [call for stage in run.stages
                               for call in stage.attempts[-1].trajectory]
+        try:
+            if self.case_run.loaded.document.may_interpolate:
+                expect = resolve_expect(expect, self.variables)
+        except InterpolationError as error:
+            attempt.failures.append(self._failure(error.message, error.path))
+            return StageResult(CASE_END, [attempt])
         world = await self._world(expect, ("expect",), attempt)
         attempt.failures = check_agent(expect, attempt.trajectory, world, [], ("expect",),
                                        self._line_of, self.ctx.match_timeout_s)
