@@ -100,7 +100,7 @@ class AgentCases:
             finally:
                 for client in second.clients:
                     await client.aclose()
-        self.keep(tap, replaying)
+        self.keep(tap, failed=not result.passed, lost=result.endpoint_failed)
         return result
 
     def cassette(self, path: Path, shown: str, hint: str, replaying: bool) -> Cassette:
@@ -147,10 +147,11 @@ class AgentCases:
             if isinstance(tap, LiveTap):
                 asyncio.run_coroutine_threadsafe(tap.aclose(), proxy.loop).result(10)
 
-    def keep(self, tap: Tap, replaying: bool) -> None:
-        """Save what ``tap`` recorded, unless an upstream failed (the old cassette stays)."""
-        if isinstance(tap, LiveTap) and tap.recording and not any(
-                exchange.error for exchange in tap.exchanges):
+    def keep(self, tap: Tap, failed: bool, lost: bool = False) -> None:
+        """Save what ``tap`` recorded, unless the recording is not whole (``lost``, or
+        ``Tap.whole`` says so for a run that ``failed``, or not): the old cassette stays,
+        as a case of the plugin's own loop keeps it."""
+        if isinstance(tap, LiveTap) and tap.recording and not lost and tap.whole(failed):
             tap.cassette.save()
 
     def _upstream(self, case_endpoint: Endpoint, api: str) -> Upstream:
@@ -161,6 +162,7 @@ class AgentCases:
     def _abandon(self, tap: Tap) -> None:
         """An agent left running: its case's tap refuses it, its connections are cut, its
         thread is stopped at its next Python step and the session goes on with another."""
+        tap.abandoned = True
         tap.close()
         if self._proxy is not None:
             self._proxy.drop(tap.connections)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -137,14 +137,41 @@ def agent_fixture(request: pytest.FixtureRequest, agents: AgentCases,
     except ReplayError as error:
         pytest.fail(str(error), pytrace=False)
     settle()
+    _watch_outcomes(config)
     with agents.attached(cassette, replaying, Endpoint()) as tap:
         yield ToolbenchAgent(tap, agents, name, _shown(test_file, start),
                              settings.match_timeout_s)
-    agents.keep(tap, replaying)
+    agents.keep(tap, failed=node.stash.get(_FAILED, False))
     if isinstance(tap, ReplayTap):
         unused = tap.unused()
         if unused is not None:
             pytest.fail(unused, pytrace=False)
+
+
+_FAILED = pytest.StashKey[bool]()
+"""On a test item: its call failed (the fixture's teardown reads it)."""
+
+
+class _Outcomes:
+    """Notes on each test item whether its call failed: a recording keeps the old cassette
+    when a test that failed met an overloaded or broken server, as a case's does."""
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]
+                                  ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        if call.when == "call":
+            item.stash[_FAILED] = report.failed
+        return report
+
+
+def _watch_outcomes(config: pytest.Config) -> None:
+    """Register ``_Outcomes`` once a session, with the first test that uses the fixture."""
+    if not config.pluginmanager.has_plugin(_OUTCOMES):
+        config.pluginmanager.register(_Outcomes(), _OUTCOMES)
+
+
+_OUTCOMES = "toolbench-agent-outcomes"
 
 
 def _cassette_path(cassette_dir: Path | None, test_file: Path, name: str,

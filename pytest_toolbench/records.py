@@ -410,6 +410,22 @@ class CaseResult:
         return [turn.reply for run in self.runs for turn in run.turns if turn.reply is not None]
 
     @property
+    def endpoint_failed(self) -> bool:
+        """Whether a recording of it keeps the previous cassette: a request got no answer
+        (connect error, timeout, reset), or a case that failed met an overloaded or broken
+        server (429 or 5xx after the retries); a case that passes with such a status
+        expects it. Or a tool source (an MCP server) broke: its failures sit at
+        ``tools[N]``, where the source is declared, and the recording is missing its
+        exchanges."""
+        return any(
+            turn.error or (not self.passed and turn.reply is not None
+                           and overloaded(turn.reply.status))
+            for run in self.runs for turn in (*run.turns, *run.side_turns)
+        ) or any(failure.key_path[:1] == ("tools",)
+                 for run in self.runs for stage in run.stages
+                 for attempt in stage.attempts for failure in attempt.failures)
+
+    @property
     def latency_ms(self) -> float | None:
         """Total request time; ``None`` when no request was sent (no cassette...)."""
         turns = [turn for run in self.runs for turn in run.turns]
@@ -459,6 +475,12 @@ class CaseResult:
                  "total_tokens": self.total_tokens, "tool_calls": self.tool_calls,
                  "turns": self.turns}
         return [(name, value) for name, value in known.items() if value is not None]
+
+
+def overloaded(status: int) -> bool:
+    """An overloaded or broken server's answer (429, 5xx): a recording that failed on it
+    keeps the previous cassette."""
+    return status == 429 or status >= 500
 
 
 def pass_hat(passes: int, runs: int, k: int) -> float:

@@ -325,7 +325,7 @@ class SessionRuntime:
             sink=sink, seconds=seconds.live(sink),
             mcp=self._live_mcp(scrubber, cassette if recording else None) if uses_mcp
             else None))
-        if recording and not _endpoint_failed(result):
+        if recording and not result.endpoint_failed:
             cassette.save()  # an endpoint failure keeps the old cassette: it replays nothing
         self._spent(case_run, result.spent_tokens)
         return result
@@ -604,25 +604,6 @@ def _first_of(*verdicts: Callable[[], str | None]) -> Callable[[], str | None]:
     def verdict() -> str | None:
         return next((found for found in (each() for each in verdicts) if found), None)
     return verdict
-
-
-def _endpoint_failed(result: CaseResult) -> bool:
-    """Whether a recording keeps the previous cassette: a request got no answer (connect
-    error, timeout, reset), or a case that failed met an overloaded or broken server (429 or
-    5xx after the retries). A case that passes with such a status expects it."""
-    return any(
-        turn.error or (not result.passed and turn.reply is not None
-                       and (turn.reply.status == 429 or turn.reply.status >= 500))
-        for run in result.runs for turn in (*run.turns, *run.side_turns)
-    ) or _tool_server_failed(result)
-
-
-def _tool_server_failed(result: CaseResult) -> bool:
-    """Whether a tool source (an MCP server) broke: its failures sit at ``tools[N]``, where
-    the source is declared; the recording is missing its exchanges."""
-    return any(failure.key_path[:1] == ("tools",)
-               for run in result.runs for stage in run.stages for attempt in stage.attempts
-               for failure in attempt.failures)
 
 
 def _printable(text: str) -> str:

@@ -91,6 +91,15 @@ def make_tokenless():
     return agent
 
 
+def make_moody():
+    def agent(user):
+        if os.path.exists("hang"):  # past any deadline, in steps it can be stopped at
+            for _ in range(600):
+                time.sleep(0.05)
+        return ask(user)
+    return agent
+
+
 NOT_CALLABLE = 42
 '''
 
@@ -376,6 +385,52 @@ def test_an_upstream_that_fails_fails_the_stage_and_keeps_the_old_cassette(
     result.stdout.fnmatch_lines([("down.case.yaml:5: down: stages[[]0]: the proxy's request to"
                                  " http://127.0.0.1:*/v1 failed*")])
     assert path.read_text() == before
+
+
+def test_an_agent_abandoned_at_its_deadline_while_recording_keeps_the_good_cassette(
+        pytester: pytest.Pytester, agents: None) -> None:
+    with start_chat_server() as server:
+        server.set_handler(lambda request: json_reply(completion("fine")))
+        pytester.makefile(".case.yaml", moody=case("moody", "make_moody",
+                                                   base_url=server.base_url))
+        run(pytester, "--toolbench-record").assert_outcomes(passed=1)
+        path = pytester.path / "__cassettes__" / "moody" / "moody.yaml"
+        before = path.read_bytes()
+        assert len(yaml.safe_load(before)["interactions"]) == 1
+        (pytester.path / "hang").touch()
+        result = run(pytester, "--toolbench-record", "--toolbench-deadline", "1")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*moody: stages[[]0].user: the agent did not finish within"
+                                 " 1 s (the stage's time limit)*"])
+    assert path.read_bytes() == before
+    (pytester.path / "hang").unlink()
+    run(pytester).assert_outcomes(passed=1)
+
+
+FIXTURE_TEST = '''
+import agents
+
+
+def test_asks(toolbench_agent):
+    assert agents.ask("hi") == "fine"
+'''
+
+
+def test_a_fixture_test_that_failed_on_a_broken_server_keeps_the_good_cassette(
+        pytester: pytest.Pytester, agents: None) -> None:
+    pytester.makepyfile(test_asks=FIXTURE_TEST)
+    with start_chat_server() as server:
+        server.set_handler(lambda request: json_reply(completion("fine")))
+        run(pytester, "--toolbench-record", "--toolbench-base-url", server.base_url
+            ).assert_outcomes(passed=1)
+        path = pytester.path / "__cassettes__" / "test_asks" / "test_asks.yaml"
+        before = path.read_bytes()
+        server.set_handler(lambda request: json_reply(
+            {"error": {"message": "overloaded", "type": "server_error"}}, status=503))
+        run(pytester, "--toolbench-record", "--toolbench-base-url", server.base_url
+            ).assert_outcomes(failed=1)
+    assert path.read_bytes() == before
+    run(pytester).assert_outcomes(passed=1)
 
 
 def test_a_live_loop_case_and_an_agent_case_share_a_session(

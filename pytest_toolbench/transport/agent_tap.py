@@ -17,7 +17,7 @@ from typing import Any, Final
 
 import httpx2
 
-from ..records import Interaction, Reply, StreamEvent
+from ..records import Interaction, Reply, StreamEvent, overloaded
 from ..scrubbing import Scrubber, is_credential
 from ..wire import wire_api
 from ..wire.base import JSON_ERRORS
@@ -69,6 +69,8 @@ class Tap:
         self._closed = False
         self.connections: set[int] = set()
         """The proxy connections that carried this case's requests."""
+        self.abandoned = False
+        """Its agent was left running past its time limit: what it recorded is not whole."""
 
     def owns(self, connection: int) -> bool:
         return not self._closed
@@ -90,6 +92,18 @@ class Tap:
             while self._in_flight and (left := deadline - time.monotonic()) > 0:
                 self._lock.wait(left)
             return list(self.exchanges[start:])
+
+    def whole(self, failed: bool) -> bool:
+        """Whether what the case recorded may replace its cassette, by the rule of the
+        plugin's own loop (``CaseResult.endpoint_failed``): every request got its answer
+        (none failed upstream, none was still under way at the end, the agent was not
+        abandoned), and a case that ``failed`` met no overloaded or broken server."""
+        with self._lock:
+            return not (self.abandoned or self._in_flight or any(
+                exchange.error is not None or (
+                    failed and exchange.interaction is not None
+                    and overloaded(exchange.interaction.status))
+                for exchange in self.exchanges))
 
     def mark(self) -> int:
         with self._lock:
