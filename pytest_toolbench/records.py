@@ -115,6 +115,10 @@ class Reply:
     error: str | None = None
     """The error message of a non-2xx response, or of an in-band stream error."""
     latency_ms: float = 0.0
+    """From sending the request to the end of the reply, as this run took it (a replay's
+    own, from its cassette)."""
+    recorded_latency_ms: float | None = None
+    """A replayed reply: the latency its cassette recorded; None for a live one."""
     ttft_ms: float | None = None
     """Time to the first content or tool-call delta; streamed replies only."""
     stream: StreamStats | None = None
@@ -430,6 +434,14 @@ class CaseResult:
         """Total request time; ``None`` when no request was sent (no cassette...)."""
         turns = [turn for run in self.runs for turn in run.turns]
         return sum(turn.latency_ms for turn in turns) if turns else None
+
+    @property
+    def recorded_latency_ms(self) -> float | None:
+        """A replayed case: the total latency its cassette recorded (``latency_ms`` is the
+        replay's own); None when no reply was replayed."""
+        recorded = [reply.recorded_latency_ms for reply in self.replies
+                    if reply.recorded_latency_ms is not None]
+        return sum(recorded) if recorded else None
 
     @property
     def ttft_ms(self) -> float | None:

@@ -284,6 +284,7 @@ class CaseRecord:
     total_tokens: int | None = None
     """None (null, shown ``-``) when no reply reported usage: never a made-up 0."""
     latency_ms: float | None = None
+    """The run's own: a replay's is how long its cassette took to answer."""
     ttft_ms: float | None = None
     runs: list[RunRecord] = field(default_factory=list)
     api: str = "chat"
@@ -300,6 +301,8 @@ class CaseRecord:
     null for a single run."""
     notes: list[str] = field(default_factory=list)
     """What is worth knowing of the run that failed nothing (``CaseResult.notes``)."""
+    recorded_latency_ms: float | None = None
+    """A replayed case: the latency its cassette recorded (null: nothing was replayed)."""
 
     @classmethod
     def of(cls, result: CaseResult, nodeid: str, outcome: str,
@@ -316,7 +319,7 @@ class CaseRecord:
             api=result.api, marks=list(marks or []),
             judge_tokens=result.side_tokens("judge"),
             simulator_tokens=result.side_tokens("simulator"), pass_hat_k=result.pass_hat_k,
-            notes=list(result.notes))
+            notes=list(result.notes), recorded_latency_ms=round_ms(result.recorded_latency_ms))
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON data: what the report file holds."""

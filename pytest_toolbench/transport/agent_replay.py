@@ -112,12 +112,13 @@ class ReplayTap(Tap):
 
     def _settle(self, recorded: Interaction, reader: ReplyReader, exchange: Exchange) -> None:
         """The reply read whole, once its end has been sent to the agent."""
-        reply, _interaction = reader.finish()
+        reply, replayed = reader.finish()
         exchange.reply, exchange.streamed = reply, reader.streamed
         exchange.interaction = recorded
-        exchange.elapsed_ms = recorded.elapsed_ms
+        # The replay's own latency, as a replayed case of the plugin's loop shows its own.
+        exchange.elapsed_ms = replayed.elapsed_ms
         if reply is not None:
-            reply.latency_ms = recorded.elapsed_ms
+            reply.recorded_latency_ms = recorded.elapsed_ms
         self._end(exchange)
 
     def unused(self) -> str | None:

@@ -53,6 +53,11 @@ POOL_LIMITS = httpx2.Limits(max_connections=100, max_keepalive_connections=32)
 InteractionSink = Callable[[Interaction], None]
 Sleep = Callable[[float], Awaitable[None]]
 
+RECORDED_LATENCY = "toolbench_recorded_latency_ms"
+"""The response extension in which a transport that answers from a recording (a replay)
+gives the latency recorded with the answer: the reply keeps it as ``recorded_latency_ms``,
+beside its own."""
+
 
 @dataclass(frozen=True)
 class ClientConfig:
@@ -97,6 +102,7 @@ class PendingReply:
         finally:
             await self.response.aclose()
         reply.latency_ms = _ms_since(self.started)
+        reply.recorded_latency_ms = self.response.extensions.get(RECORDED_LATENCY)
         if self.pacer is not None:
             self.pacer.after_reply(reply)
         if self.sink is not None and reply.interaction is not None:

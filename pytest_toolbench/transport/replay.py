@@ -21,7 +21,7 @@ from ..defaults import DIFF_LINE_CHARS
 from ..records import Interaction, StreamEvent
 from ..scrubbing import Scrubber, mask_urls
 from .cassette import Cassette
-from .client import request_content
+from .client import RECORDED_LATENCY, request_content
 from .errors import ReplayError, UnsendableRequest
 
 _WHY_DIFFERENT = {
@@ -132,15 +132,16 @@ class Replayer:
 
     def _response(self, recorded: Interaction) -> httpx2.Response:
         headers = {"content-type": recorded.content_type} if recorded.content_type else {}
+        extensions = {RECORDED_LATENCY: recorded.elapsed_ms}
         if recorded.events is not None:
-            return httpx2.Response(recorded.status, headers=headers,
+            return httpx2.Response(recorded.status, headers=headers, extensions=extensions,
                                   stream=_EventStream(recorded.events, self.speed))
         if recorded.body_json is not None:
             content = recorded.body_json.encode()
         else:
             content = (recorded.body if isinstance(recorded.body, str)
                        else json.dumps(recorded.body)).encode()
-        return httpx2.Response(recorded.status, headers=headers,
+        return httpx2.Response(recorded.status, headers=headers, extensions=extensions,
                               stream=_EventStream([], self.speed, content, recorded.elapsed_ms))
 
 
