@@ -31,3 +31,10 @@ left out: the request, the cassette and the reports all hold the cut result."""
 
 DIFF_LINE_CHARS: Final = 2000
 """A line of a request diff longer than this is cut, saying how much it left out."""
+
+SIMULATED_TURNS_MAX: Final = 50
+"""The most ``simulate_user.max_turns`` may say: each simulated message resends the whole
+conversation, so a recording grows with the square of the turns."""
+
+JUDGE_SAMPLES_MAX: Final = 25
+"""The most ``samples`` a judge criterion may ask for (each one is a request)."""

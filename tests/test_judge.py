@@ -204,6 +204,14 @@ def test_an_even_number_of_samples_is_a_collection_error(pytester: pytest.Pytest
          " odd, so a majority decides; got 2")
 
 
+def test_samples_past_their_bound_are_a_collection_error(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".case.yaml", refund=judged_case(
+        "http://127.0.0.1:9/v1", criteria="        - {criterion: Says so, samples: 1000001}\n"))
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*refund.case.yaml:13: stages[[]0].expect.judge[[]0].samples:*25*"])
+
+
 NO_JUDGE = """
 name: unjudged
 model: agent-model

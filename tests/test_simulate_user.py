@@ -280,3 +280,74 @@ def test_an_agent_case_talks_with_the_simulated_user_and_is_judged(
     assert before["ended"] == "stop"
     for key in ("conversation", "ended", "judgements"):
         assert after[key] == before[key]
+
+
+def test_max_turns_past_its_bound_is_a_collection_error_at_its_line(
+        pytester: pytest.Pytester) -> None:
+    case = conversation_case("http://127.0.0.1:9/v1", max_turns=1_000_000)
+    line = case.lstrip("\n").splitlines().index("      max_turns: 1000000") + 1
+    pytester.makefile(".case.yaml", talk=case)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([f"*talk.case.yaml:{line}: stages[[]0].simulate_user.max_turns:"
+                                 "*50*"])
+
+
+@pytest.mark.parametrize("grows", ["one message", "the conversation"])
+def test_a_simulated_user_past_the_reply_limit_fails_the_stage_and_records_nothing(
+        pytester: pytest.Pytester, chat_server: ChatServer, grows: str) -> None:
+    """A message over ``--toolbench-max-reply-bytes`` is refused as it arrives; messages
+    under it that pile up fail the stage once the conversation the simulated user must be
+    sent has outgrown the limit, not after the 50 turns."""
+    size = 300_000 if grows == "one message" else 40_000
+    script = Script(simulator=[text("chat", "x" * size)] * 50,
+                    model=[json_reply(completion("Which order?"))] * 50)
+    chat_server.set_handler(script)
+    pytester.makefile(".case.yaml", talk=conversation_case(chat_server.base_url,
+                                                           max_turns=50))
+    result = run(pytester, chat_server, "--toolbench-record",
+                 "--toolbench-max-reply-bytes", "100000")
+    result.assert_outcomes(failed=1)
+    why = ("reply too large: body larger than 100000 bytes (--toolbench-max-reply-bytes)"
+           if grows == "one message" else
+           "its request, the conversation so far, is *, past the reply limit of 100,000"
+           " bytes (--toolbench-max-reply-bytes): not sent")
+    result.stdout.fnmatch_lines([f"*stages[[]0].simulate_user: simulator error: no reply:"
+                                 f" {why}*"])
+    assert len(script.requests["simulator"]) <= 3
+    assert not (pytester.path / "__cassettes__").exists()  # a recording that broke off
+
+
+BIG_ANSWER = '''
+def make_agent():
+    return lambda user: "y" * 150_000
+'''
+
+
+@pytest.mark.parametrize("second", ["simulator", "judge"])
+def test_an_agents_answer_past_the_reply_limit_is_not_sent_to_the_second_model(
+        pytester: pytest.Pytester, chat_server: ChatServer, second: str) -> None:
+    pytester.makepyfile(big_bot=BIG_ANSWER)
+    pytester.syspathinsert()
+    stage = ("    simulate_user: {instructions: You are Ana., max_turns: 5}\n"
+             if second == "simulator" else
+             "    user: Refund order 913\n    expect: {judge: [Says refunded]}\n")
+    pytester.makefile(".case.yaml", big=(
+        "name: big\nagent: {python: big_bot:make_agent}\n"
+        "judge: {model: judge-model, endpoint: {api: chat, retries: 0}}\n"
+        f"stages:\n  - name: talk\n{stage}"))
+    script = Script(simulator=[text("chat", "Hello.")] * 5,
+                    judge=[verdict("chat", "pass")])
+    chat_server.set_handler(script)
+    result = run(pytester, chat_server, "--toolbench-record",
+                 "--toolbench-max-reply-bytes", "100000")
+    result.assert_outcomes(failed=1)
+    why = ("no reply: its request, the conversation so far, is *, past the reply limit of"
+           " 100,000 bytes (--toolbench-max-reply-bytes): not sent*")
+    result.stdout.fnmatch_lines(
+        [f"*big.case.yaml:*: big: stages[[]0].simulate_user: simulator error: {why}"]
+        if second == "simulator" else
+        ["*big.case.yaml:*: big: stages[[]0].expect.judge[[]0]: judge error*",
+         f"*judge error: {why}"])
+    assert len(script.requests[second]) == (1 if second == "simulator" else 0)
+    assert not (pytester.path / "__cassettes__").exists()

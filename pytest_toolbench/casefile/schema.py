@@ -37,6 +37,7 @@ from pydantic_core import core_schema
 
 from ..agent_imports import importing
 from ..apis import AGENT, API_NAMES
+from ..defaults import JUDGE_SAMPLES_MAX, SIMULATED_TURNS_MAX
 from ..keypaths import KeyedError, KeyPath
 from ..matchers import Matcher, compile_matcher, compile_tool_calls, compile_trajectory
 from .files import read_beside
@@ -634,8 +635,9 @@ class Criterion(StrictModel):
 
     criterion: str = Field(min_length=1)
     """What the judge model checks, in words: ``Says the order was refunded``."""
-    samples: int = Field(default=1, ge=1)
-    """How many times the judge is asked (odd): the majority decides, the split is shown."""
+    samples: int = Field(default=1, ge=1, le=JUDGE_SAMPLES_MAX)
+    """How many times the judge is asked (odd, at most 25): the majority decides, the
+    split is shown."""
 
     @field_validator("samples")
     @classmethod
@@ -711,8 +713,8 @@ class SimulateUser(StrictModel):
     """The simulator model; else the judge's."""
     opening: str | None = None
     """A fixed first message; else the simulator writes it."""
-    max_turns: int = Field(default=10, ge=1)
-    """The most messages the simulated user sends."""
+    max_turns: int = Field(default=10, ge=1, le=SIMULATED_TURNS_MAX)
+    """The most messages the simulated user sends (at most 50)."""
 
 
 class JudgeModel(StrictModel):

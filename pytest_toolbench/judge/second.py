@@ -8,6 +8,7 @@ API's adapter. Recording, each exchange goes into the case's cassette marked as 
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -40,8 +41,17 @@ class SecondModel:
                             params=self.wire.sampling(params))
 
     async def ask(self, parts: RequestParts) -> Turn:
-        """Send ``parts`` (never streamed); the turn holds the reply or why none came."""
+        """Send ``parts`` (never streamed); the turn holds the reply or why none came.
+
+        A request past the reply limit (``--toolbench-max-reply-bytes``) is not sent: the
+        conversation it carries (the agent's answers, the simulated user's messages) has
+        outgrown what any one reply may be, and each later request would resend it."""
         body = self.wire.request(parts)
+        size, limit = len(json.dumps(body)), self.client.config.limits.max_bytes
+        if size > limit:
+            return Turn(request={}, streamed=False, role=self.role, error=(
+                f"its request, the conversation so far, is {size:,} bytes, past the reply"
+                f" limit of {limit:,} bytes (--toolbench-max-reply-bytes): not sent"))
         turn = Turn(request=body, streamed=False, role=self.role)
         started = time.perf_counter()
         try:
