@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -24,7 +24,7 @@ from .records import CaseResult
 from .run.agent import AgentContext, run_agent_case
 from .run.agent_thread import AgentThread
 from .run.runner import CaseRun
-from .scrubbing import Scrubber, endpoint_secrets
+from .scrubbing import Scrubber, endpoint_secrets, environment_secrets
 from .settings import Mode, Settings
 from .transport.agent_forward import LiveTap, Upstream
 from .transport.agent_replay import ReplayTap
@@ -42,13 +42,16 @@ class AgentCases:
     """Runs the session's agent cases through its one proxy."""
 
     def __init__(self, settings: Settings, kept: KeptParses | None = None,
-                 pacer_for: Callable[[str], RequestPacer | None] = lambda base_url: None
-                 ) -> None:
+                 pacer_for: Callable[[str], RequestPacer | None] = lambda base_url: None,
+                 scrubber: Callable[[Iterable[str]], Scrubber] = Scrubber) -> None:
         self.settings = settings
         self.kept = kept
         self.pacer_for = pacer_for
         """The rate limits of the endpoint at a base URL, shared with the session's other
         live requests to it."""
+        self.scrubber = scrubber
+        """The session's one scrubber for given secrets (``SessionRuntime.scrubber``): the
+        environment's credentials masked too, and in the logs from then on."""
         self._proxy: ProxyServer | None = None
         self._threads = itertools.count(1)
         self._thread = self._new_thread()
@@ -91,7 +94,7 @@ class AgentCases:
                 lambda: self.proxy.drop(tap.connections),
                 stage_timeout_s=endpoint.limits.deadline_s,
                 runs=self.settings.repeat or (case.repeat.runs if case.repeat else 1),
-                match_timeout_s=self.settings.match_timeout_s, scrubber=tap.scrubber,
+                match_timeout_s=self.settings.match_timeout_s,
                 verdict=lambda: next(filter(None, (each() for each in verdicts)), None),
                 judge=second.models.get("judge"), simulator=second.models.get("simulator"),
                 thread=self._thread)
@@ -129,12 +132,15 @@ class AgentCases:
         # Resolved before the environment points at the proxy: OPENAI_BASE_URL is one of
         # the places an endpoint's base URL comes from.
         upstreams = {api: self._upstream(endpoint, api) for api in API_NAMES}
-        scrubber = Scrubber(secret for upstream in upstreams.values() for secret in
-                            endpoint_secrets(upstream.api_key, upstream.headers,
-                                             upstream.base_url))
+        # The environment's credentials as the case starts (a test's own included), before
+        # the placeholder keys are set; what the agent sends as credentials is added.
+        scrubber = self.scrubber((*environment_secrets(os.environ), *(
+            secret for upstream in upstreams.values() for secret in
+            endpoint_secrets(upstream.api_key, upstream.headers, upstream.base_url))))
         recording = not replaying and self.settings.mode in (Mode.RECORD, Mode.MISSING)
-        tap: Tap = (ReplayTap(cassette, scrubber, self.settings.replay_speed) if replaying
-                    else LiveTap(cassette, scrubber, upstreams, recording))
+        tap: Tap = (ReplayTap(cassette, scrubber, self.settings.replay_speed, self.scrubber)
+                    if replaying
+                    else LiveTap(cassette, scrubber, upstreams, recording, self.scrubber))
         proxy = self.proxy
         proxy.attach(tap)
         try:

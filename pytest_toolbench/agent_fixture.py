@@ -28,6 +28,7 @@ from .records import CaseResult, Failure, Reply, RunResult, StageAttempt, StageR
 from .report.failure import render_failure
 from .run.agent import Toolbench, exchange_turn
 from .run.check import Outcome, check
+from .run.runner import scrubbed
 from .settings import Mode
 from .transport.agent_replay import ReplayTap
 from .transport.agent_tap import Exchange, Tap
@@ -94,12 +95,14 @@ class ToolbenchAgent:
                             if exchange.error is not None]
         replies = attempt.replies
         calls = [call for reply in replies for call in reply.tool_calls]
-        text = answer if answer is not None else (replies[-1].text if replies else "")
+        scrubber = self._tap.scrubber  # the agent's answer masked as an agent case's is
+        text = (scrubber.text(answer) if answer is not None
+                else replies[-1].text if replies else "")
         attempt.failures += check(parsed, Outcome(replies, calls, answer=text), ("expect",),
                                   lambda _path: line, self._match_timeout_s)
         if attempt.failures:
-            result = CaseResult(self._name, None, self._file, line, api=AGENT, runs=[
-                RunResult(1, stages=[StageResult(attempt.stage, [attempt])])])
+            result = scrubbed(CaseResult(self._name, None, self._file, line, api=AGENT, runs=[
+                RunResult(1, stages=[StageResult(attempt.stage, [attempt])])]), scrubber)
             raise AssertionError(render_failure(result, self._name))
 
     def _expect(self, given: dict[str, Any], line: int) -> Expect:

@@ -479,6 +479,21 @@ def _mask_sections(report: pytest.TestReport, config: pytest.Config) -> None:
         report.sections = [(title, runtime.mask(text)) for title, text in report.sections]
 
 
+def mask_test_report(report: pytest.TestReport, config: pytest.Config) -> None:
+    """A ``toolbench_agent`` test's report as a case's is: what it printed and logged, and
+    its failure (the test's own assertion may show an agent's state, ``--showlocals`` its
+    variables), with the session's credentials masked. A failure that held one is shown
+    as masked text."""
+    _mask_sections(report, config)
+    runtime = config.stash.get(RUNTIME_KEY, None)
+    if runtime is None or report.longrepr is None:
+        return
+    text = str(report.longrepr)
+    masked = runtime.mask(text)
+    if masked != text:
+        report.longrepr = masked
+
+
 def _not_started(call: pytest.CallInfo[None]) -> bool:
     """Whether the case was skipped instead of started (the token budget was spent)."""
     return call.excinfo is not None and call.excinfo.errisinstance(pytest.skip.Exception)

@@ -21,7 +21,7 @@ from .lookahead import LOOKAHEAD_KEY, Lookahead
 from .settings import OPTIONS, SETTINGS_KEY, Settings, summary_shown
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Generator, Iterator
 
     from .agent_fixture import ToolbenchAgent
     from .items import CaseFile
@@ -84,6 +84,19 @@ def toolbench_agent(request: pytest.FixtureRequest) -> Iterator[ToolbenchAgent]:
 
     runtime = session_runtime(request.config)
     yield from agent_fixture(request, runtime.agent_cases, runtime.settle)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
+                              ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A ``toolbench_agent`` test's report has the session's credentials masked, as a
+    case's has (``items.mask_test_report``)."""
+    report = yield
+    if "toolbench_agent" in getattr(item, "fixturenames", ()):
+        from .items import mask_test_report
+
+        mask_test_report(report, item.config)
+    return report
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> CaseFile | None:

@@ -12,6 +12,12 @@ came from an environment variable: the value of every variable whose name looks 
 credential's (``is_credential``) is a secret of every case (``environment_secrets``), and
 the runner scrubs the failures, states and errors of each case's result too.
 
+Every kind of case has its scrubber from one place, ``SessionRuntime.scrubber``: the
+plugin's own loop, an agent case and a ``toolbench_agent`` test (whose proxy tap adds what
+the agent sends as credentials: its credential headers and query values,
+``sent_secrets``), the judge and the simulated user. Each secret it is given is masked in
+the logs from then on too.
+
 A value shorter than ``MIN_SECRET_LENGTH`` is not masked: a dummy key such as ``1`` would
 otherwise rewrite every ``1`` of every recording. URLs in the plugin's own messages and in
 log lines have their credentials masked whatever their length. Log lines are masked as
@@ -25,6 +31,7 @@ import base64
 import json
 import logging
 import re
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import fields, is_dataclass, replace
 from typing import Any
@@ -60,6 +67,12 @@ def endpoint_secrets(api_key: str | None, headers: Iterable[tuple[str, str]],
             values += [value, value.partition(" ")[2]]  # "Bearer xyz": xyz alone too
     values += _url_credentials(base_url)
     return _longest_first(value for value in values if len(value) >= MIN_SECRET_LENGTH)
+
+
+def sent_secrets(headers: Iterable[tuple[str, str]], query: str) -> tuple[str, ...]:
+    """The credentials a request carries: its credential-looking headers' values (``Bearer
+    xyz``: xyz alone too) and query values (Gemini's ``?key=``), those worth masking."""
+    return endpoint_secrets(None, headers, f"?{query}" if query else "")
 
 
 def url_secrets(url: str) -> tuple[str, ...]:
@@ -254,13 +267,15 @@ class LogScrubber(logging.Filter):
     def __init__(self) -> None:
         super().__init__()
         self.scrubber = Scrubber()
+        self._adding = threading.Lock()  # the proxy's thread adds what an agent sent
         self._previous: Callable[..., logging.LogRecord] | None = None
         self._factory: Callable[..., logging.LogRecord] | None = None
 
     def add(self, secrets: Iterable[str]) -> None:
-        known = set(self.scrubber.secrets)
-        if not known.issuperset(secrets):
-            self.scrubber = Scrubber(known.union(secrets))
+        with self._adding:
+            known = set(self.scrubber.secrets)
+            if not known.issuperset(secrets):
+                self.scrubber = Scrubber(known.union(secrets))
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:

@@ -18,7 +18,7 @@ import math
 import os
 import shlex
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -85,8 +85,10 @@ class SessionRuntime:
         self._breakers: dict[str, CircuitBreaker] = {}
         self._endpoints: dict[tuple[Any, ...], ResolvedEndpoint] = {}
         """What each distinct case endpoint resolves to, per API (a suite has a few)."""
-        self._scrubbers: dict[tuple[ResolvedEndpoint, str | None], Scrubber] = {}
+        self._endpoint_scrubbers: dict[tuple[ResolvedEndpoint, str | None], Scrubber] = {}
         """The scrubber of each endpoint and the key its environment variable holds."""
+        self._scrubbers: dict[frozenset[str], Scrubber] = {}
+        """Every scrubber made, by the secrets it masks (``scrubber``)."""
         self._cassettes = CassettePaths(settings.cassette_dir, start_dir)
         self.kept_cassettes: KeptParses | None = None
         """Cassettes parsed by earlier runs, under pytest's cache directory (None without)."""
@@ -194,7 +196,8 @@ class SessionRuntime:
         if self._agents is None:
             from .agent_cases import AgentCases  # the proxy and h11: only with agent cases
 
-            self._agents = AgentCases(self.settings, self.kept_cassettes, self._limiter)
+            self._agents = AgentCases(self.settings, self.kept_cassettes, self._limiter,
+                                      self.scrubber)
         return self._agents
 
     def settle(self) -> None:
@@ -342,10 +345,7 @@ class SessionRuntime:
         from .mcp.provider import case_secrets
 
         secrets = case_secrets(case_run.loaded)
-        if not secrets:
-            return scrubber
-        self._log_scrubber.add(secrets)
-        return Scrubber((*scrubber.secrets, *secrets))
+        return self.scrubber((*scrubber.secrets, *secrets)) if secrets else scrubber
 
     def _live_mcp(self, scrubber: Scrubber, cassette: Cassette | None) -> McpProvider:
         """Live MCP servers for one case, its exchanges kept in ``cassette`` if given."""
@@ -371,12 +371,22 @@ class SessionRuntime:
         """What masks ``endpoint``'s credentials (``api_key`` is the key its variable holds
         now) in the case's records, and from now on in the HTTP libraries' logs."""
         key = (endpoint, api_key)
-        if key not in self._scrubbers:
-            secrets = (*endpoint_secrets(api_key, endpoint.headers, endpoint.base_url),
-                       *self._environment_secrets)
-            self._log_scrubber.add(secrets)
-            self._scrubbers[key] = Scrubber(secrets)
-        return self._scrubbers[key]
+        if key not in self._endpoint_scrubbers:
+            self._endpoint_scrubbers[key] = self.scrubber(
+                endpoint_secrets(api_key, endpoint.headers, endpoint.base_url))
+        return self._endpoint_scrubbers[key]
+
+    def scrubber(self, secrets: Iterable[str]) -> Scrubber:
+        """The scrubber of every kind of case (the plugin's loop, an agent case, a
+        ``toolbench_agent`` test, the judge and the simulated user): it masks ``secrets``
+        (an endpoint's credentials, a case's MCP servers', what an agent sent as one) and
+        the value of every credential-looking environment variable, in the case's records
+        and, from now on, in the logs and in what the session's code prints."""
+        found = frozenset((*secrets, *self._environment_secrets))
+        if found not in self._scrubbers:
+            self._log_scrubber.add(found)
+            self._scrubbers[found] = Scrubber(found)
+        return self._scrubbers[found]
 
     def _record_command(self, case_run: CaseRun) -> str:
         """The command that records ``case_run``'s cassette. The item exists only with the

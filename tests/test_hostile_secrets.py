@@ -147,3 +147,231 @@ stages: [{{name: ask, user: hi}}]
 def test_the_rule_is_documented() -> None:
     page = (Path(__file__).parent.parent / "docs" / "hostile-input.md").read_text()
     assert "credential" in page and "environment variable" in page
+
+
+# -- every kind of case: the plugin's loop, an agent case, a toolbench_agent test -----------
+# (issue 36) A team's own credential, TEAM_API_KEY, is sent in a request body, a header
+# and a query string, echoed back by the upstream, kept in the state, printed and logged:
+# it is masked in every output of every kind of case, recorded and replayed.
+
+TEAM_SECRET = "team-secret-5e1d9c3b7a"
+KINDS = ("model", "agent", "fixture")
+EVERY_OUTPUT = ("-p", "no:cacheprovider", "-v", "-rA", "--tb=long", "--showlocals",
+                "--junitxml=j.xml", "--toolbench-report=r.json", "--toolbench-html=r.html",
+                "--log-level=DEBUG", "--log-file=l.txt",
+                "--log-file-level=DEBUG")
+
+TEAM_AGENT = '''
+import logging
+import os
+
+from openai import OpenAI
+
+from support.agents.openai_chat import ChatAgent
+from support.agents.shop import SYSTEM
+
+
+class TeamAgent(ChatAgent):
+    """The support agent, with the team's key in its prompt, a header, the query string
+    and its state."""
+
+    def state(self):
+        return {**super().state(), "team_key": self.team_key}
+
+
+def make_agent(stream=False):
+    key = os.environ["TEAM_API_KEY"]
+    client = OpenAI(max_retries=0, default_headers={"X-Team-Key": key},
+                    default_query={"key": key})
+    agent = TeamAgent(client, "test-model", stream, f"{SYSTEM} Team key: {key}.")
+    agent.team_key = key
+    print(f"built with {key}")
+    logging.getLogger("team").warning("built with %s", key)
+    return agent
+'''
+
+TEAM_TOOLBOX = '''
+import logging
+import os
+
+
+class Desk:
+    """A toolbox that keeps the team's key in its state, prints it and logs it."""
+
+    def __init__(self):
+        self.team_key = os.environ["TEAM_API_KEY"]
+
+    def lookup_order(self, order_id: str, note: str = "") -> dict:
+        """Find an order by its number."""
+        print(f"looking up with {self.team_key}")
+        logging.getLogger("team").warning("looking up with %s", self.team_key)
+        return {"order_id": order_id, "status": "delivered"}
+'''
+
+TEAM_MODEL_CASE = """name: team_model
+endpoint: {{base_url: "{base_url}?key={secret}", retries: 0}}
+tools: [{{toolbox: {{python: "team_toolbox:Desk"}}}}]
+stages:
+  - name: ask
+    user: "Refund order 913 for ${{env.TEAM_API_KEY}}"
+    run_tools: true
+    expect:
+      text: nothing
+      state: {{Desk: {{team_key: nothing}}}}
+"""
+
+TEAM_AGENT_CASE = """name: team_agent
+agent: {python: "team_agent:make_agent"}
+stages:
+  - name: ask
+    user: Refund order 913
+    expect:
+      text: nothing
+      state: {team_key: nothing}
+"""
+
+TEAM_FIXTURE_TESTS = '''
+import team_agent
+
+
+def test_checked(toolbench_agent):
+    agent = team_agent.make_agent()
+    answer = agent("Refund order 913")
+    agent.close()
+    toolbench_agent.check(answer, text="nothing")
+
+
+def test_asserted(toolbench_agent):
+    agent = team_agent.make_agent()
+    agent("Refund order 913")
+    agent.close()
+    assert agent.state() == {"refunds": []}
+'''
+
+
+def echoing_the_team_key(request: RecordedRequest) -> Any:
+    """A model that calls lookup_order, then answers; both echo what the request carried
+    (its header, its query string, its body)."""
+    body = request.json()
+    sent = " ".join(str(part) for part in (request.path, request.headers.get("x-team-key"),
+                                           body["messages"][0]["content"]))
+    if any(message["role"] == "tool" for message in body["messages"]):
+        return json_reply(completion(text=f"Refunded. You sent {sent}"))
+    return json_reply(completion(tool_calls=[("lookup_order",
+                                              {"order_id": "913", "note": sent})]))
+
+
+def write_kind(pytester: pytest.Pytester, kind: str, base_url: str) -> None:
+    if kind == "model":
+        pytester.makepyfile(team_toolbox=TEAM_TOOLBOX)
+        pytester.makefile(".case.yaml", team=TEAM_MODEL_CASE.format(base_url=base_url,
+                                                                    secret=TEAM_SECRET))
+        return
+    pytester.makepyfile(team_agent=TEAM_AGENT)
+    if kind == "agent":
+        pytester.makefile(".case.yaml", team=TEAM_AGENT_CASE)
+    else:
+        pytester.makepyfile(test_team=TEAM_FIXTURE_TESTS)
+
+
+def every_output(pytester: pytest.Pytester, result: pytest.RunResult) -> dict[str, str]:
+    """The terminal (its failure lines too), the reports, the log file and the
+    cassettes."""
+    texts = {"stdout": result.stdout.str(), "stderr": result.stderr.str()}
+    texts |= {name: (pytester.path / name).read_text() for name in OUTPUTS}
+    texts |= {str(path.relative_to(pytester.path)): path.read_text()
+              for path in sorted((pytester.path / "__cassettes__").rglob("*.yaml"))}
+    return texts
+
+
+def leaked_to(outputs: dict[str, str], secret: str) -> list[str]:
+    """The outputs that hold ``secret``, or its start: a failure that cuts a long value
+    must not cut a secret before it is masked."""
+    return [name for name, text in outputs.items() if secret[:-6] in text]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_teams_secret_is_masked_in_every_output_of_every_kind_of_case(
+        pytester: pytest.Pytester, chat_server: ChatServer, monkeypatch: pytest.MonkeyPatch,
+        kind: str) -> None:
+    monkeypatch.setenv("TEAM_API_KEY", TEAM_SECRET)
+    monkeypatch.setenv("OPENAI_AGENTS_DISABLE_TRACING", "1")
+    chat_server.set_handler(echoing_the_team_key)
+    write_kind(pytester, kind, chat_server.base_url)
+    pytester.syspathinsert()
+    # The model case's base URL is its own (it carries the key in its query string).
+    flags = () if kind == "model" else ("--toolbench-base-url", chat_server.base_url)
+    failed = 2 if kind == "fixture" else 1
+
+    recorded = pytester.runpytest("--toolbench-record", *flags, *EVERY_OUTPUT)
+    recorded.assert_outcomes(failed=failed)
+    # The secret was in play: sent in the body, a header and the query, and echoed.
+    request = chat_server.requests[-1]
+    assert TEAM_SECRET in request.body.decode()
+    assert TEAM_SECRET in request.path
+    assert kind == "model" or request.headers["x-team-key"] == TEAM_SECRET
+    outputs = every_output(pytester, recorded)
+    assert any(name.startswith("__cassettes__") for name in outputs)
+    assert leaked_to(outputs, TEAM_SECRET) == [], f"recorded: {kind}"
+    # Where it was, the outputs show it masked: the echoed reply, the state, the prints.
+    terminal = recorded.stdout.str()
+    assert "You sent /v1/chat/completions?key=<scrubbed>" in terminal
+    assert ("built with <scrubbed>" if kind != "model" else "looking up with <scrubbed>"
+            ) in terminal
+    assert ("'team_key': '<scrubbed>'" if kind == "fixture"
+            else "team_key: expected 'nothing', got '<scrubbed>'") in terminal
+
+    replayed = pytester.runpytest(*flags, *EVERY_OUTPUT)
+    replayed.assert_outcomes(failed=failed)
+    assert "differs from the one recorded" not in replayed.stdout.str()
+    assert leaked_to(every_output(pytester, replayed), TEAM_SECRET) == [], f"replayed: {kind}"
+
+
+GEMINI_QUERY_AGENT = '''
+import os
+
+import httpx2
+
+KEY = "AIza-hard-coded-3c8e1f0a9b"
+
+
+def make_agent():
+    """A Gemini agent on plain HTTP that sends its own key as Gemini's ``?key=``."""
+    def agent(user):
+        url = (os.environ["GOOGLE_GEMINI_BASE_URL"]
+               + "/v1beta/models/gemini-2.5-flash:generateContent?key=" + KEY)
+        body = {"contents": [{"role": "user", "parts": [{"text": user}]}]}
+        reply = httpx2.post(url, json=body, timeout=30)
+        return reply.json()["candidates"][0]["content"]["parts"][0]["text"]
+    return agent
+'''
+
+
+def test_a_key_an_agent_sends_as_geminis_query_key_is_masked_where_it_is_echoed(
+        pytester: pytest.Pytester) -> None:
+    """Not the value of any variable: a credential query value the agent sent is a secret
+    of its case, masked in the echoing reply as a credential header's value is."""
+    from support.gemini_server import GeminiServer, response, text
+
+    key = "AIza-hard-coded-3c8e1f0a9b"
+    pytester.makepyfile(gemini_query=GEMINI_QUERY_AGENT)
+    pytester.syspathinsert()
+    pytester.makefile(".case.yaml", query="""name: query_key
+agent: {python: "gemini_query:make_agent"}
+stages: [{name: ask, user: hi, expect: {text: nothing}}]
+""")
+    with GeminiServer().start() as server:
+        server.set_handler(lambda request: json_reply(response(text(f"got {request.path}"))))
+        recorded = pytester.runpytest("--toolbench-record", "--toolbench-base-url",
+                                      server.base_url, *EVERY_OUTPUT)
+        assert key in server.requests[0].path  # forwarded as sent
+    recorded.assert_outcomes(failed=1)
+    recorded.stdout.fnmatch_lines(["*expected 'nothing', got 'got /v1beta/models/"
+                                   "gemini-2.5-flash:generateContent?key=<scrubbed>'"])
+    replayed = pytester.runpytest(*EVERY_OUTPUT)
+    replayed.assert_outcomes(failed=1)
+    for result in (recorded, replayed):
+        outputs = every_output(pytester, result)
+        assert "got /v1beta/models/gemini-2.5-flash:generateContent?key=<scrubbed>" in (
+            outputs["__cassettes__/query/query_key.yaml"])
+        assert leaked_to(outputs, key) == []

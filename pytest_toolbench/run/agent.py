@@ -42,7 +42,7 @@ from .agent_thread import AgentThread
 from .check import Outcome, check, check_agent
 from .interpolate import InterpolationError, capture, interpolate, resolve_expect
 from .outcome_check import python_check, stage_outcome
-from .runner import CaseRun
+from .runner import CaseRun, scrubbed
 from .toolset import ToolFailed, WorldState
 from .usercode import ThreadRunner, UserCodeFailed, UserLoop, call_user
 
@@ -55,6 +55,11 @@ class AgentTraffic(Protocol):
 
     def since(self, start: int) -> list[Exchange]:
         """The exchanges since ``start``, once those under way have ended."""
+
+    @property
+    def scrubber(self) -> Scrubber:
+        """The case's scrubber: the session's secrets and the credentials the agent sent
+        so far (``SessionRuntime.scrubber``)."""
 
 
 @dataclass
@@ -73,7 +78,6 @@ class AgentContext:
     stage_timeout_s: float
     runs: int = 1
     match_timeout_s: float = 10.0
-    scrubber: Scrubber | None = None
     verdict: Callable[[], str | None] | None = None
     """Asked once the runs are over: recorded exchanges left unplayed, or None."""
     judge: SecondModel | None = None
@@ -109,7 +113,10 @@ async def run_agent_case(case_run: CaseRun, ctx: AgentContext) -> CaseResult:
         runs.append(run)
         if abandoned:
             break
-    return case_run.result(runs, error=ctx.verdict() if ctx.verdict is not None else None)
+    result = case_run.result(runs, error=ctx.verdict() if ctx.verdict is not None else None)
+    # As the plugin's own loop does: what the run did not mask as it went (the failures,
+    # the agent's state, errors) is masked now, with every credential the agent sent.
+    return scrubbed(result, ctx.traffic.scrubber)
 
 
 class AgentRun:
@@ -307,7 +314,9 @@ class AgentRun:
             attempt.failures.append(self._failure(
                 f"the agent returned {type(answer).__name__}, not str: an agent returns"
                 " its reply's text", ("stages", index, "user")))
-        return answer
+            return answer
+        # Masked as a model's reply is: an echoed key reaches no check, judge or report.
+        return self.ctx.traffic.scrubber.text(answer)
 
     def _abandon_if_overrun(self, failed: UserCodeFailed) -> None:
         """An agent past its time limit is left running: the proxy refuses it from now on,
@@ -326,6 +335,8 @@ class AgentRun:
                                      self.thread)
         except ToolFailed as failed:
             return WorldState(errors={"agent": str(failed)})
+        # Masked before it is checked, as a toolbox's state is: a failure may cut a value.
+        state = self.ctx.traffic.scrubber.data(state)
         attempt.state = {"agent": state}
         return WorldState(states=state)
 

@@ -733,7 +733,9 @@ async def observe(toolset: Toolset, expect: AgentExpect, scrubber: Scrubber
     """The toolboxes' state, then the runs of ``expect.probe``'s calls, one at a time in
     order, through the toolset as the model's calls go (an MCP server's are recorded and
     replayed with the model's)."""
-    world = await toolset.snapshot()
+    # Masked before it is checked: a failure cuts a long value, and a cut secret would no
+    # longer be found whole to mask.
+    world: WorldState = scrubber.data(await toolset.snapshot())
     probes: list[ToolRun] = []
     for index, probe in enumerate(expect.probe or []):
         arguments = probe.call.arguments

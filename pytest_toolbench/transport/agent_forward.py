@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -42,8 +42,9 @@ class LiveTap(Tap):
     """Forwards each request once to its API's real base URL; records when told to."""
 
     def __init__(self, cassette: Cassette, scrubber: Scrubber,
-                 upstreams: Mapping[str, Upstream], recording: bool) -> None:
-        super().__init__(cassette, scrubber)
+                 upstreams: Mapping[str, Upstream], recording: bool,
+                 scrubber_of: Callable[[Iterable[str]], Scrubber] = Scrubber) -> None:
+        super().__init__(cassette, scrubber, scrubber_of)
         self.upstreams = upstreams
         self.recording = recording
         self._client: httpx2.AsyncClient | None = None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from ..keypaths import format_key_path
@@ -29,8 +29,9 @@ from .replay import request_diff
 class ReplayTap(Tap):
     """Answers each request from the case's cassette; never the network."""
 
-    def __init__(self, cassette: Cassette, scrubber: Scrubber, speed: float = 0.0) -> None:
-        super().__init__(cassette, scrubber)
+    def __init__(self, cassette: Cassette, scrubber: Scrubber, speed: float = 0.0,
+                 scrubber_of: Callable[[Iterable[str]], Scrubber] = Scrubber) -> None:
+        super().__init__(cassette, scrubber, scrubber_of)
         self.speed = speed
         self._used: set[int] = set()
         self._recorded = [interaction for interaction in cassette.interactions

@@ -12,13 +12,14 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
 import httpx2
 
 from ..records import Interaction, Reply, StreamEvent, overloaded
-from ..scrubbing import Scrubber, is_credential
+from ..scrubbing import Scrubber, mask_urls, sent_secrets
 from ..wire import wire_api
 from ..wire.base import JSON_ERRORS
 from .cassette import Cassette
@@ -60,9 +61,13 @@ class Exchange:
 class Tap:
     """What the two taps share: the log of exchanges and the stage's view of it."""
 
-    def __init__(self, cassette: Cassette, scrubber: Scrubber) -> None:
+    def __init__(self, cassette: Cassette, scrubber: Scrubber,
+                 scrubber_of: Callable[[Iterable[str]], Scrubber] = Scrubber) -> None:
         self.cassette = cassette
         self.scrubber = scrubber
+        """The case's scrubber; it grows by each credential the agent sends."""
+        self._scrubber_of = scrubber_of
+        """Makes the scrubber of given secrets (the session's, which the logs share)."""
         self.exchanges: list[Exchange] = []
         self._lock = threading.Condition()
         self._in_flight = 0
@@ -110,11 +115,14 @@ class Tap:
             return len(self.exchanges)
 
     def _begin(self, request: ProxyRequest) -> None:
+        self._scrubber_for(request)  # its credentials are secrets before any reply comes
         with self._lock:
             self._in_flight += 1
             self.connections.add(request.connection)
 
     def _end(self, exchange: Exchange) -> None:
+        if exchange.error is not None:  # an HTTP library's message may hold a URL's key
+            exchange.error = mask_urls(self.scrubber.text(exchange.error))
         with self._lock:
             self._in_flight -= 1
             self.exchanges.append(exchange)
@@ -135,14 +143,15 @@ class Tap:
         return scrubber.data(value)  # type: ignore[no-any-return]
 
     def _scrubber_for(self, request: ProxyRequest) -> Scrubber:
-        """The case's scrubber, masking the keys this request's headers carry too."""
-        sent = [value for name, value in request.headers if is_credential(name)]
-        sent += [value.partition(" ")[2] for value in sent]
-        extra = [value for value in sent if len(value) >= 8 and value not in (
-            PLACEHOLDER_KEY, f"Bearer {PLACEHOLDER_KEY}")]
-        if not extra:
+        """The case's scrubber, from now on masking the credentials this request carries
+        too: its credential headers' values and its credential query values (Gemini's
+        ``?key=``), wherever they appear (an echo in a reply, the agent's state)."""
+        sent = [value for value in sent_secrets(request.headers, request.query)
+                if PLACEHOLDER_KEY not in value]
+        with self._lock:
+            if not set(self.scrubber.secrets).issuperset(sent):
+                self.scrubber = self._scrubber_of((*self.scrubber.secrets, *sent))
             return self.scrubber
-        return Scrubber((*self.scrubber.secrets, *extra))
 
     def _shown_path(self, request: ProxyRequest) -> str:
         path = request.path.partition("?")[0]
