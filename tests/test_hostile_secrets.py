@@ -366,12 +366,11 @@ stages: [{name: ask, user: hi, expect: {text: nothing}}]
                                       server.base_url, *EVERY_OUTPUT)
         assert key in server.requests[0].path  # forwarded as sent
     recorded.assert_outcomes(failed=1)
-    recorded.stdout.fnmatch_lines(["*expected 'nothing', got 'got /v1beta/models/"
-                                   "gemini-2.5-flash:generateContent?key=<scrubbed>'"])
+    echoed = "got /v1beta/models/gemini-2.5-flash:generateContent?key=<scrubbed>"
+    recorded.stdout.fnmatch_lines([f"*expected 'nothing', got '{echoed}'"])
     replayed = pytester.runpytest(*EVERY_OUTPUT)
     replayed.assert_outcomes(failed=1)
     for result in (recorded, replayed):
         outputs = every_output(pytester, result)
-        assert "got /v1beta/models/gemini-2.5-flash:generateContent?key=<scrubbed>" in (
-            outputs["__cassettes__/query/query_key.yaml"])
+        assert echoed in outputs["__cassettes__/query/query_key.yaml"]
         assert leaked_to(outputs, key) == []
