@@ -82,20 +82,21 @@ def toolbench_agent(request: pytest.FixtureRequest) -> Iterator[ToolbenchAgent]:
     from .agent_fixture import agent_fixture
     from .items import session_runtime
 
-    runtime = session_runtime(request.config)
-    yield from agent_fixture(request, runtime.agent_cases, runtime.settle)
+    yield from agent_fixture(request, session_runtime(request.config))
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
                               ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    """A ``toolbench_agent`` test's report has the session's credentials masked, as a
-    case's has (``items.mask_test_report``)."""
+    """A ``toolbench_agent`` test's reports, as a case's: the session's credentials masked
+    (``items.mask_test_report``), its record on them (``agent_fixture.record_test``)."""
     report = yield
     if "toolbench_agent" in getattr(item, "fixturenames", ()):
+        from .agent_fixture import record_test
         from .items import mask_test_report
 
         mask_test_report(report, item.config)
+        record_test(item, call, report)
     return report
 
 

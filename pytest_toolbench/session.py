@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from .apis import AGENT, API_NAMES, DEFAULT_API
 from .budget import TokenBudget
 from .casefile.cache import KeptParses
+from .casefile.schema import Endpoint
 from .judge.second import RoleModels, SecondModel
 from .records import CaseResult
 from .run.runner import CaseRun, RunContext, run_case
@@ -164,28 +165,37 @@ class SessionRuntime:
         path, shown, hint = self.cassette_location(case_run)
         result = self._run_here(self.agent_cases.execute(
             case_run, path, shown, hint, replaying,
-            lambda cassette: self._agent_seconds(case_run, cassette)))
+            lambda cassette: self.own_seconds(SecondModels(self, case_run, cassette),
+                                              replaying)))
         if not replaying:
             self._spent(case_run, result.spent_tokens)
         return result
 
-    def _agent_seconds(self, case_run: CaseRun, cassette: Cassette) -> RoleModels:
-        """An agent case's judge: replayed from its cassette, or live on a client of its
-        own (an agent case runs on pytest's own loop, not the live cases' loop)."""
-        seconds = SecondModels(self, case_run, cassette)
-        if not seconds.roles:
-            return RoleModels()
+    def fixture_seconds(self, cassette: Cassette, replaying: bool) -> RoleModels:
+        """A ``toolbench_agent`` test's judge (the command line's or the ini's model, over
+        the session's endpoint), its exchanges in the test's ``cassette``."""
+        return self.own_seconds(SecondModels(self, None, cassette), replaying)
+
+    def own_seconds(self, seconds: SecondModels, replaying: bool) -> RoleModels:
+        """The judge and simulated user of an agent case or test, on clients of their own
+        (they run on pytest's own thread or a test's, not on the live cases' loop):
+        replayed from the cassette (the judge live with ``--toolbench-rejudge``), else
+        live, recorded into it unless the mode is live."""
+        if not seconds.roles:  # replayed: a role's recorded exchanges are left unused
+            return seconds.replayed(Scrubber(()), live_judge=False) if replaying \
+                else RoleModels()
         endpoint = seconds.endpoint
-        replaying = self.replays(case_run)
-        live = not replaying or self._rejudges(case_run)
+        rejudge = self.settings.rejudge and "judge" in seconds.roles
+        live = not replaying or rejudge
         client = ApiClient(_client_config(endpoint),
                            pacer=self._limiter(endpoint.base_url) if live else None)
         if replaying:
             replayed = seconds.replayed(self._scrubber(endpoint, endpoint.api_key()),
-                                        live_judge=self._rejudges(case_run), client=client)
+                                        live_judge=rejudge, client=client)
             replayed.clients.append(client)
             return replayed
         recording = self.settings.mode in (Mode.RECORD, Mode.MISSING)
+        cassette = seconds.cassette
         return RoleModels(seconds.live(cassette.interactions.append if recording else None,
                                        client), [], [client])
 
@@ -513,30 +523,38 @@ class SecondModels:
     the model's). The simulated user
     speaks to the same endpoint, as ``simulate_user.model`` or else the judge model."""
 
-    def __init__(self, runtime: SessionRuntime, case_run: CaseRun, cassette: Cassette) -> None:
-        self.runtime, self.case_run, self.cassette = runtime, case_run, cassette
-        case = case_run.loaded.case
-        self.roles = [role for role, wanted in (("judge", case.judged),
-                                                ("simulator", case.simulated)) if wanted]
+    def __init__(self, runtime: SessionRuntime, case_run: CaseRun | None,
+                 cassette: Cassette) -> None:
+        self.runtime, self.cassette = runtime, cassette
+        case = case_run.loaded.case if case_run is not None else None
+        self.judge = case.judge if case is not None else None
+        """The case's ``judge`` (a ``toolbench_agent`` test, which has no case: None)."""
+        self.case_endpoint = case.endpoint if case is not None else Endpoint()
+        self.own_api = (case_run.api if case_run is not None and case_run.api in API_NAMES
+                        else DEFAULT_API)
+        """The case item's API; chat for an agent case or test."""
+        self.roles = ([role for role, wanted in (("judge", case.judged),
+                                                 ("simulator", case.simulated)) if wanted]
+                      if case is not None else ["judge"] if self.model else [])
+        """A test's judge is there whenever a judge model is named (its checks say when
+        it is asked)."""
 
     @functools.cached_property
     def model(self) -> str:
-        judge = self.case_run.loaded.case.judge
+        judge = self.judge
         return self.runtime.settings.judge_model_for(judge.model if judge else None) or ""
 
     @functools.cached_property
     def api(self) -> str:
         """``judge.endpoint.api``, else the case item's (chat for an agent case)."""
-        judge = self.case_run.loaded.case.judge
-        own = self.case_run.api if self.case_run.api in API_NAMES else DEFAULT_API
-        return (judge.endpoint.api if judge is not None else None) or own
+        judge = self.judge
+        return (judge.endpoint.api if judge is not None else None) or self.own_api
 
     @functools.cached_property
     def endpoint(self) -> ResolvedEndpoint:
         """Worked out when a role needs it (most replayed cases have none)."""
-        case = self.case_run.loaded.case
-        given = case.judge.endpoint if case.judge is not None else None
-        endpoint = case.endpoint if given is None else case.endpoint.model_copy(
+        given = self.judge.endpoint if self.judge is not None else None
+        endpoint = self.case_endpoint if given is None else self.case_endpoint.model_copy(
             update={key: getattr(given, key) for key in given.model_fields_set})
         resolved = self.runtime.settings.endpoint_for(endpoint, self.api)
         if given is not None and given.base_url:  # the judge's own: no flag for the model's

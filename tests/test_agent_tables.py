@@ -8,7 +8,13 @@ the loopback chat server; the replays run with the server stopped.
 from __future__ import annotations
 
 import pytest
-from support.chat_server import RecordedRequest, completion, json_reply, start_chat_server
+from support.chat_server import (
+    JsonReply,
+    RecordedRequest,
+    completion,
+    json_reply,
+    start_chat_server,
+)
 
 WEATHER_CASE = """name: weather
 agent:
@@ -27,11 +33,12 @@ stages:
 """
 
 
-def forecast(request: RecordedRequest) -> object:
+def forecast(request: RecordedRequest) -> JsonReply:
     """The desk's city (from the system prompt) and its temperature."""
     system = request.json()["messages"][0]["content"]
     city = system.rsplit(" ", 1)[-1].rstrip(".")
-    return json_reply(completion(f"{city}: {dict(Paris=21, Rome=27).get(city, 0)} degrees"))
+    degrees = {"Paris": 21, "Rome": 27}.get(city, 0)
+    return json_reply(completion(f"{city}: {degrees} degrees"))
 
 
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
@@ -78,5 +85,5 @@ def test_an_undefined_name_in_an_agents_init_is_a_collection_error_at_its_line(
         "BASE_URL", "http://127.0.0.1:9/v1"))
     result = run(pytester)
     result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines(["*weather.case.yaml:4: agent.init.system: ${town} is not"
-                                 " defined*"])
+    result.stdout.fnmatch_lines([("*weather.case.yaml:4: agent.init.system: ${town} is not"
+                                  " defined*")])

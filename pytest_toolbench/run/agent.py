@@ -271,7 +271,7 @@ class AgentRun:
                 expect.python, record, self.agent, (*base, "python"), self._line_of,
                 self.ctx.stage_timeout_s, self.loop)
         if not attempt.failures and stage.expect.judge:
-            await judge_stage(self.ctx.judge, stage, attempt, self._fail_at(index), history)
+            await judge_stage(self.ctx.judge, stage.expect, attempt, self._fail_at(index), history)
         if not attempt.failures:
             self.history = history
         if not attempt.failures and stage.capture:

@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..casefile.schema import SimulateUser, Stage
+from ..casefile.schema import Expect, SimulateUser
 from ..judge.second import SecondModel
 from ..judge.simulator import STOP, next_message
 from ..judge.verdicts import judge
@@ -30,8 +30,9 @@ Fail = Callable[[StageAttempt, str, tuple[str | int, ...]], None]
 def said(history: list[dict[str, Any]], text: str, answer: str,
          calls: list[ToolCall]) -> None:
     """One exchange with the agent appended to ``history`` (chat-shaped, as the judge's
-    transcript reads it): the user's text, the calls, the agent's answer."""
-    history.append({"role": "user", "content": text})
+    transcript reads it): the user's text (when known), the calls, the agent's answer."""
+    if text:
+        history.append({"role": "user", "content": text})
     if calls:
         history.append({"role": "assistant", "content": "", "tool_calls": [
             {"id": call.id or "", "type": "function",
@@ -80,13 +81,14 @@ async def converse(simulator: SecondModel | None, spec: SimulateUser, attempt: S
     return answer
 
 
-async def judge_stage(judge_model: SecondModel | None, stage: Stage, attempt: StageAttempt,
+async def judge_stage(judge_model: SecondModel | None, expect: Expect, attempt: StageAttempt,
                       fail: Fail, history: list[dict[str, Any]]) -> None:
-    """``expect.judge`` of an agent case's stage, over the conversation so far."""
+    """``expect.judge`` of an agent case's stage (or a test's check), over the
+    conversation so far."""
     if judge_model is None:
         fail(attempt, "judge error: no judge model configured", ("expect", "judge"))
         return
-    for index, criterion in enumerate(stage.expect.criteria):
+    for index, criterion in enumerate(expect.criteria):
         judgement, turns = await judge(judge_model, history, criterion.criterion,
                                        criterion.samples)
         attempt.side_turns += turns
