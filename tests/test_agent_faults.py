@@ -7,10 +7,12 @@ to over real HTTP on loopback.
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -18,6 +20,7 @@ import pytest
 import yaml
 from support.chat_server import completion, json_reply, start_chat_server
 
+from pytest_toolbench.scrubbing import Scrubber
 from pytest_toolbench.transport.proxy import ProxyRequest, ProxyResponse, ProxyServer, refused
 
 AGENTS = '''
@@ -613,3 +616,45 @@ def test_a_large_reply_reaches_a_slow_agent_whole(pytester: pytest.Pytester) -> 
                                                  ).replace("agents:", "big:"))
         run(pytester, "--toolbench-record").assert_outcomes(passed=1)
     run(pytester).assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize("below", [
+    "/v1@127.0.0.1:{evil}/chat/completions",
+    "/v1:1@127.0.0.1:{evil}/chat/completions",
+    "/@127.0.0.1:{evil}/v1/chat/completions",
+    "//user@127.0.0.1:{evil}/v1/chat/completions",
+    "/v1/..//user@127.0.0.1:{evil}/chat/completions",
+])
+def test_a_path_with_user_at_host_in_it_cannot_forward_to_another_host(below: str) -> None:
+    """The upstream URL is built from the request's path: whatever the path holds (an
+    ``@``, a ``//``), it is a path on the endpoint's own host."""
+    from pytest_toolbench.transport.agent_forward import LiveTap, Upstream
+    from pytest_toolbench.transport.cassette import Cassette
+    from pytest_toolbench.transport.proxy import FAMILIES
+
+    with start_chat_server() as endpoint, start_chat_server() as evil:
+        origin = endpoint.base_url.removesuffix("/v1")  # a base URL with no path
+        upstreams = {api: Upstream(origin, None) for api in ("chat", "responses", "messages",
+                                                               "gemini")}
+        proxy = ProxyServer()
+        proxy.start()
+        tap = LiveTap(Cassette(Path("unused.yaml")), Scrubber(), upstreams, recording=False)
+        proxy.attach(tap)
+        connection = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=10)
+        try:
+            port = evil.base_url.split(":")[2].split("/")[0]
+            target = f"/{proxy.token}/{FAMILIES['openai'].name}{below.format(evil=port)}"
+            connection.request("POST", target, body=b"{}",
+                               headers={"content-type": "application/json"})
+            reply = connection.getresponse()
+            reply.read()
+        finally:
+            connection.close()
+            proxy.attach(None)
+            tap.close()
+            asyncio.run_coroutine_threadsafe(tap.aclose(), proxy.loop).result(10)
+            proxy.close()
+        assert evil.requests == []
+        (forwarded,) = endpoint.requests  # to the endpoint's own host, whatever its answer
+        assert reply.status in (200, 404)
+        assert "authorization" not in forwarded.headers  # no userinfo made into Basic auth

@@ -133,6 +133,10 @@ FAULTS = {
     "not JSON": (lambda api: text(api, "Sure! It passes."),
                  ("no verdict: the reply is not the JSON asked for (a refusal?): 'Sure! It"
                   " passes.'")),
+    # As JSON text (the Messages API's tool input is an object: parsed with the body).
+    "duplicated verdict": (lambda api: text(api, '{"reasoning": "No.", "verdict": "fail",'
+                                                 ' "verdict": "pass"}'),
+                           "no verdict: the reply gives 'verdict' more than once"),
     "refusal": (refusal, ""),
     "HTTP error": (lambda api: json_reply({"error": {"message": "judge overloaded"}},
                                           status=503), "HTTP 503: judge overloaded"),

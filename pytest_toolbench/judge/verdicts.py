@@ -67,11 +67,29 @@ def read_verdict(turn: Turn) -> JudgeSample:
     return _verdict_of(structured_answer(reply, ANSWER))
 
 
+class _TwiceGiven(ValueError):
+    """A JSON object of the judge's names a key twice."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are each given once: a reply that says ``verdict`` twice
+    says two things, and which one a parser keeps is no verdict (fail closed)."""
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise _TwiceGiven(key)
+        found[key] = value
+    return found
+
+
 def _verdict_of(answer: str | dict[str, Any]) -> JudgeSample:
     if isinstance(answer, str):
         text = answer
         try:
-            answer = json.loads(text)
+            answer = json.loads(text, object_pairs_hook=_unique_keys)
+        except _TwiceGiven as twice:
+            return _error(f"no verdict: the reply gives {twice.args[0]!r} more than once:"
+                          f" {text.strip()[:200]!r}")
         except JSON_ERRORS:
             shown = text.strip()[:200] or "an empty reply"
             return _error(f"no verdict: the reply is not the JSON asked for (a refusal?):"

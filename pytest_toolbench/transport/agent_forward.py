@@ -13,6 +13,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
+from urllib.parse import quote
 
 import httpx2
 
@@ -140,15 +141,27 @@ class LiveTap(Tap):
             await self._client.aclose()
 
 
-def _upstream_url(base_url: str, request: ProxyRequest) -> str:
+def _upstream_url(base_url: str, request: ProxyRequest) -> httpx2.URL:
     """The request's URL upstream: the path below the family's base URL, below the API's
     base URL; an SDK that adds its own API version (``/v1/messages``,
-    ``/v1beta/models/...``) has it replaced by the base URL's."""
+    ``/v1beta/models/...``) has it replaced by the base URL's. Only the path is the
+    request's: whatever it holds (``@host``, ``//user@host``), the scheme, host and port
+    are the base URL's."""
     below = request.below
     if not request.family.base_suffix:
         below = _VERSION.sub("", below, count=1)
-    query = f"?{request.query}" if request.query else ""
-    return base_url.rstrip("/") + below + query
+    base = httpx2.URL(base_url)
+    tail = below if not below or below.startswith("/") else f"/{below}"
+    base_path, _, base_query = base.raw_path.partition(b"?")
+    query = b"&".join(part for part in (base_query, _quoted(request.query)) if part)
+    return base.copy_with(raw_path=base_path.rstrip(b"/") + _quoted(tail)
+                          + (b"?" + query if query else b""))
+
+
+def _quoted(text: str) -> bytes:
+    """``text`` as the bytes of a URL's path or query: what is not ASCII percent-encoded,
+    the rest (escapes included) as it came."""
+    return quote(text, safe="".join(map(chr, range(33, 127)))).encode("ascii")
 
 
 _VERSION = re.compile(r"^/v\d[^/]*(?=/)")

@@ -446,8 +446,10 @@ def snippet(text: str, limit: int = 80) -> str:
 
 def structured_answer(reply: Reply, name: str) -> str | dict[str, Any]:
     """A structured answer as it came: the arguments of the call of the tool ``name`` (an
-    API whose structured mode is a forced call), else the reply's text (JSON to read)."""
+    API whose structured mode is a forced call), else the reply's text; JSON text to read
+    as the server sent it (a key given twice still twice), or the arguments an API sent
+    as an object."""
     call = next((call for call in reply.tool_calls if call.name == name), None)
     if call is None:
         return reply.text
-    return call.arguments if isinstance(call.arguments, dict) else call.arguments_raw
+    return call.arguments_raw or (call.arguments if isinstance(call.arguments, dict) else "")
