@@ -38,3 +38,8 @@ conversation, so a recording grows with the square of the turns."""
 
 JUDGE_SAMPLES_MAX: Final = 25
 """The most ``samples`` a judge criterion may ask for (each one is a request)."""
+
+PROGRESSIVE_LEAD_MS: Final = 1.0
+"""``expect.stream.progressive``: a call's arguments count as complete before the stream
+ended when their last piece arrived at least this long before its last event (events a
+server writes back to back at the end arrive microseconds apart)."""

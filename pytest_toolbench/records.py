@@ -26,6 +26,17 @@ class ToolCall:
     completed_ms: float | None = None
     """Streamed replies: when the last piece of the arguments arrived, in ms after the
     request was sent (the report's stream timeline marks it); ``None`` otherwise."""
+    closed_ms: float | None = None
+    """Streamed replies: when the API said the arguments were complete (Responses
+    ``function_call_arguments.done``, Messages ``content_block_stop``, chat the next call's
+    index or the finish reason, a Gemini part): the moment ``run_tools: progressive`` runs
+    the call; ``None`` when the stream ended before any mark (or it was not streamed)."""
+    argument_events: int | None = None
+    """Streamed replies: how many events carried a piece of the arguments (a call sent
+    whole is one)."""
+    said_ms: float | None = None
+    """Streamed replies: when the last event that carried a piece of the arguments
+    arrived (``expect.stream.progressive`` compares it with the stream's end)."""
 
     def to_message(self) -> dict[str, Any]:
         """The call as it goes back into the conversation's assistant message."""
@@ -49,6 +60,9 @@ class StreamStats:
     """What ends this API's stream properly, as messages name it."""
     usage: bool = False
     """A usage object arrived."""
+    ended_ms: float | None = field(default=None, compare=False)
+    """When the stream's last event arrived, in ms after the request was sent (a replayed
+    stream's times are the recorded ones); a time, left out of comparisons."""
 
 
 @dataclass
@@ -166,6 +180,42 @@ class ToolRun:
     that can say so marks the result as an error (Messages: ``is_error: true``)."""
     server: str | None = None
     """The MCP server that ran it; ``None`` for the case's own tools."""
+    started_ms: float | None = None
+    """A streamed turn's tool run: when it started, in ms after the turn's request was
+    sent, on the stream's clock (a replayed stream's is the recorded one): the moment
+    that let it start (its call's mark, or the stream's end) plus how long it then took
+    to start."""
+    ended_ms: float | None = None
+    """When it ended, on the same clock."""
+    task: str | None = None
+    """A background tool's task: the model was answered ``{"status": "started", "task":
+    ID}`` and the tool ran on its own (``RunResult.background``)."""
+
+
+@dataclass
+class BackgroundTask:
+    """One background tool's run: started by a call of the model, never waited for."""
+
+    task: str
+    name: str
+    arguments: str
+    started_ms: float
+    """When it started, in ms after the run began."""
+    ended_ms: float | None = None
+    """When it ended; ``None``: it had not when the run ended (then it was cancelled)."""
+    result: str | None = None
+    """What the tool answered (nobody reads it but the report)."""
+    error: str | None = None
+    """Why it failed: what it raised, its time limit, or that the run ended first."""
+    server: str | None = None
+    """The MCP server that ran it; ``None`` for the case's own tools."""
+
+    @property
+    def status(self) -> str:
+        """``running``, ``done``, ``failed``."""
+        if self.ended_ms is None and self.error is None:
+            return "running"
+        return "failed" if self.error is not None else "done"
 
 
 @dataclass
@@ -201,6 +251,8 @@ class Turn:
     """Wall time of the whole turn: every transport attempt and the waits between them."""
     role: str = "model"
     """Who was asked: ``model`` (the model under test), ``judge`` or ``simulator``."""
+    progressive: bool = False
+    """``run_tools: progressive``: each call of the streamed reply ran as it closed."""
 
     @property
     def latency_ms(self) -> float:
@@ -359,6 +411,8 @@ class RunResult:
     stages: list[StageResult] = field(default_factory=list)
     error: str | None = None
     """A failure outside any stage (missing cassette, interpolation error...)."""
+    background: list[BackgroundTask] = field(default_factory=list)
+    """The background tools the run started, in the order they started."""
 
     @property
     def passed(self) -> bool:
@@ -516,3 +570,14 @@ def total_tokens(replies: list[Reply]) -> int | None:
              if (isinstance(count, int) and not isinstance(count, bool))
              or (isinstance(count, float) and math.isfinite(count))]
     return sum(known) if known else None
+
+
+def saved_ms(stream_ended_ms: float | None, runs: list[ToolRun]) -> float | None:
+    """How much sooner a turn's tools were done than had they all started when its stream
+    ended (each taking as long as it did): None when nothing can tell."""
+    timed = [run for run in runs if run.started_ms is not None and run.ended_ms is not None]
+    if stream_ended_ms is None or not timed:
+        return None
+    longest = max(run.duration_ms for run in timed)
+    done = max(stream_ended_ms, max(run.ended_ms or 0.0 for run in timed))
+    return round(max(0.0, stream_ended_ms + longest - done), 1)

@@ -334,7 +334,7 @@ stages:
     assert len(chat_server.requests) == 1
 
 
-def test_run_tools_takes_true_false_or_once(pytester: pytest.Pytester) -> None:
+def test_run_tools_takes_true_false_once_or_progressive(pytester: pytest.Pytester) -> None:
     pytester.makefile(".case.yaml", loop="""name: twice
 stages:
   - name: ask
@@ -344,8 +344,8 @@ stages:
     result = pytester.runpytest("--collect-only", "-p", "no:cacheprovider")
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines([("*loop.case.yaml:5: stages[[]0[]].run_tools: run_tools takes"
-                                  " true (the agent loop), once (one round of tool runs) or"
-                                  " false; got 'twice'")])
+                                  " true (the agent loop), once (one round of tool runs),"
+                                  " progressive (*) or false; got 'twice'")])
 
 
 def test_pending_calls_are_answered_before_the_next_stage(

@@ -182,6 +182,10 @@ class Tool(StrictModel):
     error: str | None = None
     """The tool fails with this message."""
     timeout_s: float = Field(default=30, gt=0)
+    background: bool = False
+    """A ``python`` tool the model starts and never waits for: its call is answered at once
+    with ``{"status": "started", "task": ID}`` and the function runs on its own (its result
+    goes to the report, never to the model)."""
     strict: bool | None = None
     """Ask the server to hold the arguments to ``parameters`` exactly (structured outputs):
     every object of the schema must list all its properties in ``required`` and set
@@ -200,6 +204,13 @@ class Tool(StrictModel):
         given = [key for key in ("result", "python", "error") if key in self.model_fields_set]
         if len(given) > 1:
             raise ValueError(f"give only one of result, python, error (got {', '.join(given)})")
+        return self
+
+    @model_validator(mode="after")
+    def _background_runs_code(self) -> Tool:
+        if self.background and self.python is None:
+            raise KeyedError("background: true runs a python tool on its own; this tool has"
+                             " no python function to run", ("background",))
         return self
 
     @property
@@ -253,13 +264,24 @@ class McpTools(StrictModel):
     """The server, as ``mcp_servers`` names it (the case's, or its file's)."""
     include: list[Annotated[str, Field(min_length=1)]] | None = Field(default=None, min_length=1)
     """Only these of the server's tools; each must be one the server lists."""
+    background: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+    """The server's tools the model starts and never waits for (``background: true`` on a
+    ``python`` tool); each must be one the server lists (and ``include`` names)."""
 
-    @field_validator("include")
+    @field_validator("include", "background")
     @classmethod
     def _unique_includes(cls, include: list[str] | None) -> list[str] | None:
         if include is not None:
             _reject_duplicates("included tool", include, key=None)
         return include
+
+    @model_validator(mode="after")
+    def _background_included(self) -> McpTools:
+        for index, name in enumerate(self.background):
+            if self.include is not None and name not in self.include:
+                raise KeyedError(f"background names {name!r}, which include leaves out",
+                                 ("background", index))
+        return self
 
 
 class BfclToolbox(StrictModel):
@@ -364,6 +386,9 @@ class Toolbox(StrictModel):
     timeout_s: float = Field(default=30, gt=0)
     """How long one call into the toolbox may take: a method, its constructor, ``state()``
     or a deep copy (a retried stage); past it the call is abandoned and named."""
+    background: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+    """Methods the model starts and never waits for (``background: true`` on a ``python``
+    tool): each call is answered at once, the method runs on its own."""
 
     _methods: list[MethodTool] = PrivateAttr(default_factory=list)
 
@@ -380,6 +405,12 @@ class Toolbox(StrictModel):
                 raise KeyedError(f"schemas names {name!r}, which is not one of the toolbox's"
                                  f" tools ({', '.join(names) or 'none'})", ("schemas", name))
             paths[name] = ("schemas", name)
+        _reject_duplicates("background method", self.background, key=None)
+        for index, name in enumerate(self.background):
+            if name not in names:
+                raise KeyedError(f"background names {name!r}, which is not one of the"
+                                 f" toolbox's tools ({', '.join(names) or 'none'})",
+                                 ("background", index))
         given = {name: schema.model_dump(exclude_unset=True)
                  for name, schema in self.schemas.items()}
         self._methods = describe_methods(cls, names, given, paths)
@@ -571,6 +602,10 @@ class StreamExpect(StrictModel):
     """Matcher on the time to the first content or tool-call delta."""
     usage: bool | None = None
     """True: a usage object must arrive; false: none may."""
+    progressive: bool | None = None
+    """True: every call of the reply streamed its arguments in more than one event and
+    they were complete before the stream ended, in time (a server that sends its calls
+    whole at the end fails it); false: not so."""
 
     _can_hold = field_validator("*")(classmethod(_can_hold_check))
 
@@ -626,6 +661,11 @@ class AgentExpect(StrictModel):
     """Calls made after the agent loop, each with the answer it must get."""
     trajectory: TrajectoryField = None
     """Matcher on every call the agent loop made, in order."""
+    background_errors: MatcherField = None
+    """Matcher on the list of errors (each ``NAME: ERROR``) of the background tasks that
+    failed and that no earlier check judged: a stage's (with ``await_background``) once
+    it waited, the case's at the run's end. Given, those errors fail the case only if it
+    does not hold; not given, each fails it."""
 
     _can_hold = field_validator("*")(classmethod(_can_hold_check))
 
@@ -737,10 +777,14 @@ class Stage(StrictModel):
     tool_choice: (Literal["auto", "none", "required"] | ToolChoiceFunction | AllowedTools
                   | None) = None
     stream: bool | Literal["both"] = False
-    run_tools: bool | Literal["once"] = False
+    run_tools: bool | Literal["once", "progressive"] = False
     """``true``: the agent loop, until a reply calls no tool (or ``max_turns``); ``once``:
     the calls of the first reply are run and their results sent, and the reply to them
-    ends the stage; ``false``: one request."""
+    ends the stage; ``progressive``: the agent loop, each call of a streamed reply run the
+    moment its arguments are complete in the stream; ``false``: one request."""
+    await_background: bool = False
+    """Wait for every background tool the case started (each within its timeout) before
+    the stage's checks, so ``state`` and ``probe`` see what they did."""
     max_turns: int = Field(default=5, ge=1)
     params: dict[str, JsonValue] = Field(default_factory=dict)
     """Merged over the case's params for this stage's requests."""
@@ -770,10 +814,18 @@ class Stage(StrictModel):
     @field_validator("run_tools", mode="before")
     @classmethod
     def _run_tools_choice(cls, value: Any) -> Any:
-        if value is True or value is False or value == "once":
+        if value is True or value is False or value in ("once", "progressive"):
             return value
         raise ValueError(f"run_tools takes true (the agent loop), once (one round of tool"
-                         f" runs) or false; got {value!r}")
+                         f" runs), progressive (the agent loop, each call run as its"
+                         f" arguments close in the stream) or false; got {value!r}")
+
+    @model_validator(mode="after")
+    def _progressive_streams(self) -> Stage:
+        if self.run_tools == "progressive" and self.stream is False:
+            raise KeyedError("run_tools: progressive runs each call as its arguments close in"
+                             " the stream: the stage needs stream: true", ("run_tools",))
+        return self
 
 
 class Table(StrictModel):

@@ -118,7 +118,7 @@ class LiveMcp:
                              None if own is None else own.aclose,
                              # Only a server the plugin starts is its to start again.
                              None if own is None or server.command is None
-                             else own.checkpoint)
+                             else own.checkpoint, server.call_timeout_s)
         except BaseException:
             if own is not None:
                 await own.aclose()

@@ -30,7 +30,8 @@ class McpSource:
 
     def __init__(self, server: str, listing: dict[str, Any], entry: McpTools, path: KeyPath,
                  caller: Caller, closer: Callable[[], Awaitable[None]] | None = None,
-                 checkpoint: Callable[[], Awaitable[Restore]] | None = None) -> None:
+                 checkpoint: Callable[[], Awaitable[Restore]] | None = None,
+                 call_timeout_s: float = 60.0) -> None:
         """``listing``: the server's ``tools/list`` result; ``path``: the entry's key path;
         ``checkpoint``: how a ``scope: case`` server is put back for a retried stage (none
         for a shared server, whose state other cases hold too, or a replayed one)."""
@@ -41,6 +42,8 @@ class McpSource:
         self._closer = closer
         self.checkpoint = checkpoint
         self.tools = _offered(server, listing, entry, path)
+        self.background = _background(server, self.tools, entry, path, call_timeout_s)
+        """The tools the model starts and never waits for, each with its time limit."""
 
     async def call(self, call: ToolCall) -> ToolAnswer:
         if call.arguments_error is not None:
@@ -86,6 +89,19 @@ def _offered(server: str, listing: dict[str, Any], entry: McpTools, path: KeyPat
                 f" {', '.join(sorted(listed)) or 'none'})", (*path, "include", position))
     names = entry.include if entry.include is not None else list(listed)
     return [_tool(listed[name]) for name in names]
+
+
+def _background(server: str, offered: list[Tool], entry: McpTools, path: KeyPath,
+                timeout_s: float) -> dict[str, float]:
+    """``background``'s tools, each one the server offers, with the server's call limit."""
+    names = {tool.name for tool in offered}
+    for position, name in enumerate(entry.background):
+        if name not in names:
+            raise ToolSourceFault(
+                f"MCP server {server!r} lists no tool {name!r} to run in the background (it"
+                f" lists: {', '.join(sorted(names)) or 'none'})",
+                (*path, "background", position))
+    return {name: timeout_s for name in entry.background}
 
 
 def _tool(listed: dict[str, Any]) -> Tool:

@@ -22,15 +22,18 @@ from pydantic import TypeAdapter, ValidationError
 
 from ..atomic import write_atomic
 from ..records import (
+    BackgroundTask,
     CaseResult,
     Failure,
     Judgement,
     Reply,
     RunResult,
     StageAttempt,
+    ToolCall,
     ToolRun,
     Turn,
     round_ms,
+    saved_ms,
 )
 from .failure import json_value
 
@@ -53,6 +56,16 @@ class ToolCallRecord:
     arguments_error: str | None
     completed_ms: float | None = None
     """Streamed replies: when the arguments' last piece arrived; null otherwise."""
+    closed_ms: float | None = None
+    """Streamed replies: when the API marked the arguments complete (what ``run_tools:
+    progressive`` runs the call at); null when no mark came before the stream's end."""
+    argument_events: int | None = None
+    """Streamed replies: how many events carried a piece of the arguments."""
+
+    @classmethod
+    def of(cls, call: ToolCall) -> ToolCallRecord:
+        return cls(call.id, call.name, call.arguments_raw, call.arguments_error,
+                   round_ms(call.completed_ms), round_ms(call.closed_ms), call.argument_events)
 
 
 @dataclass(frozen=True)
@@ -60,6 +73,55 @@ class StreamRecord:
     done: bool
     chunks: int
     usage: bool
+    ended_ms: float | None = None
+    """When the stream's last event arrived (a replayed stream: as recorded)."""
+
+
+@dataclass(frozen=True)
+class CallTimeRecord:
+    """One call of a streamed turn on the stream's clock (ms after the request was sent)."""
+
+    name: str
+    closed_ms: float | None
+    """When the API marked its arguments complete; null: no mark before the end."""
+    started_ms: float | None
+    """When its tool started (a replayed stream: the recorded moment that let it start,
+    plus how long it took to start in this run)."""
+    ended_ms: float | None
+
+
+@dataclass(frozen=True)
+class TimelineRecord:
+    """A streamed turn whose calls ran: when each call closed and its tool ran, and when
+    the stream ended."""
+
+    stream_ended_ms: float | None
+    calls: list[CallTimeRecord]
+    progressive: bool = False
+    """``run_tools: progressive``: each call ran as it closed, while the stream went on."""
+    saved_ms: float | None = None
+    """How much sooner the turn's tools were done than had they all started when the
+    stream ended (``run_tools: progressive``); null otherwise."""
+
+    @classmethod
+    def of(cls, turn: Turn) -> TimelineRecord | None:
+        reply = turn.reply
+        if reply is None or reply.stream is None or not turn.tool_runs:
+            return None
+        ended = reply.stream.ended_ms
+        calls = [CallTimeRecord(run.name, round_ms(call.closed_ms) if call else None,
+                                run.started_ms, run.ended_ms)
+                 for run, call in zip(turn.tool_runs, _calls_of(reply, turn.tool_runs))]
+        saved = saved_ms(ended, turn.tool_runs) if turn.progressive else None
+        return cls(round_ms(ended), calls, turn.progressive, saved)
+
+
+def _calls_of(reply: Reply, runs: list[ToolRun]) -> list[ToolCall | None]:
+    """Each run's call in the reply, by its id, else in order."""
+    by_id = {call.id: call for call in reply.tool_calls if call.id}
+    return [by_id.get(run.call_id or "") or (reply.tool_calls[index]
+                                              if index < len(reply.tool_calls) else None)
+            for index, run in enumerate(runs)]
 
 
 @dataclass(frozen=True)
@@ -87,11 +149,11 @@ class ReplyRecord:
         stream = reply.stream
         return cls(
             reply.status, reply.finish_reason, reply.text,
-            [ToolCallRecord(c.id, c.name, c.arguments_raw, c.arguments_error,
-                            round_ms(c.completed_ms)) for c in reply.tool_calls],
+            [ToolCallRecord.of(c) for c in reply.tool_calls],
             _jsonable(reply.usage), reply.error, round(reply.latency_ms, 1),
             round_ms(reply.ttft_ms),
-            None if stream is None else StreamRecord(stream.done, stream.chunks, stream.usage),
+            None if stream is None else StreamRecord(stream.done, stream.chunks, stream.usage,
+                                                     round_ms(stream.ended_ms)),
             list(reply.problems), reply.api_finish_reason, reply.reasoning, reply.model)
 
 
@@ -107,11 +169,39 @@ class ToolRunRecord:
     """The tool failed (its answer went back to the model as a failed tool's)."""
     server: str | None = None
     """The MCP server that ran the tool; null for the case's own tools."""
+    started_ms: float | None = None
+    """A streamed turn's run: when it started, on the stream's clock; null otherwise."""
+    ended_ms: float | None = None
+    task: str | None = None
+    """A background tool's task (the run's ``background`` lists it); null otherwise."""
 
     @classmethod
     def of(cls, run: ToolRun) -> ToolRunRecord:
         return cls(run.call_id, run.name, run.arguments, run.content, run.error,
-                   round(run.duration_ms, 1), run.failed, run.server)
+                   round(run.duration_ms, 1), run.failed, run.server, run.started_ms,
+                   run.ended_ms, run.task)
+
+
+@dataclass(frozen=True)
+class BackgroundRecord:
+    """One background tool's task: started by a call, never waited for by the model."""
+
+    task: str
+    name: str
+    arguments: str
+    status: str
+    """``done``, ``failed`` (``error`` says why: what it raised, its time limit)."""
+    started_ms: float
+    """When it started, in ms after the run began."""
+    ended_ms: float | None
+    result: str | None
+    error: str | None
+    server: str | None = None
+
+    @classmethod
+    def of(cls, task: BackgroundTask) -> BackgroundRecord:
+        return cls(task.task, task.name, task.arguments, task.status, task.started_ms,
+                   task.ended_ms, task.result, task.error, task.server)
 
 
 @dataclass(frozen=True)
@@ -128,6 +218,9 @@ class TurnRecord:
     in reports written before it was kept."""
     role: str = "model"
     """Who was asked: ``model``, ``judge`` or ``simulator``."""
+    timeline: TimelineRecord | None = None
+    """A streamed turn whose calls ran: each call's close and its tool's run, and the
+    stream's end, on the stream's clock; null otherwise."""
 
     @classmethod
     def of(cls, turn: Turn) -> TurnRecord:
@@ -137,7 +230,7 @@ class TurnRecord:
                    # As sent: JSON already (the client sent json.dumps of it), and never
                    # changed after; to_json copies it into the report's data.
                    [ToolRunRecord.of(run) for run in turn.tool_runs], turn.request,
-                   turn.role)
+                   turn.role, TimelineRecord.of(turn))
 
 
 @dataclass(frozen=True)
@@ -249,13 +342,16 @@ class RunRecord:
     passed: bool
     error: str | None
     stages: list[StageRecord]
+    background: list[BackgroundRecord] = field(default_factory=list)
+    """The background tools' tasks the run started, in order."""
 
     @classmethod
     def of(cls, run: RunResult) -> RunRecord:
         return cls(run.number, run.passed, run.error,
                    [StageRecord(stage.name, stage.passed,
                                 [AttemptRecord.of(a) for a in stage.attempts])
-                    for stage in run.stages])
+                    for stage in run.stages],
+                   [BackgroundRecord.of(task) for task in run.background])
 
 
 @dataclass(frozen=True)
@@ -303,6 +399,9 @@ class CaseRecord:
     """What is worth knowing of the run that failed nothing (``CaseResult.notes``)."""
     recorded_latency_ms: float | None = None
     """A replayed case: the latency its cassette recorded (null: nothing was replayed)."""
+    saved_ms: float | None = None
+    """The time ``run_tools: progressive`` saved, over every run (each turn's
+    ``timeline.saved_ms``); null when no turn ran its tools progressively."""
 
     @classmethod
     def of(cls, result: CaseResult, nodeid: str, outcome: str,
@@ -319,7 +418,8 @@ class CaseRecord:
             api=result.api, marks=list(marks or []),
             judge_tokens=result.side_tokens("judge"),
             simulator_tokens=result.side_tokens("simulator"), pass_hat_k=result.pass_hat_k,
-            notes=list(result.notes), recorded_latency_ms=round_ms(result.recorded_latency_ms))
+            notes=list(result.notes), recorded_latency_ms=round_ms(result.recorded_latency_ms),
+            saved_ms=_saved(result))
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON data: what the report file holds."""
@@ -341,6 +441,16 @@ class CaseRecord:
     def from_text(cls, text: str) -> CaseRecord:
         record: CaseRecord = _adapter(CaseRecord).validate_json(text)
         return record
+
+
+def _saved(result: CaseResult) -> float | None:
+    """What progressive execution saved over the case's runs; None: no turn used it."""
+    saved = [saved_ms(turn.reply.stream.ended_ms, turn.tool_runs)
+             for run in result.runs for turn in run.turns
+             if turn.progressive and turn.tool_runs and turn.reply is not None
+             and turn.reply.stream is not None]
+    known = [value for value in saved if value is not None]
+    return round(sum(known), 1) if known else None
 
 
 @dataclass(frozen=True)

@@ -32,9 +32,23 @@ def render_summary(records: list[CaseRecord], width: int, color: bool) -> str:
     models = sorted({record.model or "-" for record in records})
     apis = sorted({record.api for record in records})
     console.print(_case_table(records, models, apis))
+    saved = progressive_saved(records)
+    if saved is not None:
+        console.print(Text(saved))
     for table in rate_tables(records):
         console.print(table)
     return buffer.getvalue()
+
+
+def progressive_saved(records: list[CaseRecord]) -> str | None:
+    """The line that says what ``run_tools: progressive`` saved, or None when no case
+    ran its tools so."""
+    saved = [record.saved_ms for record in records if record.saved_ms is not None]
+    if not saved:
+        return None
+    cases = f"{len(saved)} case{'s' if len(saved) > 1 else ''}"
+    return (f"progressive execution saved {sum(saved):.1f} ms in {cases}: their tools ran"
+            " while the streams went on")
 
 
 def render_rates(records: list[CaseRecord], width: int, color: bool) -> str:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..casefile.schema import AgentExpect, Expect, Probe, StreamExpect
+from ..defaults import PROGRESSIVE_LEAD_MS
 from ..keypaths import KeyPath
 from ..matchers import MISSING, Matcher, MatchTimeout, Mismatch, time_limit
 from ..matchers.limits import DEFAULT_LIMIT_S
@@ -214,6 +215,9 @@ def _check(expect: Expect, outcome: Outcome, base: KeyPath, line_of: LineOf,
         # An agent chooses whether to stream: stream checks of one that did not fail.
         failures.append(_plain("no reply of the stage was streamed: the agent asked for none",
                                (*base, "stream"), line_of))
+    if stream.progressive is not None:
+        failures.extend(_check_progressive(stream.progressive, outcome.replies,
+                                           (*base, "stream", "progressive"), line_of))
     for reply in outcome.replies:
         failures.extend(_protocol_failures(reply, base, line_of))
         if (reply is not streamed and stream.done and reply.stream is not None
@@ -260,6 +264,44 @@ def _check_stream(spec: StreamExpect, reply: Reply, path: KeyPath,
             matcher: Matcher = getattr(spec, key)
             failures.extend(_failure(path, m, line_of) for m in matcher.match(actual, (key,)))
     return failures
+
+
+def _check_progressive(wanted: bool, replies: list[Reply], path: KeyPath,
+                       line_of: LineOf) -> list[Failure]:
+    """``stream.progressive``: every call of the stage's streamed replies streamed its
+    arguments in more than one event, their last piece before the stream's end in time."""
+    calls = [(call, reply.stream.ended_ms) for reply in replies if reply.stream is not None
+             for call in reply.tool_calls]
+    if not calls:
+        return [_plain("stream.progressive reads the stage's streamed calls, and no streamed"
+                       " reply of the stage called a tool", path, line_of)]
+    late = [why for call, ended_ms in calls
+            if (why := not_progressive(call, ended_ms)) is not None]
+    if wanted and late:
+        return [_plain(f"the stream did not send its calls as they were made: {'; '.join(late)}",
+                       path, line_of)]
+    if not wanted and not late:
+        return [_plain("the stream sent every call as it was made (its arguments in pieces,"
+                       " before the stream ended), expected it not to", path, line_of)]
+    return []
+
+
+def not_progressive(call: ToolCall, ended_ms: float | None) -> str | None:
+    """Why a streamed call was not sent progressively, or None when it was: its arguments
+    in more than one event, the last of them ``PROGRESSIVE_LEAD_MS`` before the stream's
+    last event."""
+    events = call.argument_events or 0
+    if events <= 1:
+        return f"{call.name or 'a call'}'s arguments came whole, in {events} event"
+    said, ended = call.said_ms, ended_ms
+    if said is None or ended is None or ended - said < PROGRESSIVE_LEAD_MS:
+        return (f"{call.name}'s arguments came in {events} events, the last at"
+                f" {_ms(said)} ms, and the stream ended at {_ms(ended)} ms: no sooner")
+    return None
+
+
+def _ms(value: float | None) -> str:
+    return "?" if value is None else f"{value:.1f}"
 
 
 def _protocol_failures(reply: Reply, base: KeyPath, line_of: LineOf) -> list[Failure]:

@@ -32,6 +32,7 @@ from ..keypaths import KeyPath
 from ..matchers.limits import DEFAULT_LIMIT_S as DEFAULT_MATCH_TIMEOUT_S
 from ..records import (
     CASE_END,
+    BackgroundTask,
     CaseResult,
     Failure,
     Interaction,
@@ -48,13 +49,15 @@ from ..scrubbing import Scrubber
 from ..transport.client import ApiClient, InteractionSink
 from ..transport.errors import TransportError
 from ..wire import RequestParts, WireApi, wire_api
+from .background import task_error
 from .check import Outcome, check, check_agent
 from .interpolate import InterpolationError, capture, interpolate, resolve_expect
 from .machine import StageMachine, StageState
 from .outcome_check import python_check, stage_outcome
+from .progressive import ProgressiveRuns
 from .toolbox import ToolboxSource
 from .tools import CaseTools, tool_message
-from .toolset import Restore, Toolset, ToolSource, ToolSourceFault, WorldState
+from .toolset import Anchor, Restore, Toolset, ToolSource, ToolSourceFault, WorldState
 from .usercode import UserLoop
 
 
@@ -206,6 +209,7 @@ async def _run_case(case_run: CaseRun, ctx: RunContext) -> CaseResult:
             runs = [await run_once(case_run, ctx, number, toolset)
                     for number in range(1, ctx.runs + 1)]
         finally:
+            await toolset.tasks.cancel()  # a run broken off leaves no task behind
             await toolset.aclose()
     finally:
         ctx.user_loop.close()
@@ -309,10 +313,45 @@ async def run_once(case_run: CaseRun, ctx: RunContext, number: int,
             run.stages.append(stage_result)
             if not stage_result.passed:
                 break  # later stages build on this one's conversation: nothing to learn
+    background = await _end_background(case_run, toolset, run)
     if case.expect is not None and run.passed:
         run.stages.append(await check_case_end(case_run, ctx, run, toolset, case.expect,
                                                conversation.variables))
+    if background:
+        if not run.stages or run.stages[-1].name != CASE_END:
+            run.stages.append(StageResult(CASE_END, [StageAttempt(CASE_END, 1)]))
+        run.stages[-1].attempts[-1].failures += background
     return run
+
+
+async def _end_background(case_run: CaseRun, toolset: Toolset, run: RunResult
+                          ) -> list[Failure]:
+    """The run's end: every background task waited for (each within its time limit, past
+    which it is cancelled), all of them into the run's record; the failures of those no
+    stage judged, judged by the case's ``expect.background_errors`` if it has one."""
+    await toolset.tasks.wait()
+    run.background = list(toolset.tasks.records)
+    failed = toolset.tasks.unjudged_failures()
+    if not failed:
+        return []
+    expect = case_run.loaded.case.expect
+    return background_failures(failed, expect, ("expect",), ("tools",),
+                               case_run.loaded.line_at)
+
+
+def background_failures(failed: list[BackgroundTask], expect: AgentExpect | None,
+                        base: KeyPath, plain: KeyPath, line_of: Callable[[KeyPath], int]
+                        ) -> list[Failure]:
+    """Failed background tasks against ``expect.background_errors`` (their errors, each
+    ``NAME: ERROR``); without it, each task's failure at ``plain``."""
+    if expect is not None and "background_errors" in expect.model_fields_set:
+        errors = [task_error(task) for task in failed]
+        return [Failure(f"background tasks: {mismatch.message}", path, line_of(path),
+                        mismatch.expected, mismatch.actual)
+                for mismatch in expect.background_errors.match(errors, ("background_errors",))
+                for path in [(*base, *mismatch.path)]]
+    return [Failure(f"background task {task.task} ({task.name}) failed: {task.error}", plain,
+                    line_of(plain)) for task in failed]
 
 
 async def check_case_end(case_run: CaseRun, ctx: RunContext, run: RunResult,
@@ -409,6 +448,8 @@ class StageRunner:
         self.machine = machine
         self.base: tuple[str | int, ...] = ("stages", index, "expect")
         self._resolved: Expect | None = None
+        self._stream_end: Anchor | None = None
+        """The latest streamed reply's end on the stream's clock, for its tool runs."""
 
     async def run(self, number: int) -> StageAttempt:
         attempt = StageAttempt(self.stage.name, number)
@@ -448,6 +489,8 @@ class StageRunner:
                 outcome = await self._run_variant(attempt, streamed)
                 if outcome is None:
                     return
+                if self.stage.await_background:
+                    await self.toolset.tasks.wait()  # so state and probes see what they did
                 outcome = await self._observe(attempt, outcome, first=not position)
                 if not self._check(attempt, outcome, streamed, len(variants) > 1):
                     return
@@ -456,6 +499,7 @@ class StageRunner:
             self.conversation = carried
             await world_carried()  # and the toolboxes, as the first variant left them
         self._compare(attempt, outcomes)
+        self._check_background(attempt)
         await self._python_check(attempt, outcomes[0])
         self._check_sources(attempt)
         await self._judge(attempt)
@@ -481,9 +525,12 @@ class StageRunner:
         appended to ``replies``); False when the stage failed on the way. With
         ``run_tools: once`` the reply to the first tool results ends it, whatever it asks."""
         sent = 0
+        progressive = streamed and self.stage.run_tools == "progressive"
         while True:
-            turn = await self._send(attempt, streamed, first=not sent)
+            early = ProgressiveRuns(self.toolset) if progressive else None
+            turn = await self._send(attempt, streamed, first=not sent, early=early)
             if turn.reply is None:
+                await _drop(early)
                 return False
             reply = turn.reply
             replies.append(reply)
@@ -492,17 +539,19 @@ class StageRunner:
             self.conversation.pending = list(reply.tool_calls)
             once_over = self.stage.run_tools == "once" and sent > 1
             if not (reply.tool_calls and self.stage.run_tools) or once_over:
+                await _drop(early)
                 turn.stop_reason = "end_turn"
                 # A simulated user answers the agent's turn before anything is checked.
                 self.machine.fire("end_turn" if self.stage.simulate_user is None
                                   else "user_turn")
                 break
             if sent >= self.stage.max_turns:
+                await _drop(early)
                 self._stop_at_max_turns(attempt, turn, reply)
                 return False
             turn.stop_reason = "tool_use"
             self.machine.fire("tool_use")
-            turn.tool_runs = await self._answer(reply.tool_calls)
+            turn.tool_runs = await self._answer(reply.tool_calls, early, self._stream_end)
         return True
 
     async def _judge(self, attempt: StageAttempt) -> None:
@@ -571,19 +620,27 @@ class StageRunner:
     def _stage_sends_tool_messages(self) -> bool:
         return any(message.get("role") == "tool" for message in self.stage.messages)
 
-    async def _answer(self, calls: list[ToolCall]) -> list[ToolRun]:
-        """Run the tools, append their messages, and go on to sending."""
-        runs: list[ToolRun] = self.ctx.scrubber.data(await self.toolset.run(calls))
+    async def _answer(self, calls: list[ToolCall], early: ProgressiveRuns | None = None,
+                      anchor: Anchor | None = None) -> list[ToolRun]:
+        """Run the tools (those a progressive stream started: awaited), append their
+        messages, and go on to sending. ``anchor``: a streamed reply's end, where the runs
+        sit on the stream's clock."""
+        ran = (await early.runs(calls, anchor or Anchor(0.0, time.perf_counter()))
+               if early is not None else await self.toolset.run(calls, anchor))
+        runs: list[ToolRun] = self.ctx.scrubber.data(ran)
         self.conversation.add_tool_runs(runs)
         self.conversation.pending = []
         self.machine.fire("send")
         return runs
 
-    async def _send(self, attempt: StageAttempt, streamed: bool, first: bool = True) -> Turn:
+    async def _send(self, attempt: StageAttempt, streamed: bool, first: bool = True,
+                    early: ProgressiveRuns | None = None) -> Turn:
+        """One request and its reply; ``early``: run each streamed call as it closes."""
         if self.machine.state in (StageState.IDLE, StageState.SIMULATING):
             self.machine.fire("send")
         body = self._body(streamed, first)
-        turn = Turn(request=body, streamed=streamed)
+        turn = Turn(request=body, streamed=streamed, progressive=early is not None)
+        self._stream_end = None
         started = time.perf_counter()
         try:
             pending = await self.ctx.client.open(
@@ -592,7 +649,10 @@ class StageRunner:
                 sink=self._keep if self.ctx.sink is not None else None)
             turn.retries = pending.retries
             self.machine.fire("headers")
-            turn.reply = await pending.read()
+            turn.reply = await pending.read(None if early is None else early.start)
+            stats = turn.reply.stream
+            if stats is not None and stats.ended_ms is not None:
+                self._stream_end = Anchor(stats.ended_ms, time.perf_counter())
         except TransportError as error:
             turn.error, turn.stop_reason = str(error), "error"
             turn.retries = turn.retries or list(error.retries)
@@ -691,6 +751,15 @@ class StageRunner:
                                       None)
         attempt.failures.extend(failures)
 
+    def _check_background(self, attempt: StageAttempt) -> None:
+        """A stage that waited for the background tools judges those that failed."""
+        expect = self._expect()
+        if not (self.stage.await_background or "background_errors" in expect.model_fields_set):
+            return
+        attempt.failures += background_failures(
+            self.toolset.tasks.unjudged_failures(), expect, self.base,
+            ("stages", self.index, "await_background"), self._line_of)
+
     def _check_sources(self, attempt: StageAttempt) -> None:
         """What the tool sources find wrong with the stage (BFCL's turn check)."""
         if attempt.failures:
@@ -718,6 +787,12 @@ class StageRunner:
 
     def _line_of(self, path: tuple[str | int, ...]) -> int:
         return self.case_run.loaded.line_at(path)
+
+
+async def _drop(early: ProgressiveRuns | None) -> None:
+    """Calls a progressive stream started whose answers will not be sent: let them end."""
+    if early is not None:
+        await early.drop()
 
 
 def forces_a_call(choice: str | ToolChoiceFunction | AllowedTools | None) -> bool:

@@ -49,6 +49,8 @@ class ToolboxSource:
         self.owner = f"toolbox {entry.label!r}"
         self.tools: list[Tool] = entry.tools
         self._methods = {method.name: method for method in entry.methods}
+        self.background = {name: entry.timeout_s for name in entry.background}
+        """The methods the model starts and never waits for, each with its time limit."""
         self._path = path
         self._instance: Any = None
         self._lock = asyncio.Lock()

@@ -29,6 +29,8 @@ class CaseTools:
         self.case = case
         self._loop = loop
         self.tools: list[Tool] = case.function_tools
+        self.background = {tool.name: tool.timeout_s for tool in self.tools if tool.background}
+        """The tools the model starts and never waits for, each with its time limit."""
 
     async def call(self, call: ToolCall) -> ToolAnswer:
         try:

@@ -30,6 +30,7 @@ from ..cuts import cut
 from ..defaults import TOOL_RESULT_CHARS
 from ..keypaths import KeyPath
 from ..records import ToolCall, ToolRun
+from .background import BackgroundTasks, started_answer
 
 if TYPE_CHECKING:
     from ..casefile.schema import Stage, Tool
@@ -37,6 +38,19 @@ if TYPE_CHECKING:
 
 Restore = Callable[[], Awaitable[None]]
 """Puts a state back as it was when the function was made."""
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """Where a streamed turn's tool runs sit on the stream's clock: the stream's moment
+    (in ms after the request was sent) that let them start, and ``time.perf_counter()``
+    then. A run's start and end are that moment plus the time since."""
+
+    stream_ms: float
+    perf: float
+
+    def at(self, perf: float) -> float:
+        return round(self.stream_ms + (perf - self.perf) * 1000, 1)
 
 
 @dataclass(frozen=True)
@@ -155,6 +169,12 @@ class Toolset:
                         f"tool name {tool.name!r} clash: {source.owner} and {other.owner}"
                         " both offer it; leave one out (MCP servers: `include`)", path)
                 self._by_name[tool.name] = source
+        self._background: dict[str, float] = {
+            name: timeout_s for source in sources
+            for name, timeout_s in getattr(source, "background", {}).items()}
+        """The tools answered at once and run on their own, each with its time limit."""
+        self.tasks = BackgroundTasks()
+        """The run's background tasks."""
         self.stateful = [source for source in restarting if isinstance(source, Stateful)]
         self._rewinding: list[Callable[[], Awaitable[Restore]]] = [
             source.checkpoint for source in sources  # type: ignore[attr-defined]
@@ -169,22 +189,32 @@ class Toolset:
     def tools(self) -> list[Tool]:
         return [tool for source in self.sources for tool in source.tools]
 
-    async def run(self, calls: list[ToolCall]) -> list[ToolRun]:
-        """Run every call at once; the runs come back in the order of the calls."""
-        return list(await asyncio.gather(*(self._run(call) for call in calls)))
+    async def run(self, calls: list[ToolCall], anchor: Anchor | None = None) -> list[ToolRun]:
+        """Run every call at once; the runs come back in the order of the calls.
+        ``anchor``: a streamed turn's, to place each run on the stream's clock."""
+        return list(await asyncio.gather(*(self.run_one(call, anchor) for call in calls)))
 
-    async def _run(self, call: ToolCall) -> ToolRun:
+    async def run_one(self, call: ToolCall, anchor: Anchor | None = None) -> ToolRun:
+        """Run one call (a background tool's: start it, and answer that it started)."""
         source = self._by_name.get(call.name) or self._unoffered
         started = time.perf_counter()
-        answer = await source.call(call)
-        duration = (time.perf_counter() - started) * 1000
+        task = None
+        if call.name in self._background:
+            task = self.tasks.start(call, source, self._background[call.name])
+            answer = ToolAnswer(started_answer(task))
+        else:
+            answer = await source.call(call)
+        ended = time.perf_counter()
         # Cut before the model is sent it: requests, cassettes and reports hold the same.
         error = None if answer.error is None else cut(answer.error, TOOL_RESULT_CHARS)
         return ToolRun(call.id, call.name, call.arguments_raw,
-                       cut(answer.content, TOOL_RESULT_CHARS), error, duration,
-                       failed=answer.error is not None, server=source.server)
+                       cut(answer.content, TOOL_RESULT_CHARS), error, (ended - started) * 1000,
+                       failed=answer.error is not None, server=source.server,
+                       started_ms=None if anchor is None else anchor.at(started),
+                       ended_ms=None if anchor is None else anchor.at(ended), task=task)
 
     async def begin_run(self) -> None:
+        self.tasks.begin_run()
         for source in self._restarted:
             await source.begin_run()
 

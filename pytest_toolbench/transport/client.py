@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import httpx2
 
-from ..records import Interaction, Reply, StreamEvent
+from ..records import Interaction, Reply, StreamEvent, ToolCall
 from ..wire import WireApi
 from ..wire.base import JSON_ERRORS
 from .breaker import CircuitBreaker
@@ -51,6 +51,8 @@ BACKOFF_CAP_S = 8.0
 POOL_LIMITS = httpx2.Limits(max_connections=100, max_keepalive_connections=32)
 
 InteractionSink = Callable[[Interaction], None]
+RECORDED_TIMES = "toolbench.recorded_times"
+"""A replayed response's extension: when each of its stream's events arrived, as recorded."""
 Sleep = Callable[[float], Awaitable[None]]
 
 RECORDED_LATENCY = "toolbench_recorded_latency_ms"
@@ -91,12 +93,14 @@ class PendingReply:
     _size: int = field(default=0, init=False)
     """Bytes of the body read so far, after ``Content-Encoding`` is undone."""
 
-    async def read(self) -> Reply:
-        """Read the body or stream whole, within what is left of the total deadline."""
+    async def read(self, on_call: Callable[[ToolCall], None] | None = None) -> Reply:
+        """Read the body or stream whole, within what is left of the total deadline;
+        ``on_call`` hears of each streamed tool call the moment its API marks it complete,
+        while the stream goes on (``run_tools: progressive``)."""
         deadline_s = self.config.limits.deadline_s
         remaining = deadline_s - (time.perf_counter() - self.started)
         try:
-            reply = await _within(self._read(), remaining)
+            reply = await _within(self._read(on_call), remaining)
         except asyncio.TimeoutError:
             raise _deadline_exceeded(deadline_s, self.response.request.url) from None
         finally:
@@ -110,10 +114,10 @@ class PendingReply:
             self.sink(reply.interaction)
         return reply
 
-    async def _read(self) -> Reply:
+    async def _read(self, on_call: Callable[[ToolCall], None] | None) -> Reply:
         streaming = self.stream and _is_event_stream(self.response)
         try:
-            return await (self._read_stream() if streaming else self._read_body())
+            return await (self._read_stream(on_call) if streaming else self._read_body())
         except httpx2.TimeoutException:
             raise ReadTimedOut(
                 f"no more data within {self.config.timeout_s:g} s (timeout) while reading the"
@@ -139,17 +143,23 @@ class PendingReply:
             )
         return reply
 
-    async def _read_stream(self) -> Reply:
+    async def _read_stream(self, on_call: Callable[[ToolCall], None] | None) -> Reply:
         decoder = SSEDecoder(max_event_chars=min(self.config.limits.max_bytes,
                                                  DEFAULT_MAX_EVENT_CHARS))
         assembler = self.wire.stream_reader()
+        assembler.on_call = on_call
         # Only a recording keeps the events as they came; a replay or live run counts them.
         events: list[StreamEvent] | None = [] if self.sink is not None else None
+        # A replayed stream's events carry the times they were recorded at: its times
+        # (the first token, each call's arguments, its end) are the recording's.
+        recorded: list[float] | None = self.response.extensions.get(RECORDED_TIMES)
         count = 0
         try:
             async for chunk in self._decoded("stream"):
                 offset = _ms_since(self.started)
                 for event in decoder.feed(chunk):
+                    if recorded is not None and count < len(recorded):
+                        offset = recorded[count]
                     assembler.add(event, offset)
                     count += 1
                     if events is not None:
@@ -157,6 +167,8 @@ class PendingReply:
                 self._check_events(count)
             offset = _ms_since(self.started)
             for event in decoder.close():  # a last [DONE] without its blank line: recorded
+                if recorded is not None and count < len(recorded):
+                    offset = recorded[count]
                 assembler.add(event, offset)
                 if events is not None:
                     events.append(StreamEvent(event.data, round(offset, 1), event.event))

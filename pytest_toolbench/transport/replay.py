@@ -21,7 +21,7 @@ from ..defaults import DIFF_LINE_CHARS
 from ..records import Interaction, StreamEvent
 from ..scrubbing import Scrubber, mask_urls
 from .cassette import Cassette
-from .client import RECORDED_LATENCY, request_content
+from .client import RECORDED_LATENCY, RECORDED_TIMES, request_content
 from .errors import ReplayError, UnsendableRequest
 
 _WHY_DIFFERENT = {
@@ -134,6 +134,7 @@ class Replayer:
         headers = {"content-type": recorded.content_type} if recorded.content_type else {}
         extensions = {RECORDED_LATENCY: recorded.elapsed_ms}
         if recorded.events is not None:
+            extensions[RECORDED_TIMES] = [event.offset_ms for event in recorded.events]
             return httpx2.Response(recorded.status, headers=headers, extensions=extensions,
                                   stream=_EventStream(recorded.events, self.speed))
         if recorded.body_json is not None:

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, cast
 
 from ..records import Reply, ToolCall
 from .base import JSON_ERRORS as _JSON_ERRORS
@@ -116,6 +116,8 @@ class _CallBuilder(CallPart):
         """A delta of this call arrived at ``offset_ms``: the arguments are complete at the
         last delta that carried some (at the call's opening when none ever does)."""
         carried = isinstance(function, dict) and bool(_arguments_text(function.get("arguments")))
+        if carried:
+            self.said_ms = offset_ms
         if carried or self.completed_ms is None:
             self.completed_ms = offset_ms
 
@@ -283,6 +285,8 @@ class StreamAssembler(StreamAccumulator):
         self._tool_calls = _ToolCalls(STREAM)
         self._legacy: _CallBuilder | None = None  # a ``function_call`` delta stream
         self._finish_reason: str | None = None
+        self._closed = 0
+        """How many of the calls (in order) are marked complete."""
 
     def read(self, event: Event, offset_ms: float) -> None:
         if self.done:
@@ -319,6 +323,21 @@ class StreamAssembler(StreamAccumulator):
         delta = choice.get("delta")
         if isinstance(delta, dict) and self._read_delta(delta, offset_ms):
             self.first_output(offset_ms)
+        self._close_calls(offset_ms)
+
+    def _close_calls(self, offset_ms: float) -> None:
+        """Chat's marks of complete arguments: a call is complete once the next call's
+        index opens, and every call once a finish reason comes."""
+        parts = self._tool_calls.parts
+        upto = len(parts) - (self._finish_reason is None)
+        while self._closed < upto:
+            self.closed_call(parts[self._closed], offset_ms)
+            self._closed += 1
+        if self._finish_reason is not None and self._legacy is not None:
+            self.closed_call(self._legacy, offset_ms)
+
+    def built(self, part: CallPart) -> ToolCall:
+        return cast(_CallBuilder, part).finished([], STREAM)
 
     def _read_delta(self, delta: dict[str, Any], offset_ms: float) -> bool:
         """Apply one delta; true when it carried content or a tool-call delta."""

@@ -178,6 +178,7 @@ class GeminiStream(StreamAccumulator):
         part.id = given if isinstance(given, str) and given else f"call_{part.position}"
         part.name = name if isinstance(name, str) else ""
         part.arguments(dumps(args) if isinstance(args, dict) else dumps(args or {}), offset_ms)
+        self.closed_call(part, offset_ms)  # a part is whole: its call is complete
 
     def complete(self, reply: Reply) -> None:
         reply.usage = _usage(self.usage)

@@ -500,6 +500,8 @@ class MessageStream(StreamAccumulator):
             self._other_delta(block, kind, delta)
         elif value:
             block.parts.append(value)
+            if block.call is not None:
+                block.call.said_ms = offset_ms
             if self.ttft_ms is None and kind != "thinking_delta":
                 self.first_output(offset_ms)  # time to the answer or a call, not to thinking
 
@@ -528,6 +530,7 @@ class MessageStream(StreamAccumulator):
         block.stopped = True
         if block.call is not None:
             block.call.closed(offset_ms)  # the first stop: the call's input is complete
+            self.closed_call(block.call, offset_ms)
 
     def _never_started(self, index: Any, check: str, kind: str) -> None:
         self.problem(f"{check}: event {self.events} is a {kind} for block {dumps(index)},"

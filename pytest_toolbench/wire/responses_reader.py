@@ -577,6 +577,7 @@ class ResponsesStream(StreamAccumulator):
         item.whole = data
         if done.type == "function_call":
             self._call_of(item).closed(offset_ms)
+            self.closed_call(item.tool_call(), offset_ms)
         for part_kind in sorted(done.kinds):
             self._close_kind(item, done, part_kind, kind)
 
@@ -663,15 +664,16 @@ class ResponsesStream(StreamAccumulator):
             value = _part_text(value)
         if kind == "response.function_call_arguments.done":
             self._compare_head(item, _Snapshot("function_call", name=_name(payload)), kind)
-        if not isinstance(value, str):
-            return  # a .done without its text says nothing to compare
-        part: _Part | CallPart = (self._call_of(item) if part_kind == "arguments" else
-                                  item.parts.setdefault((part_kind, _index(payload, index_field)),
-                                                        _Part()))
-        said = part.said()
-        if said is not None and said != value:
-            self._disagrees(item, kind, snippet(value), snippet(said))
-        part.final = value
+        if isinstance(value, str):  # a .done without its text says nothing to compare
+            part: _Part | CallPart = (
+                self._call_of(item) if part_kind == "arguments" else
+                item.parts.setdefault((part_kind, _index(payload, index_field)), _Part()))
+            said = part.said()
+            if said is not None and said != value:
+                self._disagrees(item, kind, snippet(value), snippet(said))
+            part.final = value
+        if part_kind == "arguments":
+            self.closed_call(item.tool_call(), offset_ms)  # the API's mark: complete
 
     def _find(self, payload: dict[str, Any], kind: str, item_type: str) -> _Item:
         """The item an event is about, by ``item_id`` or ``output_index``; one no

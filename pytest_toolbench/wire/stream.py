@@ -20,6 +20,7 @@ its body says, a 2xx body that is not JSON is a problem named as the API's body 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -91,6 +92,11 @@ class StreamAccumulator(ABC):
         self.ttft_ms: float | None = None
         self.model: str | None = None
         """The model the first event that names one says answered."""
+        self.on_call: Callable[[ToolCall], None] | None = None
+        """Told of each tool call the moment the API marks its arguments complete
+        (``closed_call``), while the stream goes on: ``run_tools: progressive``."""
+        self.last_ms: float | None = None
+        """When the latest event (an end marker too) arrived."""
 
     end_marker: ClassVar[str | None] = None
     """A data payload that ends the stream and is no event (chat's ``[DONE]``)."""
@@ -98,6 +104,7 @@ class StreamAccumulator(ABC):
     def add(self, event: Event, offset_ms: float) -> None:
         """Read one event; ``offset_ms``: when it arrived, after the request was sent."""
         data = event.data
+        self.last_ms = offset_ms
         if self.end_marker is not None and not data.startswith("{") \
                 and data.strip() == self.end_marker:
             self.marked_end()
@@ -120,7 +127,8 @@ class StreamAccumulator(ABC):
         reply = Reply(usage=self.usage, model=self.model, error=self.error,
                       ttft_ms=self.ttft_ms,
                       stream=StreamStats(done=self.done, chunks=self.events, end=self.end,
-                                         usage=self.usage is not None),
+                                         usage=self.usage is not None,
+                                         ended_ms=self.last_ms),
                       problems=self.problems)
         self.complete(reply)
         return reply
@@ -151,6 +159,19 @@ class StreamAccumulator(ABC):
         if self.model is None:
             self.model = reported_model(data)
         return data
+
+    def closed_call(self, part: CallPart, offset_ms: float) -> None:
+        """The API marked ``part``'s arguments complete at ``offset_ms`` (the first mark
+        counts): ``on_call`` hears of the call now, once."""
+        if part.closed_ms is not None:
+            return
+        part.closed_ms = offset_ms
+        if self.on_call is not None:
+            self.on_call(self.built(part))
+
+    def built(self, part: CallPart) -> ToolCall:
+        """The call ``part`` makes as it stands (an API may read its arguments its own way)."""
+        return part.build()
 
     def first_output(self, offset_ms: float) -> None:
         """Text or a call arrived: the first one is the time to first token."""
@@ -194,10 +215,16 @@ class CallPart:
     completed_ms: float | None = None
     """When the arguments were complete: their last piece that carried text, else the
     event that closed them."""
+    closed_ms: float | None = None
+    """When the API's own mark said the arguments were complete (``closed_call``)."""
+    said_ms: float | None = None
+    """When the last event that carried a piece of the arguments arrived."""
 
     def arguments(self, text: str, offset_ms: float) -> None:
         """A piece of the arguments arrived at ``offset_ms``."""
         self.pieces.append(text)
+        if text:
+            self.said_ms = offset_ms
         if text or self.completed_ms is None:
             self.completed_ms = offset_ms
 
@@ -206,6 +233,8 @@ class CallPart:
         gives one): complete then, unless a piece already said when."""
         if final is not None:
             self.final = final
+            if self.said_ms is None:  # said whole by the closing event
+                self.said_ms = offset_ms
         if self.completed_ms is None:
             self.completed_ms = offset_ms
 
@@ -221,7 +250,17 @@ class CallPart:
         raw = self.said() or ""
         arguments, error = arguments_json(raw)
         return ToolCall(name=self.name, arguments_raw=raw, id=self.id, arguments=arguments,
-                        arguments_error=error, completed_ms=self.completed_ms)
+                        arguments_error=error, completed_ms=self.completed_ms,
+                        closed_ms=self.closed_ms, said_ms=self.said_ms,
+                        argument_events=None if self.completed_ms is None
+                        else self.argument_events)
+
+    @property
+    def argument_events(self) -> int:
+        """How many events carried a piece of the arguments: the pieces that said
+        something, else one when the closing event gave them whole."""
+        carried = sum(1 for piece in self.pieces if piece)
+        return carried or int(self.final is not None)
 
 
 P = TypeVar("P", bound=CallPart)

@@ -39,6 +39,7 @@ from typing import Any
 from support.chat_server import (
     JsonReply,
     RecordedRequest,
+    SSEPause,
     SSEReply,
     chunks_for,
     completion,
@@ -90,7 +91,12 @@ class Served:
 class ScriptedModel:
     """Answers each request with the next scripted turn, in the API and mode it asked for."""
 
-    def __init__(self, *turns: Turn) -> None:
+    def __init__(self, *turns: Turn, pause_s: float = 0.0, buffered: bool = False) -> None:
+        """``pause_s``: a streamed reply waits this long between its events, so a call's
+        arguments arrive over time, as a model writes them; ``buffered``: it waits as long
+        as all those pauses first, then sends every event at once (a server that holds its
+        calls back to the end of the stream)."""
+        self.pause_s, self.buffered = pause_s, buffered
         self.turns: collections.deque[Turn] = collections.deque(turns)
         self.served: list[Served] = []
         """Every answer given, in order: which API, streamed or not, and the turn."""
@@ -112,6 +118,8 @@ class ScriptedModel:
             return json_reply(body, status=500)
         ids = [f"call_{first_id + n}" for n in range(len(turn.calls))]
         reply = RENDERERS[api](turn, ids, streamed)
+        if isinstance(reply, SSEReply) and self.pause_s > 0:
+            reply = _paced(reply, self.pause_s, self.buffered)
         return dataclasses.replace(reply, headers={**reply.headers, "connection": "close"})
 
     @property
@@ -119,6 +127,17 @@ class ScriptedModel:
         """How many scripted turns no request has taken yet."""
         with self._lock:
             return len(self.turns)
+
+
+def _paced(reply: SSEReply, pause_s: float, buffered: bool) -> SSEReply:
+    """``reply``'s events ``pause_s`` apart; ``buffered``: all of the waiting first."""
+    events = list(reply.events)
+    if buffered:  # one write: the events cannot arrive apart, however busy the machine
+        whole = b"".join(piece for piece in reply.pieces() if isinstance(piece, bytes))
+        return dataclasses.replace(reply, events=(SSEPause(pause_s * len(events)), whole),
+                                   done=False)
+    paced = [piece for event in events for piece in (SSEPause(pause_s), event)]
+    return dataclasses.replace(reply, events=tuple(paced))
 
 
 def _api_of(request: RecordedRequest) -> tuple[str, bool]:
