@@ -540,7 +540,7 @@ AGENT_PARAMETERS = ("model", "toolbench")
 LOOP_ONLY_KEYS = ("tools", "system", "params", "mcp_servers")
 """A case's keys that only the plugin's own loop uses: an agent builds its own requests."""
 LOOP_ONLY_STAGE_KEYS = ("messages", "params", "tool_choice", "run_tools", "stream",
-                        "max_turns")
+                        "max_turns", "await_background")
 """The same, of a stage."""
 
 
