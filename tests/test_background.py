@@ -173,9 +173,9 @@ def test_a_background_task_that_raises_fails_the_case_with_its_exception(
     result = pytester.runpytest("--toolbench-live", "-p", "no:cacheprovider",
                                 "--toolbench-report=r.json")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*notify.case.yaml:4: *background task task_1"
+    result.stdout.fnmatch_lines([("*notify.case.yaml:4: *background task task_1"
                                  " (notify_kitchen) failed: RuntimeError: the kitchen printer"
-                                 " is jammed*"])
+                                 " is jammed*")])
     assert [(task["status"], task["error"]) for task in run_record(pytester)["background"]] \
         == [("failed", "RuntimeError: the kitchen printer is jammed")]
 
@@ -209,8 +209,8 @@ def test_a_task_past_its_timeout_at_the_runs_end_is_cancelled_and_fails_the_case
                                 "--toolbench-report=r.json")
     result.assert_outcomes(failed=1)
     assert time.monotonic() - started < 4.5  # the task sleeps 5 s; its limit is 0.5 s
-    result.stdout.fnmatch_lines(["*background task task_1 (notify_kitchen) failed:"
-                                 " notify_kitchen timed out after 0.5 s*"])
+    result.stdout.fnmatch_lines([("*background task task_1 (notify_kitchen) failed:"
+                                 " notify_kitchen timed out after 0.5 s*")])
     assert [task["status"] for task in run_record(pytester)["background"]] == ["failed"]
 
 

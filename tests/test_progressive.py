@@ -134,9 +134,9 @@ def test_a_server_that_holds_its_calls_to_the_end_fails_stream_progressive(
     result = pytester.runpytest("--toolbench-live", "-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        "*progressive.case.yaml:17: *the stream did not send its calls as they were made:"
+        ("*progressive.case.yaml:17: *the stream did not send its calls as they were made:"
         " lookup's arguments came in * events, the last at * ms, and the stream ended at"
-        " * ms: no sooner*"])
+        " * ms: no sooner*")])
 
 
 def test_stream_progressive_false_holds_for_a_buffered_server_and_fails_for_a_streaming_one(
@@ -150,8 +150,8 @@ def test_stream_progressive_false_holds_for_a_buffered_server_and_fails_for_a_st
                                           pause_s=PAUSE_S))
     result = pytester.runpytest("--toolbench-live", "-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*the stream sent every call as it was made*expected it not"
-                                 " to*"])
+    result.stdout.fnmatch_lines([("*the stream sent every call as it was made*expected it not"
+                                 " to*")])
 
 
 def test_a_recorded_progressive_stream_replays_with_its_recorded_times(
@@ -196,9 +196,9 @@ def test_progressive_needs_a_streamed_stage(pytester: pytest.Pytester,
                body=CASE.replace("    stream: true\n", ""))
     result = pytester.runpytest("-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.INTERRUPTED
-    result.stdout.fnmatch_lines(["*progressive.case.yaml:11*run_tools: progressive runs each"
+    result.stdout.fnmatch_lines([("*progressive.case.yaml:11*run_tools: progressive runs each"
                                  " call as its arguments close in the stream: the stage needs"
-                                 " stream: true*"])
+                                 " stream: true*")])
 
 
 def test_stream_progressive_with_no_streamed_call_fails_saying_so(
@@ -211,6 +211,6 @@ def test_stream_progressive_with_no_streamed_call_fails_saying_so(
                                  ""))
     result = pytester.runpytest("--toolbench-live", "-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*stream.progressive reads the stage's streamed calls, and no"
-                                 " streamed reply of the stage called a tool*"])
+    result.stdout.fnmatch_lines([("*stream.progressive reads the stage's streamed calls, and no"
+                                 " streamed reply of the stage called a tool*")])
 

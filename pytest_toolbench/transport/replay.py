@@ -132,7 +132,7 @@ class Replayer:
 
     def _response(self, recorded: Interaction) -> httpx2.Response:
         headers = {"content-type": recorded.content_type} if recorded.content_type else {}
-        extensions = {RECORDED_LATENCY: recorded.elapsed_ms}
+        extensions: dict[str, Any] = {RECORDED_LATENCY: recorded.elapsed_ms}
         if recorded.events is not None:
             extensions[RECORDED_TIMES] = [event.offset_ms for event in recorded.events]
             return httpx2.Response(recorded.status, headers=headers, extensions=extensions,

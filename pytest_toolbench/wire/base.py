@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
 from ..apis import ApiRow, api_row
 from ..casefile.params import params_written
 from ..casefile.strict import strict_schema_gaps
-from ..records import Interaction, Reply
+from ..records import Interaction, Reply, ToolCall
 
 if TYPE_CHECKING:
     from ..casefile.schema import AllowedTools, Case, Tool, ToolChoiceFunction
@@ -39,6 +39,9 @@ class Event(Protocol):
 
 class StreamReader(Protocol):
     """Reads one streamed reply event by event; ``finish`` gives the reassembled Reply."""
+
+    on_call: Callable[[ToolCall], None] | None
+    """Told of each tool call the moment the API marks its arguments complete."""
 
     def add(self, event: Event, offset_ms: float) -> None:
         """Read one event; ``offset_ms``: when it arrived, after the request was sent."""
