@@ -98,8 +98,10 @@ def test_a_background_toolbox_method_runs_on_its_own_and_a_later_stage_checks_it
     pytester.makefile(".case.yaml", dinner=TOOLBOX_CASE.format(url=chat_server.base_url))
     started = time.monotonic()
     result = pytester.runpytest("--toolbench-live", "-p", "no:cacheprovider",
-                                "--toolbench-report=r.json")
+                                "--toolbench-report=r.json", "--toolbench-html=r.html")
     result.assert_outcomes(passed=1)
+    page = (pytester.path / "r.html").read_text(encoding="utf-8")
+    assert "background task_1 notify({&quot;dish&quot;: &quot;soup&quot;}) · done" in page
     # The model was told only that the task started, at once.
     assert tool_results(chat_server.requests[1]) == [
         {"booked": True, "party": 2}, {"status": "started", "task": "task_1"}]

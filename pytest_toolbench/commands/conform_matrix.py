@@ -144,6 +144,16 @@ def _check_error_body(cell: Cell, interactions: Sequence[Interaction], api: str)
     return cell
 
 
+def _check_whole_parts(cell: Cell, interactions: Sequence[Interaction], api: str) -> Cell:
+    """Gemini sends each call whole, in one part, by design: arguments that did not stream
+    are its API's shape there, not a fault (a call missing, or a stream that broke, still
+    fails)."""
+    if api != "gemini" or cell.verdict is not Verdict.FAIL or "came whole" not in cell.reason:
+        return cell
+    return Cell(Verdict.NOT_SUPPORTED, "the API sends each call whole, in one part", None,
+                cell.passes, cell.runs)
+
+
 def _check_indices(cell: Cell, interactions: Sequence[Interaction], api: str) -> Cell:
     """The calls of one reply can be told apart (distinct ids; streamed calls with distinct
     ids on distinct indices), as the API's adapter judges it."""
@@ -175,6 +185,8 @@ PROBES = {probe.name: probe for probe in (
     Probe("finish_reason", "finish_reason tool_calls on a tool call"),
     Probe("stream_usage", "usage arrives in a stream"),
     Probe("stream_done", "a stream ends with [DONE] or its terminal event"),
+    Probe("stream_progressive", "a streamed call's arguments arrive in pieces, before the end",
+          raw_check=_check_whole_parts),
     Probe("tool_round_trip", "a tool result is accepted and answered",
           model_paths=((1, "text"),)),
     Probe("error_shape", "invalid request: HTTP 400 with an error object",

@@ -23,7 +23,7 @@ from ..keypaths import format_key_path
 from ..records import stop_text
 from .html_page import Data, count, json_lines, ms, plural, pretty
 from .html_page import escape as e
-from .html_plots import stream_timeline
+from .html_plots import stream_timeline, tools_timeline
 from .json_report import (
     AttemptRecord,
     CaseRecord,
@@ -87,7 +87,22 @@ def _run(case: CaseRecord, run: RunRecord, runs: int) -> str:
     head = f'<div class="head">run {e(run.number)}</div>' if runs > 1 else ""
     error = _error_box("run", run.error) if run.error else ""
     stages = "".join(_stage(case, stage) for stage in run.stages)
-    return f'<div class="run">{head}{error}{stages}</div>'
+    return f'<div class="run">{head}{error}{stages}{_background(run)}</div>'
+
+
+def _background(run: RunRecord) -> str:
+    """The run's background tasks: each started, ended, its result or error."""
+    rows = []
+    for task in run.background:
+        said = (f"error: {task.error}" if task.error is not None
+                else f"result: {task.result}")
+        ended = ms(task.ended_ms) if task.ended_ms is not None else "-"
+        server = f"MCP server {task.server}: " if task.server else ""
+        rows.append(f'<div class="msg {"failed" if task.error else "tool"}"><div class="who">'
+                    f"background {e(task.task)} {e(server)}{e(task.name)}({e(task.arguments)})"
+                    f" · {e(task.status)} · started {ms(task.started_ms)}, ended {ended}</div>"
+                    f"<pre>{e(said)}</pre></div>")
+    return "".join(rows)
 
 
 def _stage(case: CaseRecord, stage: StageRecord) -> str:
@@ -174,7 +189,11 @@ def _turn(turn: TurnRecord, number: int) -> str:
     sent = _sent(turn.request) if turn.request is not None else ""
     body = _reply(turn.reply) if turn.reply is not None else _error_box("no reply", turn.error)
     runs = "".join(_tool_run(run, "tool") for run in turn.tool_runs)
-    return head + sent + body + runs
+    timeline = turn.timeline
+    drawn = "" if timeline is None else tools_timeline(
+        timeline.stream_ended_ms, [(call.name, call.closed_ms, call.started_ms, call.ended_ms)
+                                   for call in timeline.calls], timeline.saved_ms)
+    return head + sent + body + runs + drawn
 
 
 def _stop(turn: TurnRecord) -> str:

@@ -53,6 +53,50 @@ def stream_timeline(ttft_ms: float | None, latency_ms: float | None,
             f'<span class="muted">0 ms · {escape(" · ".join(words))}</span></div>')
 
 
+def tools_timeline(stream_ended_ms: float | None,
+                   calls: Sequence[tuple[str, float | None, float | None, float | None]],
+                   saved_ms: float | None) -> str:
+    """A streamed turn's tool runs on the stream's clock: each call's close (a tick) and its
+    tool's run (a bar), the stream's end; ``calls``: name, closed, started, ended."""
+    times = [at for call in calls for at in call[1:] if at is not None]
+    if stream_ended_ms is not None:
+        times.append(stream_ended_ms)
+    if not times:
+        return ""
+    top = max(times) or 1.0
+    height = 8 + 12 * len(calls)
+    marks = []
+    if stream_ended_ms is not None:
+        x = _x(stream_ended_ms, top)
+        marks.append(f'<line x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="{height}" stroke="#344054" '
+                     f'stroke-dasharray="2 2"><title>stream ended {escape(ms(stream_ended_ms))}'
+                     "</title></line>")
+    words = []
+    for row, (name, closed, started, ended) in enumerate(calls):
+        y = 4 + 12 * row
+        if started is not None and ended is not None:
+            left, right = _x(started, top), _x(ended, top)
+            marks.append(f'<rect x="{left:.1f}" y="{y}" width="{max(right - left, 1.5):.1f}" '
+                         f'height="8" fill="#f79009"><title>{escape(name)} ran '
+                         f"{escape(ms(started))} to {escape(ms(ended))}</title></rect>")
+        if closed is not None:
+            x = _x(closed, top)
+            marks.append(f'<line x1="{x:.1f}" y1="{y - 2}" x2="{x:.1f}" y2="{y + 10}" '
+                         f'stroke="#7a5af8" stroke-width="2"><title>{escape(name)} closed '
+                         f"{escape(ms(closed))}</title></line>")
+        words.append(f"{name}: closed {_at(closed)}, ran {_at(started)} to {_at(ended)}")
+    words.append(f"stream ended {_at(stream_ended_ms)}")
+    if saved_ms is not None:
+        words.append(f"progressive execution saved {ms(saved_ms)}")
+    return (f'<div class="timeline tools"><svg width="{WIDTH}" height="{height}" '
+            f'viewBox="0 0 {WIDTH} {height}" role="img">{"".join(marks)}</svg>'
+            f'<span class="muted">{escape(" · ".join(words))}</span></div>')
+
+
+def _at(value: float | None) -> str:
+    return ms(value) if value is not None else "-"
+
+
 def _tick(at: float, top: float, colour: str, label: str) -> str:
     x = _x(at, top)
     return (f'<line x1="{x:.1f}" y1="4" x2="{x:.1f}" y2="20" stroke="{colour}" '

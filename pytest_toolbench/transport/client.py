@@ -150,8 +150,8 @@ class PendingReply:
         assembler.on_call = on_call
         # Only a recording keeps the events as they came; a replay or live run counts them.
         events: list[StreamEvent] | None = [] if self.sink is not None else None
-        # A replayed stream's events carry the times they were recorded at: its times
-        # (the first token, each call's arguments, its end) are the recording's.
+        # A replayed stream's events carry the times they were recorded at: each call's
+        # arguments and its end are the recording's; its first token, the replay's.
         recorded: list[float] | None = self.response.extensions.get(RECORDED_TIMES)
         count = 0
         try:
@@ -159,8 +159,9 @@ class PendingReply:
                 offset = _ms_since(self.started)
                 for event in decoder.feed(chunk):
                     if recorded is not None and count < len(recorded):
-                        offset = recorded[count]
-                    assembler.add(event, offset)
+                        assembler.add(event, recorded[count], offset)
+                    else:
+                        assembler.add(event, offset)
                     count += 1
                     if events is not None:
                         events.append(StreamEvent(event.data, round(offset, 1), event.event))
@@ -168,8 +169,9 @@ class PendingReply:
             offset = _ms_since(self.started)
             for event in decoder.close():  # a last [DONE] without its blank line: recorded
                 if recorded is not None and count < len(recorded):
-                    offset = recorded[count]
-                assembler.add(event, offset)
+                    assembler.add(event, recorded[count], offset)
+                else:
+                    assembler.add(event, offset)
                 if events is not None:
                     events.append(StreamEvent(event.data, round(offset, 1), event.event))
         except SSETooLarge as exc:

@@ -43,8 +43,9 @@ class StreamReader(Protocol):
     on_call: Callable[[ToolCall], None] | None
     """Told of each tool call the moment the API marks its arguments complete."""
 
-    def add(self, event: Event, offset_ms: float) -> None:
-        """Read one event; ``offset_ms``: when it arrived, after the request was sent."""
+    def add(self, event: Event, offset_ms: float, wall_ms: float | None = None) -> None:
+        """Read one event; ``offset_ms``: when it arrived, after the request was sent (a
+        replayed stream's: as recorded; ``wall_ms``: in this run)."""
 
     def finish(self, *, truncated: bool = False) -> Reply:
         """The reply; ``truncated``: the stream ended inside an event."""

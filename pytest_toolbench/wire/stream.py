@@ -97,14 +97,19 @@ class StreamAccumulator(ABC):
         (``closed_call``), while the stream goes on: ``run_tools: progressive``."""
         self.last_ms: float | None = None
         """When the latest event (an end marker too) arrived."""
+        self._wall_ms = 0.0
+        """When the latest event arrived in this run (a replay's own time)."""
 
     end_marker: ClassVar[str | None] = None
     """A data payload that ends the stream and is no event (chat's ``[DONE]``)."""
 
-    def add(self, event: Event, offset_ms: float) -> None:
-        """Read one event; ``offset_ms``: when it arrived, after the request was sent."""
+    def add(self, event: Event, offset_ms: float, wall_ms: float | None = None) -> None:
+        """Read one event; ``offset_ms``: when it arrived, after the request was sent
+        (a replayed stream: when it was recorded to arrive, and ``wall_ms`` when it did:
+        the time to the first token is the replay's, as its latency is)."""
         data = event.data
         self.last_ms = offset_ms
+        self._wall_ms = offset_ms if wall_ms is None else wall_ms
         if self.end_marker is not None and not data.startswith("{") \
                 and data.strip() == self.end_marker:
             self.marked_end()
@@ -174,9 +179,10 @@ class StreamAccumulator(ABC):
         return part.build()
 
     def first_output(self, offset_ms: float) -> None:
-        """Text or a call arrived: the first one is the time to first token."""
+        """Text or a call arrived: the first one is the time to first token (of this run:
+        a replayed stream's, not its recording's)."""
         if self.ttft_ms is None:
-            self.ttft_ms = offset_ms
+            self.ttft_ms = self._wall_ms
 
     def in_band_error(self, carrier: str, error: Any, kind: str | None = None) -> None:
         """An error sent inside the stream (an object with a message, or text), said as the
