@@ -45,10 +45,10 @@ if TYPE_CHECKING:
     from .agent_cases import AgentCases
     from .session import SessionRuntime
 
-NOT_HERE = ("state", "probe", "python", "bfcl", "ended")
+NOT_HERE = ("state", "probe", "python", "bfcl", "ended", "background_errors")
 """Expectation keys that need what a test has no case for: an agent object the plugin
-built (``state``, ``python``), the case's tools (``probe``), BFCL's records (``bfcl``), a
-simulated user (``ended``)."""
+built (``state``, ``python``), the case's tools (``probe``, ``background_errors``), BFCL's
+records (``bfcl``), a simulated user (``ended``)."""
 
 TEST_RESULT = pytest.StashKey[CaseResult]()
 """A ``toolbench_agent`` test's result, on its item once the fixture is torn down: its

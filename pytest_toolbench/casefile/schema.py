@@ -927,6 +927,10 @@ class Case(StrictModel):
             if expect.probe:
                 raise KeyedError("probe calls the case's tools, and an agent case has"
                                  " none of its own", (*path, "probe"))
+            if "background_errors" in expect.model_fields_set:
+                raise KeyedError("background_errors reads the case's background tools, and"
+                                 " an agent case has none of its own",
+                                 (*path, "background_errors"))
         return self
 
     @property
