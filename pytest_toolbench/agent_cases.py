@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -86,7 +87,8 @@ class AgentCases:
             return case_run.not_run(str(error))
         endpoint = self.settings.endpoint_for(case.endpoint)
         second = seconds(cassette) if seconds is not None else RoleModels()
-        with self.attached(cassette, replaying, case.endpoint, whole=True) as tap:
+        with _process_kept() as blocked, \
+                self.attached(cassette, replaying, case.endpoint, whole=True) as tap:
             verdicts = [*([tap.unused] if isinstance(tap, ReplayTap) else []),
                         *second.verdicts]
             context = AgentContext(
@@ -103,6 +105,11 @@ class AgentCases:
             finally:
                 for client in second.clients:
                     await client.aclose()
+        if blocked:  # put back, but the case's own code broke the session's imports
+            said = (f"the agent set sys.modules entries to None ({', '.join(blocked)}),"
+                    " which blocks every later import of them in the process it shares with"
+                    " the session; they were put back as they were")
+            result.error = said if result.error is None else f"{result.error}; {said}"
         self.keep(tap, failed=not result.passed, lost=result.endpoint_failed)
         return result
 
@@ -180,6 +187,41 @@ def _placeholder_keys() -> dict[str, str]:
     """A key for each API whose variables hold none, so SDK clients can be built."""
     return {row.key_envs[0]: PLACEHOLDER_KEY for row in REGISTRY.values()
             if not any(os.environ.get(name) for name in row.key_envs)}
+
+
+@contextmanager
+def _process_kept() -> Iterator[list[str]]:
+    """The working directory, ``sys.path`` and ``sys.modules`` put back as they were when
+    the block ends, as the environment is: an agent case's code may change any of them,
+    and the session (its reports, the next case) goes on in the same process. Yields the
+    list the block's blocked imports are named in when it ends (a module set to None:
+    every later ``import`` of it fails)."""
+    cwd, path, modules = os.getcwd(), list(sys.path), dict(sys.modules)
+    blocked: list[str] = []
+    try:
+        yield blocked
+    finally:
+        try:
+            moved = os.getcwd() != cwd
+        except OSError:  # the agent removed the directory it moved to
+            moved = True
+        if moved:
+            os.chdir(cwd)
+        sys.path[:] = path
+        for name, module in list(sys.modules.items()):
+            if module is None and name not in modules:
+                blocked.append(name)
+                del sys.modules[name]
+        for name, module in modules.items():
+            now = sys.modules.get(name, _GONE)
+            if now is not module:
+                if now is None:
+                    blocked.append(name)
+                sys.modules[name] = module
+        blocked.sort()
+
+
+_GONE = object()
 
 
 @contextmanager

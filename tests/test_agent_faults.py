@@ -658,3 +658,44 @@ def test_a_path_with_user_at_host_in_it_cannot_forward_to_another_host(below: st
         (forwarded,) = endpoint.requests  # to the endpoint's own host, whatever its answer
         assert reply.status in (200, 404)
         assert "authorization" not in forwarded.headers  # no userinfo made into Basic auth
+
+
+PROCESS_CHANGER = '''
+import os
+import sys
+
+
+def make():
+    def agent(user):
+        os.chdir(os.path.dirname(os.getcwd()))
+        sys.path.insert(0, "/nowhere/left-by-the-agent")
+        sys.modules["json"] = None  # every later "import json" fails
+        return "changed"
+    return agent
+
+
+def seen():
+    return lambda user: f"{os.getcwd()} {'/nowhere/left-by-the-agent' in sys.path}"
+'''
+
+
+def test_an_agent_that_changes_cwd_sys_path_or_sys_modules_leaves_no_trace(
+        pytester: pytest.Pytester) -> None:
+    """The working directory, ``sys.path`` and ``sys.modules`` are put back when an agent
+    case ends, as the environment is; blocking a module the session uses fails the case
+    that did it, and the session goes on to write its reports."""
+    pytester.makepyfile(changer=PROCESS_CHANGER)
+    pytester.makefile(".case.yaml", process=(
+        case("changer", "make").replace("agents:", "changer:") + "---\n"
+        + case("after", "seen", expect=f"      text: {pytester.path} False\n"
+               ).replace("agents:", "changer:")))
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--toolbench-live", "--toolbench-report=r.json",
+        "--junitxml=j.xml", "-o", "pythonpath=.", timeout=120)
+    result.assert_outcomes(passed=1, failed=1)
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    blocked = "the agent set sys.modules entries to None (json), which blocks every later"
+    result.stdout.fnmatch_lines([f"*changer: {blocked} import of them*"])
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert [(case["case"], case["outcome"]) for case in report["cases"]] == [
+        ("changer", "failed"), ("after", "passed")]
