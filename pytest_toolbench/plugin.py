@@ -63,12 +63,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     stopping.uninstall()  # installed with the first case file (items.py), if any
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_keyboard_interrupt(excinfo: pytest.ExceptionInfo[BaseException]) -> None:
     """Ctrl-C, SIGTERM, SIGHUP, or an xdist worker told to stop: kill the stdio MCP servers
     now, before the session winds down. Their graceful stop (stdin closed, 2 s to exit,
     then terminated) is for a session that ends in its own time; one that is being stopped
-    may be killed itself before it gets there (xdist kills a worker 10 s after it asked it
-    to stop), which would leave the servers running."""
+    may be killed itself before it gets there (xdist interrupts a worker 5 s after asking
+    it to stop and kills it 5 s later), which would leave the servers running. First of
+    the hook's implementations: pytest's own formats the interrupted traceback, which took
+    5 s on a busy machine."""
     from .mcp.processes import SERVER_PROCESSES
 
     SERVER_PROCESSES.kill_all()

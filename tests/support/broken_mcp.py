@@ -58,7 +58,7 @@ def answer(request: dict[str, Any]) -> dict[str, Any] | None:
 
 def call(params: dict[str, Any]) -> dict[str, Any]:
     if MODE == "slow_call":
-        time.sleep(60)
+        time.sleep(600)  # longer than any test waits: it never answers
     if MODE == "crash_once" and not os.path.exists(sys.argv[2]):
         open(sys.argv[2], "w").close()
         print("Traceback: crashed once", file=sys.stderr, flush=True)
