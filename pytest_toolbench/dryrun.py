@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 import httpx2
 
 from .apis import AGENT
-from .casefile.schema import McpTools
+from .casefile.routes import route_table
+from .casefile.schema import Case, McpTools
 from .keypaths import KeyPath
 from .records import CaseResult
 from .run.runner import CaseRun, RunContext, run_case
@@ -84,6 +85,8 @@ class Plan:
     request: ShownRequest | None = None
     missing: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    routes: str | None = None
+    """A routed case's routes and bound, in a line; None for a straight case."""
 
     @property
     def ready(self) -> bool:
@@ -110,6 +113,25 @@ async def plan_case(runtime: SessionRuntime, case_run: CaseRun, invalid: str | N
         return Plan(case_run.nodeid, case_run.api, "",
                     missing=[f"a valid case: {'; '.join(problems)}"])
     replaying = runtime.replays(case_run)
+    plan = await _plan_case(runtime, case_run, replaying, indent)
+    plan.routes = routes_line(case_run.loaded.case)
+    return plan
+
+
+def routes_line(case: Case) -> str | None:
+    """``routes (max_iterations 6): ask: pass → confirm, fail → clarify; ...``; None for
+    a case that runs straight."""
+    table = route_table(case)
+    if not table.routed:
+        return None
+    stages = "; ".join(f"{name}: " + ", ".join(f"{verdict} → {target}"
+                                               for verdict, target in table.edges(index))
+                       for index, name in enumerate(table.stages))
+    return f"routes (max_iterations {case.max_iterations}): {stages}"
+
+
+async def _plan_case(runtime: SessionRuntime, case_run: CaseRun, replaying: bool,
+                     indent: bool) -> Plan:
     if case_run.api == AGENT:  # its requests are its own code's: none is known before it runs
         return _agent_plan(runtime, case_run, replaying)
     missing: list[str] = []
@@ -326,6 +348,8 @@ def render(plan: Plan, write: Callable[[str], None], quiet: bool) -> None:
     write(f"{plan.nodeid}: {'ready' if plan.ready else 'NOT READY'}")
     if plan.answers:
         write(f"    answers from {plan.answers}")
+    if plan.routes:
+        write(f"    {plan.routes}")
     for need in plan.missing:
         write(_indented(f"missing: {need}"))
     for note in plan.notes:

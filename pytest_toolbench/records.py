@@ -392,6 +392,12 @@ stage can have it: a stage name has no spaces)."""
 class StageResult:
     name: str
     attempts: list[StageAttempt] = field(default_factory=list)
+    branch: bool = False
+    """The stage failed and a route took its failure (``next: {fail: ...}``): a branch
+    taken, not a failure of the run."""
+    next: str | None = None
+    """Where its route led: a stage's name or ``end``; None when the run stopped there
+    (an unrouted failure, or the case-level checks)."""
 
     @property
     def is_stage(self) -> bool:
@@ -416,7 +422,12 @@ class RunResult:
 
     @property
     def passed(self) -> bool:
-        return self.error is None and all(stage.passed for stage in self.stages)
+        return self.error is None and all(stage.passed or stage.branch for stage in self.stages)
+
+    @property
+    def path(self) -> list[str]:
+        """The names of the stages run, in order (a stage run again is there again)."""
+        return [stage.name for stage in self.stages if stage.is_stage]
 
     @property
     def turns(self) -> list[Turn]:
@@ -453,6 +464,8 @@ class CaseResult:
     notes: list[str] = field(default_factory=list)
     """What is worth knowing of the run that failed nothing (a session-scoped MCP server
     that stopped in an earlier case was started again)."""
+    routed: bool = False
+    """The case has routes (``next`` on a stage): its runs may take different paths."""
 
     @property
     def passes(self) -> int:

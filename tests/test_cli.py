@@ -451,7 +451,8 @@ def test_graph_draws_each_stage_from_the_table(cases: Path,
     diagram = graph_of(capsys, "weather.case.yaml")
     assert 'state "ask" as stage0' in diagram
     assert 'state "answer" as stage1' in diagram
-    assert "stage0 --> stage1: passed" in diagram
+    assert "stage0 --> stage1: pass" in diagram
+    assert "stage1 --> ended: pass" in diagram
     # ask: one request, no loop, no retry, no second variant
     assert stage_states(diagram, "stage0") == {
         state.value for state in StageState if state is not StageState.RUNNING_TOOLS}

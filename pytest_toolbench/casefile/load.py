@@ -25,6 +25,7 @@ from .loader import CaseFileError, Document, ParsedDocuments, load_documents
 from .names import names_checked, names_known_at_load, offered_at_load, unoffered
 from .outline import SHARED_SERVERS, Outline
 from .placeholders import did_you_mean, undefined_names
+from .routes import route_problems
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -232,6 +233,7 @@ def _validated(file: Path, documents: Sequence[Document], outline: bool) -> list
         _with_servers(item, shared)
     errors.extend(_duplicate_names(loaded))
     errors.extend(error for item in loaded for error in _undefined_servers(item))
+    errors.extend(error for item in loaded for error in _bad_routes(item))
     errors.extend(error for item in loaded for error in _undefined_variables(item))
     errors.extend(error for item in loaded for error in _unoffered_tools(item))
     if errors:  # a problem of the defaults is every case's: told once
@@ -351,6 +353,12 @@ def _unoffered_tools(item: LoadedCase) -> list[CaseFileError]:
         return []
     return [CaseFileError(item.file, item.line_of(*path), message, path)
             for path, message in unoffered(case, offered_at_load(case))]
+
+
+def _bad_routes(item: LoadedCase) -> list[CaseFileError]:
+    """Routes that lead nowhere, stages none reaches, loops with no way out."""
+    return [CaseFileError(item.file, item.line_of(*path), message, path)
+            for path, message in route_problems(item.case)]
 
 
 def _undefined_variables(item: LoadedCase) -> list[CaseFileError]:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..keypaths import KeyPath
+from .routes import END, PASS, is_routed, route_table, way_without
 
 if TYPE_CHECKING:
     from .schema import Case, Stage
@@ -51,12 +52,11 @@ def undefined_names(case: Case) -> Iterator[tuple[KeyPath, str]]:
     names of ``parametrize`` serve every stage.
     ``${env.NAME}`` is read when the stage runs and is not checked here.
     """
+    if is_routed(case):
+        yield from _unrouted_names(case)
+        return
     captured: list[str] = case.parametrize.names if case.parametrize else []
-    if case.agent is not None:  # the factory is called before the first stage
-        for where, name in _placeholders(case.agent.init, ("agent", "init")):
-            if name not in captured and not name.startswith("env."):
-                yield where, (f"${{{name}}} is not defined{did_you_mean(name, captured)}"
-                              f" ({_before_stages(captured)})")
+    yield from _undefined_in_init(case, captured)
     for index, stage in enumerate(case.stages):
         for path, value in _interpolated(stage):
             for where, name in _placeholders(value, ("stages", index, *path)):
@@ -69,6 +69,57 @@ def undefined_names(case: Case) -> Iterator[tuple[KeyPath, str]]:
             if name not in captured and not name.startswith("env."):
                 yield where, (f"${{{name}}} is not defined"
                               f"{did_you_mean(name, captured) or _captures(captured)}")
+
+
+def _undefined_in_init(case: Case, table: list[str]) -> Iterator[tuple[KeyPath, str]]:
+    """An agent's ``init`` is read when the factory is called, before the first stage."""
+    if case.agent is None:
+        return
+    for where, name in _placeholders(case.agent.init, ("agent", "init")):
+        if name not in table and not name.startswith("env."):
+            yield where, (f"${{{name}}} is not defined{did_you_mean(name, table)}"
+                          f" ({_before_stages(table)})")
+
+
+def _unrouted_names(case: Case) -> Iterator[tuple[KeyPath, str]]:
+    """A routed case: each ``${name}`` that some route reaches its stage (or ``end``, for
+    the case's own expect) without capturing. A stage captures when it passes, so only
+    its ``pass`` route carries what it captured; a name stays captured from then on."""
+    table = case.parametrize.names if case.parametrize else []
+    yield from _undefined_in_init(case, table)
+    routes = route_table(case)
+    everywhere = [name for stage in case.stages for name in stage.capture]
+    uses: list[tuple[int | None, str, tuple[KeyPath, Any]]] = [
+        (index, stage.name, (("stages", index, *path), value))
+            for index, stage in enumerate(case.stages) for path, value in _interpolated(stage)]
+    if case.expect is not None:
+        uses.append((None, END, (("expect",), case.expect.model_dump(exclude_unset=True))))
+    for index, goal, (path, value) in uses:
+        for where, name in _placeholders(value, path):
+            if name in table or name.startswith("env."):
+                continue
+            capturing = {(at, PASS) for at, stage in enumerate(case.stages)
+                         if name in stage.capture and at != index}
+            way = way_without(routes, goal, capturing)
+            if way is not None or name not in everywhere:
+                yield where, _not_on_every_route(name, way, index, case, everywhere)
+
+
+def _not_on_every_route(name: str, way: list[str] | None, index: int | None, case: Case,
+                        everywhere: list[str]) -> str:
+    """Why ``${name}`` may be missing where it is read: no stage captures it, or ``way``
+    (from the first stage) comes there without passing one that does."""
+    capturers = [stage.name for stage in case.stages if name in stage.capture]
+    if not capturers:
+        return f"${{{name}}} is not defined{did_you_mean(name, everywhere) or _captures(everywhere)}"
+    if index is not None and capturers == [case.stages[index].name]:
+        return (f"${{{name}}} is captured by this stage, after its checks; only the stages"
+                " its routes lead to can use it")
+    where = "the end of the run" if index is None else "this stage"
+    assert way is not None
+    return (f"${{{name}}} is not captured on every route to {where}: {' → '.join(way)}"
+            f" reaches it without a pass of {', '.join(map(repr, capturers))}, which"
+            " captures it")
 
 
 def _before_stages(table: list[str]) -> str:

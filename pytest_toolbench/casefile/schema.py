@@ -39,7 +39,13 @@ from ..agent_imports import importing
 from ..apis import AGENT, API_NAMES
 from ..defaults import JUDGE_SAMPLES_MAX, SIMULATED_TURNS_MAX
 from ..keypaths import KeyedError, KeyPath
-from ..matchers import Matcher, compile_matcher, compile_tool_calls, compile_trajectory
+from ..matchers import (
+    Matcher,
+    compile_matcher,
+    compile_path,
+    compile_tool_calls,
+    compile_trajectory,
+)
 from .files import read_beside
 from .operands import check_expectation
 from .tables import row_ids, table_rows
@@ -75,6 +81,14 @@ TrajectoryField = Annotated[
     WithJsonSchema({"description": "The calls made, in order: a list of {name, arguments}"
                     " matchers, or {$ordered, $unordered, $includes, $contains, $not:"
                     " [...], max_calls: N}."}),
+]
+PathField = Annotated[
+    Any,
+    AfterValidator(compile_path),
+    PlainSerializer(_spec_of),
+    WithJsonSchema({"description": "The stages a run went through, by name: a list in order,"
+                    " or {$ordered, $contains, $unordered, $includes, $not: [...]} or another"
+                    " operator on the list."}),
 ]
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
 ToolName = Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
@@ -670,6 +684,14 @@ class AgentExpect(StrictModel):
     _can_hold = field_validator("*")(classmethod(_can_hold_check))
 
 
+class CaseExpect(AgentExpect):
+    """What must hold once a run has reached ``end``: the world, every call, the route."""
+
+    path: PathField = None
+    """Matcher on the names of the stages the run went through, in order (a stage a loop
+    ran again is there again): ``{$contains: [ask, confirm]}``."""
+
+
 class Criterion(StrictModel):
     """An ``expect.judge`` criterion with its options."""
 
@@ -766,6 +788,21 @@ class JudgeModel(StrictModel):
     """Resolved as a case's endpoint is; unset keys: the case's own."""
 
 
+class StageRoutes(StrictModel):
+    """Where each verdict of a stage leads: a stage's name, or ``end``."""
+
+    pass_: str | None = Field(default=None, alias="pass", min_length=1, description=(
+        "When the stage passes; unsaid: the next stage in the file (the last: ``end``)."))
+    fail: str | None = Field(default=None, min_length=1)
+    """When it fails (a branch, not a failure of the case); unsaid: the run ends, failed."""
+
+    @model_validator(mode="after")
+    def _a_route(self) -> StageRoutes:
+        if self.pass_ is None and self.fail is None:
+            raise ValueError("next takes a stage name, end, or {pass: X, fail: Y}")
+        return self
+
+
 class Stage(StrictModel):
     """One step of the conversation: append messages, send, check."""
 
@@ -794,6 +831,9 @@ class Stage(StrictModel):
     retry: Retry | None = None
     simulate_user: SimulateUser | None = None
     """Instead of ``user``: a simulated user talks with the agent, turn by turn."""
+    next: Annotated[str, Field(min_length=1)] | StageRoutes | None = None
+    """Where the run goes after the stage: a stage's name or ``end`` when it passes (a
+    failure ends the run), or ``{pass: X, fail: Y}``; unsaid: the next stage, if it passed."""
 
     @model_validator(mode="after")
     def _simulated_alone(self) -> Stage:
@@ -898,9 +938,12 @@ class Case(StrictModel):
     tools: list[ToolEntry] = Field(default_factory=list)
     repeat: Repeat | None = None
     stages: list[Stage] = Field(min_length=1)
-    expect: Annotated[AgentExpect | None, BeforeValidator(_not_empty)] = None
-    """Checked when the last stage has passed: the state, probes, and every call of the
-    case (all its stages) as the trajectory."""
+    max_iterations: int = 20
+    """The most stage runs in one run of the case (routes may run a stage again); past
+    it the run fails with the path so far."""
+    expect: Annotated[CaseExpect | None, BeforeValidator(_not_empty)] = None
+    """Checked when the run has reached ``end`` with no failure: the state, probes, every
+    call of the case (all its stages) as the trajectory, and the path."""
     agent: Agent | None = None
     """The team's own agent under test, in place of the plugin's loop (docs/agents.md)."""
 
@@ -978,6 +1021,14 @@ class Case(StrictModel):
                 raise KeyedError(f"the keyword arguments of mark {name!r} need string names,"
                                    f" got {value!r}", (index, name))
         return marks
+
+    @field_validator("max_iterations")
+    @classmethod
+    def _at_least_one_run(cls, bound: int) -> int:
+        if bound < 1:
+            raise ValueError(f"max_iterations bounds the stage runs of one run of the case:"
+                             f" 1 or more, got {bound}")
+        return bound
 
     @field_validator("model")
     @classmethod

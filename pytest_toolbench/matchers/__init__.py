@@ -24,6 +24,7 @@ The modules, each importing only those above it:
     tool_calls.py  compile_tool_calls: expected calls against ToolCall records
     trajectory.py  compile_trajectory: every call of a stage or case, in order, subsequence,
                    never, at most
+    path.py        compile_path: the stages a run went through, matched as a trajectory is
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from __future__ import annotations
 from .compiler import compile_matcher
 from .core import MISSING, Matcher, MatcherError, Mismatch
 from .limits import MatchTimeout, time_limit
+from .path import compile_path
 from .tool_calls import compile_tool_calls
 from .trajectory import compile_trajectory
 
@@ -41,6 +43,7 @@ __all__ = [
     "MatcherError",
     "Mismatch",
     "compile_matcher",
+    "compile_path",
     "compile_tool_calls",
     "compile_trajectory",
     "time_limit",

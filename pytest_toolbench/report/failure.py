@@ -89,7 +89,7 @@ def first_failure(run: RunResult) -> Failure | None:
 def _final_failures(run: RunResult) -> list[Failure]:
     """The failures of the stage that failed the run (its last attempt), less repeats."""
     for stage in run.stages:
-        if not stage.passed and stage.attempts[-1].failures:
+        if not (stage.passed or stage.branch) and stage.attempts[-1].failures:
             return _without_repeats(stage.attempts[-1].failures)
     return []
 
@@ -165,16 +165,21 @@ def _run_text(result: CaseResult, run: RunResult, shown: set[int]) -> list[str]:
     lines: list[str] = []
     for stage in run.stages:
         for attempt in stage.attempts:
-            lines.extend(_attempt_text(result, attempt, len(stage.attempts), shown))
+            routed = stage.next if stage.branch and attempt is stage.attempts[-1] else None
+            lines.extend(_attempt_text(result, attempt, len(stage.attempts), shown, routed))
+    if len(run.path) > 1 or any(stage.branch for stage in run.stages):
+        lines.append(f"\npath: {' → '.join(run.path)}")
     return lines
 
 
 def _attempt_text(result: CaseResult, attempt: StageAttempt, attempts: int,
-                  shown: set[int]) -> list[str]:
+                  shown: set[int], routed: str | None = None) -> list[str]:
+    """``routed``: where a route took the failure of the stage's last attempt."""
     title = f"stage {attempt.stage!r}"
     if attempts > 1:
         title += f" attempt {attempt.number}/{attempts}"
-    outcome = "passed" if attempt.passed else "failed"
+    outcome = ("passed" if attempt.passed else "failed" if routed is None
+               else f"branch taken (failed, routed to {routed})")
     lines = [f"\n--- {title}: {outcome} ---"]
     lines.extend(_failure_line(result, failure) for failure in
                  _without_repeats(attempt.failures) if id(failure) not in shown)

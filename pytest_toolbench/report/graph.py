@@ -1,8 +1,9 @@
 """A case's flow as a Mermaid state diagram, drawn from the executor's own ``TRANSITIONS``.
 
 Each stage becomes a composite state holding the states of ``StageState`` it can reach, and
-only the transitions its settings allow (no tool loop, no retry...), so the picture cannot
-drift from what runs. ``toolbench graph`` prints it.
+only the transitions its settings allow (no tool loop, no retry...); the case's routes
+(``pass``, ``fail``) link the stages and ``end``, so the picture cannot drift from what
+runs. ``toolbench graph`` prints it.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from typing import Any
 from transitions.extensions.diagrams import HierarchicalGraphMachine
 from transitions.extensions.nesting import NestedState
 
+from ..casefile.routes import END, FAIL, PASS, route_table
 from ..casefile.schema import Case, Stage
-from ..run.machine import TRANSITIONS, StageState
+from ..run.machine import RUN_ENDED, RUN_FAILED, TRANSITIONS, StageState, route_machine
 
 # Where a stage's run ends; FAILED also leads back to IDLE while retry attempts remain.
 FINAL_STATES = (StageState.PASSED, StageState.FAILED)
@@ -56,14 +58,17 @@ class StageFlow:
 
 
 def stage_flows(case: Case) -> list[StageFlow]:
-    """Each stage with its flow; pending tool calls come from a stage without the loop."""
+    """Each stage with its flow; pending tool calls come from a stage without the loop
+    that a route leads from."""
+    routes = route_table(case)
     flows = []
     for index, stage in enumerate(case.stages):
-        previous = case.stages[index - 1] if index else None
+        before = [case.stages[at] for at in range(len(case.stages))
+                  if any(target == stage.name for _, target in routes.edges(at))]
         sends_tool_messages = any(message.get("role") == "tool" for message in stage.messages)
         # Only the full loop never leaves calls open: ``once`` stops at the reply to the
         # results, whatever it asks.
-        pending = (previous is not None and previous.run_tools is not True
+        pending = (any(previous.run_tools is not True for previous in before)
                    and not sends_tool_messages)
         flows.append(StageFlow(stage, pending))
     return flows
@@ -116,9 +121,10 @@ def case_graph(case: Case) -> str:
         edges = stage_edges(flow)
         states.append(_stage_state(stage_id, flow.stage, edges))
         transitions.extend(_stage_transition(stage_id, flow, edge) for edge in edges)
-        if index:  # the runner goes on only when the stage before passed
-            transitions.append({"trigger": "next_stage", "source": f"stage{index - 1}",
-                                "dest": stage_id, "label": "passed"})
+    routes = route_transitions(case)
+    if any(route["dest"] == ENDED for route in routes):
+        states.append({"name": ENDED, "label": END, "final": True})
+    transitions += routes
     machine = _CaseGraphMachine(
         states=states, transitions=transitions, initial="stage0", auto_transitions=False,
         graph_engine="mermaid",
@@ -127,6 +133,26 @@ def case_graph(case: Case) -> str:
     title = f"title: {json.dumps(case.name)}"
     source: str = machine.get_graph(title=title).draw(None)
     return source.rstrip("\n") + "\n"
+
+
+ENDED = "ended"
+"""The id of ``end`` in the drawing (``end`` itself is a word of Mermaid's)."""
+
+
+def route_transitions(case: Case) -> list[dict[str, Any]]:
+    """The case's machine (``run/machine.py``'s ``route_machine``) between the stages'
+    states: a ``pass`` and a routed ``fail`` out of each, to a stage or to ``end``. A
+    failure no route takes ends the run in the stage's own ``failed``."""
+    routes = route_table(case)
+    machine = route_machine(routes)
+    ids: dict[str | None, str] = {name: f"stage{index}"
+                                  for index, name in enumerate(routes.stages)}
+    ids[RUN_ENDED] = ENDED
+    return [{"trigger": verdict, "source": ids[name], "dest": ids[transition.dest],
+             "label": verdict}
+            for name in routes.stages for verdict in (PASS, FAIL)
+            for transition in machine.events[verdict].transitions.get(name, [])
+            if transition.dest != RUN_FAILED]
 
 
 def _stage_state(stage_id: str, stage: Stage, edges: list[Edge]) -> dict[str, Any]:

@@ -86,8 +86,10 @@ def _figures(case: CaseRecord) -> str:
 def _run(case: CaseRecord, run: RunRecord, runs: int) -> str:
     head = f'<div class="head">run {e(run.number)}</div>' if runs > 1 else ""
     error = _error_box("run", run.error) if run.error else ""
+    path = (f'<div class="trail">path: {" → ".join(e(name) for name in run.path)}</div>'
+            if case.routed else "")
     stages = "".join(_stage(case, stage) for stage in run.stages)
-    return f'<div class="run">{head}{error}{stages}{_background(run)}</div>'
+    return f'<div class="run">{head}{error}{path}{stages}{_background(run)}</div>'
 
 
 def _background(run: RunRecord) -> str:
@@ -106,10 +108,12 @@ def _background(run: RunRecord) -> str:
 
 
 def _stage(case: CaseRecord, stage: StageRecord) -> str:
-    state = "passed" if stage.passed else "failed"
+    outcome = stage.outcome
+    state = "branch" if stage.branch else outcome
+    routed = f" → {e(stage.next)}" if case.routed and stage.next else ""
     body = "".join(_attempt(case, attempt, len(stage.attempts)) for attempt in stage.attempts)
     return (f'<div class="stage {state}"><div class="head">stage {e(stage.name)} '
-            f'<span class="badge o-{state}">{state}</span></div>{body}</div>')
+            f'<span class="badge o-{state}">{e(outcome)}</span>{routed}</div>{body}</div>')
 
 
 def _attempt(case: CaseRecord, attempt: AttemptRecord, attempts: int) -> str:

@@ -334,6 +334,17 @@ class StageRecord:
     name: str
     passed: bool
     attempts: list[AttemptRecord]
+    branch: bool = False
+    """The stage failed and a route took the failure (``next: {fail: ...}``): a branch
+    taken, not the run's failure."""
+    next: str | None = None
+    """Where the stage's route led: a stage's name or ``end``; null when the run stopped
+    there."""
+
+    @property
+    def outcome(self) -> str:
+        """``passed``, ``failed`` or ``branch taken``."""
+        return "passed" if self.passed else "branch taken" if self.branch else "failed"
 
 
 @dataclass(frozen=True)
@@ -344,14 +355,18 @@ class RunRecord:
     stages: list[StageRecord]
     background: list[BackgroundRecord] = field(default_factory=list)
     """The background tools' tasks the run started, in order."""
+    path: list[str] = field(default_factory=list)
+    """The names of the stages the run went through, in order (one a loop ran again is
+    there again)."""
 
     @classmethod
     def of(cls, run: RunResult) -> RunRecord:
         return cls(run.number, run.passed, run.error,
                    [StageRecord(stage.name, stage.passed,
-                                [AttemptRecord.of(a) for a in stage.attempts])
+                                [AttemptRecord.of(a) for a in stage.attempts],
+                                stage.branch, stage.next)
                     for stage in run.stages],
-                   [BackgroundRecord.of(task) for task in run.background])
+                   [BackgroundRecord.of(task) for task in run.background], run.path)
 
 
 @dataclass(frozen=True)
@@ -402,6 +417,8 @@ class CaseRecord:
     saved_ms: float | None = None
     """The time ``run_tools: progressive`` saved, over every run (each turn's
     ``timeline.saved_ms``); null when no turn ran its tools progressively."""
+    routed: bool = False
+    """The case has routes (``next``): each run's ``path`` is worth showing."""
 
     @classmethod
     def of(cls, result: CaseResult, nodeid: str, outcome: str,
@@ -419,7 +436,7 @@ class CaseRecord:
             judge_tokens=result.side_tokens("judge"),
             simulator_tokens=result.side_tokens("simulator"), pass_hat_k=result.pass_hat_k,
             notes=list(result.notes), recorded_latency_ms=round_ms(result.recorded_latency_ms),
-            saved_ms=_saved(result))
+            saved_ms=_saved(result), routed=result.routed)
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON data: what the report file holds."""

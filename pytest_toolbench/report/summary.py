@@ -16,7 +16,7 @@ from .json_report import CaseRecord
 
 # The outcome comes right after the names, so a narrow terminal never hides it.
 COLUMNS = ("case", "model", "api", "outcome", "stages", "turns", "calls", "tokens",
-           "judge tokens", "user tokens", "latency", "ttft")
+           "judge tokens", "user tokens", "latency", "ttft", "path")
 SECOND_MODELS = {"judge tokens": "judge_tokens", "user tokens": "simulator_tokens"}
 """The columns of the second models' tokens (the judge's, the simulated user's), apart
 from the model's: shown when a case used one."""
@@ -79,14 +79,15 @@ def _case_table(records: list[CaseRecord], models: list[str], apis: list[str]) -
     title = f"toolbench ({', '.join(named)})" if named else "toolbench"
     used = {column for column, key in SECOND_MODELS.items()
             if any(getattr(record, key) is not None for record in records)}
+    routed = any(record.routed for record in records)
     columns = [c for c in COLUMNS
                if (c != "model" or len(models) > 1) and (c != "api" or len(apis) > 1)
-               and (c not in SECOND_MODELS or c in used)]
+               and (c not in SECOND_MODELS or c in used) and (c != "path" or routed)]
     table = Table(title=Text(title, style="table.title"), title_justify="left",
                   box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0))
     # Figures never wrap; names fold, down to a readable width, when the terminal is narrow.
     for column in columns:
-        numeric = column not in ("case", "model", "api", "outcome")
+        numeric = column not in ("case", "model", "api", "outcome", "path")
         table.add_column(column, justify="right" if numeric else "left",
                          no_wrap=numeric or column == "outcome", overflow="fold",
                          min_width={"case": 12, "model": 8}.get(column))
@@ -100,9 +101,19 @@ def _case_table(records: list[CaseRecord], models: list[str], apis: list[str]) -
             "judge tokens": _count(record.judge_tokens),
             "user tokens": _count(record.simulator_tokens),
             "latency": _ms(record.latency_ms), "ttft": _ms(record.ttft_ms),
+            "path": Text(_paths(record)),
         }
         table.add_row(*(cells[column] for column in columns))
     return table
+
+
+def _paths(record: CaseRecord) -> str:
+    """The stages each run went through (``ask → clarify → confirm``), each different
+    path once, in the order of the runs; ``-`` for a case without routes."""
+    if not record.routed:
+        return "-"
+    paths = dict.fromkeys(" → ".join(run.path) for run in record.runs if run.path)
+    return " | ".join(paths) or "-"
 
 
 def _outcome(record: CaseRecord) -> str:

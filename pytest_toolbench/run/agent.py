@@ -41,8 +41,9 @@ from .agent_talk import calls_of, converse, judge_stage, said
 from .agent_thread import AgentThread
 from .check import Outcome, check, check_agent
 from .interpolate import InterpolationError, capture, interpolate, resolve_expect
+from .machine import CaseRoute
 from .outcome_check import python_check, stage_outcome
-from .runner import CaseRun, scrubbed
+from .runner import CaseRun, exhausted, scrubbed
 from .toolset import ToolFailed, WorldState
 from .usercode import ThreadRunner, UserCodeFailed, UserLoop, call_user
 
@@ -143,16 +144,21 @@ class AgentRun:
         self.loop = UserLoop()
         try:
             built = self._row() or await self._build()
-            for index, stage in enumerate(self.case.stages):
+            route = CaseRoute(self.case)
+            while (index := route.next_stage()) is not None:
+                stage = self.case.stages[index]
                 if built is not None:  # the factory failed: the first stage says so
                     attempt = StageAttempt(stage.name, 1, failures=[built])
                     run.stages.append(StageResult(stage.name, [attempt]))
                     break
                 result = await self._stage(index, stage)
                 run.stages.append(result)
-                if not result.passed:
-                    break
-            if self.case.expect is not None and run.passed:
+                if self.abandoned:
+                    break  # the agent is gone: no route can go on with it
+                route.took(result)
+            if route.exhausted:
+                run.stages.append(exhausted(self.case_run, route))
+            elif self.case.expect is not None and run.passed:
                 run.stages.append(await self._case_end(run, self.case.expect))
         finally:
             await self._hang_up()
@@ -352,7 +358,7 @@ class AgentRun:
             return StageResult(CASE_END, [attempt])
         world = await self._world(expect, ("expect",), attempt)
         attempt.failures = check_agent(expect, attempt.trajectory, world, [], ("expect",),
-                                       self._line_of, self.ctx.match_timeout_s)
+                                       self._line_of, self.ctx.match_timeout_s, run.path)
         return StageResult(CASE_END, [attempt])
 
     def _failure(self, message: str, path: KeyPath) -> Failure:

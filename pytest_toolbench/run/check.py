@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..casefile.schema import AgentExpect, Expect, Probe, StreamExpect
+from ..casefile.schema import AgentExpect, CaseExpect, Expect, Probe, StreamExpect
 from ..defaults import PROGRESSIVE_LEAD_MS
 from ..keypaths import KeyPath
 from ..matchers import MISSING, Matcher, MatchTimeout, Mismatch, time_limit
@@ -116,13 +116,19 @@ def check(expect: Expect, outcome: Outcome, base: KeyPath, line_of: LineOf,
 
 def check_agent(expect: AgentExpect, calls: list[ToolCall], world: WorldState,
                 probes: list[ToolRun], base: KeyPath, line_of: LineOf,
-                limit_s: float = DEFAULT_LIMIT_S) -> list[Failure]:
+                limit_s: float = DEFAULT_LIMIT_S, path: list[str] | None = None
+                ) -> list[Failure]:
     """The case-end expectations (``expect`` of the case) against every call of the run,
-    the state and the probes' runs, as ``check`` does a stage's."""
+    the state, the probes' runs and the ``path`` of stages it took, as ``check`` does a
+    stage's."""
     progress = _Progress(base)
     try:
         with time_limit(limit_s):
-            return _check_agent(expect, calls, world, probes, base, line_of, progress)
+            failures = _check_agent(expect, calls, world, probes, base, line_of, progress)
+            if isinstance(expect, CaseExpect) and "path" in expect.model_fields_set:
+                progress.path = (*base, "path")
+                failures += _matched(expect.path, path or [], "path", base, line_of)
+            return failures
     except MatchTimeout as timeout:
         return [_plain(_too_slow(timeout.what, limit_s), progress.path, line_of)]
 

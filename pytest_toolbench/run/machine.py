@@ -1,15 +1,23 @@
-"""The executor's state machine: the states of a stage and the table of its transitions.
+"""The executor's state machines: the states of a stage and the table of its transitions;
+the stages of a case and its routes.
 
-The table is data, and the whole truth (``auto_transitions=False``): the executor fires
-only these triggers, and ``toolbench graph`` draws the same table, so they cannot drift.
+The tables are data, and the whole truth (``auto_transitions=False``): the executor fires
+only these triggers, and ``toolbench graph`` draws the same tables, so they cannot drift.
 """
 
 from __future__ import annotations
 
 import enum
-from typing import Any, final
+import functools
+from typing import TYPE_CHECKING, Any, final
 
 from transitions import Machine
+
+from ..casefile.routes import END, FAIL, PASS, RouteTable, route_table
+from ..records import StageResult
+
+if TYPE_CHECKING:
+    from ..casefile.schema import Case
 
 
 class StageState(enum.Enum):
@@ -100,3 +108,75 @@ class StageMachine:
         """Take the transition named ``trigger``; MachineError if the table forbids it."""
         if self.machine.events[trigger].trigger(self):
             self.trail.append(self.state.value)
+
+
+# -- the case's machine: its stages are the states, its routes the transitions ------------
+
+RUN_ENDED = "(end)"
+"""Where ``end`` leads: the run is over (a state no stage can be named: names have no
+brackets)."""
+RUN_FAILED = "(failed)"
+"""Where a failure no route takes leads: the run is over, failed."""
+
+
+@functools.lru_cache(maxsize=256)
+def route_machine(table: RouteTable) -> Machine:
+    """The machine of a case's routes: a state per stage and the two ends, a ``pass`` and
+    a ``fail`` trigger out of each stage. Built once per route table (every straight case
+    with the same stage names shares one), as ``MACHINE`` is."""
+    transitions = []
+    for index, name in enumerate(table.stages):
+        failed = table.on_fail[index]
+        transitions += [
+            {"trigger": PASS, "source": name, "dest": _state(table.on_pass[index])},
+            {"trigger": FAIL, "source": name,
+             "dest": RUN_FAILED if failed is None else _state(failed)}]
+    return Machine(model=None, states=[*table.stages, RUN_ENDED, RUN_FAILED],
+                   transitions=transitions, initial=table.stages[0], auto_transitions=False)
+
+
+def _state(target: str) -> str:
+    return RUN_ENDED if target == END else target
+
+
+@final
+class CaseRoute:
+    """One run's way through its case's machine, stage by stage; it counts the stage runs
+    (``max_iterations``) and keeps the path. A model of ``route_machine(table)``, moved by
+    its events as ``StageMachine`` is by ``MACHINE``'s."""
+
+    state: str
+
+    def __init__(self, case: Case) -> None:
+        self.table = table = route_table(case)
+        self.max_iterations = case.max_iterations
+        self.machine = route_machine(table)
+        self.path: list[str] = []
+        """The stages run so far, in order: a stage a loop ran again is there again."""
+        self.exhausted = False
+        """The run stopped at ``max_iterations`` with a stage still to run."""
+        self.machine.set_state(table.stages[0], model=self)
+
+    def next_stage(self) -> int | None:
+        """The index of the stage to run now, counted as run; None once the run is over
+        (``end``, an unrouted failure, or ``max_iterations`` runs)."""
+        if self.state in (RUN_ENDED, RUN_FAILED):
+            return None
+        if len(self.path) >= self.max_iterations:
+            self.exhausted = True
+            return None
+        self.path.append(self.state)
+        return self.table.stages.index(self.state)
+
+    def took(self, result: StageResult) -> None:
+        """The stage's whole verdict moves the machine; a failure a route takes is a branch
+        (``result.branch``), not the run's failure; ``result.next`` is where it led."""
+        self.machine.events[PASS if result.passed else FAIL].trigger(self)
+        if self.state != RUN_FAILED:
+            result.next = END if self.state == RUN_ENDED else self.state
+            result.branch = not result.passed
+
+    def exhausted_message(self) -> str:
+        """``max_iterations (6) reached: ask → clarify → clarify → …``"""
+        return (f"max_iterations ({self.max_iterations}) reached: "
+                f"{' → '.join([*self.path, '…'])}")

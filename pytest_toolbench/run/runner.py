@@ -1,4 +1,5 @@
-"""Runs a case: its stages in order, each through the state machine, with the agent loop.
+"""Runs a case: its stages along its routes, each through the state machine, with the agent
+loop.
 
 A case is one conversation. A stage appends its messages, sends, and (with ``run_tools``)
 answers tool calls and sends again until the model stops calling tools or ``max_turns``.
@@ -17,6 +18,7 @@ from ..apis import case_label
 from ..casefile.load import LoadedCase
 from ..casefile.names import names_checked, names_known_at_load, offered_at_load, unoffered
 from ..casefile.params import api_params, stage_params
+from ..casefile.routes import is_routed
 from ..casefile.schema import (
     AgentExpect,
     AllowedTools,
@@ -52,7 +54,7 @@ from ..wire import RequestParts, WireApi, wire_api
 from .background import task_error
 from .check import Outcome, check, check_agent
 from .interpolate import InterpolationError, capture, interpolate, resolve_expect
-from .machine import StageMachine, StageState
+from .machine import CaseRoute, StageMachine, StageState
 from .outcome_check import python_check, stage_outcome
 from .progressive import ProgressiveRuns
 from .toolbox import ToolboxSource
@@ -104,12 +106,13 @@ class CaseRun:
     def result(self, runs: list[RunResult] | None = None, error: str | None = None,
                notes: list[str] | None = None) -> CaseResult:
         """The case's result: no runs (skipped), its runs, or one run that could not start."""
-        repeat = None if self.loaded.problems() else self.loaded.case.repeat
+        valid = not self.loaded.problems()
+        repeat = self.loaded.case.repeat if valid else None
         return CaseResult(
             case=self.case_name, model=self.model, api=self.api,
             file=self.display_file, line=self.loaded.document.start_line, runs=runs or [],
             min_pass_rate=repeat.min_pass_rate if repeat else 1.0, error=error,
-            notes=list(notes or []))
+            notes=list(notes or []), routed=valid and is_routed(self.loaded.case))
 
     def not_run(self, reason: str) -> CaseResult:
         """The result of a run that could not start, or that the plugin broke off."""
@@ -306,15 +309,18 @@ async def run_once(case_run: CaseRun, ctx: RunContext, number: int,
     conversation = Conversation(variables=variables)
     if case.system:
         conversation.messages.append({"role": "system", "content": case.system})
+    route = CaseRoute(case)
     with StageMachine() as machine:
-        for index, stage in enumerate(case.stages):
-            stage_result = await run_stage(case_run, ctx, conversation, index, stage, machine,
-                                           toolset)
+        # An unrouted failure ends the run: later stages build on its conversation.
+        while (index := route.next_stage()) is not None:
+            stage_result = await run_stage(case_run, ctx, conversation, index,
+                                           case.stages[index], machine, toolset)
             run.stages.append(stage_result)
-            if not stage_result.passed:
-                break  # later stages build on this one's conversation: nothing to learn
+            route.took(stage_result)
     background = await _end_background(case_run, toolset, run)
-    if case.expect is not None and run.passed:
+    if route.exhausted:
+        run.stages.append(exhausted(case_run, route))
+    elif case.expect is not None and run.passed:
         run.stages.append(await check_case_end(case_run, ctx, run, toolset, case.expect,
                                                conversation.variables))
     if background:
@@ -354,6 +360,14 @@ def background_failures(failed: list[BackgroundTask], expect: AgentExpect | None
                     line_of(plain)) for task in failed]
 
 
+def exhausted(case_run: CaseRun, route: CaseRoute) -> StageResult:
+    """The run stopped at ``max_iterations``: its failure, with the path so far, reported
+    with the case-level checks."""
+    path = ("max_iterations",)
+    failure = Failure(route.exhausted_message(), path, case_run.loaded.line_at(path))
+    return StageResult(CASE_END, [StageAttempt(CASE_END, 1, failures=[failure])])
+
+
 async def check_case_end(case_run: CaseRun, ctx: RunContext, run: RunResult,
                          toolset: Toolset, expect: AgentExpect,
                          variables: dict[str, Any]) -> StageResult:
@@ -376,7 +390,7 @@ async def check_case_end(case_run: CaseRun, ctx: RunContext, run: RunResult,
     _keep_state(attempt, world, toolset)
     attempt.failures = check_agent(expect, attempt.trajectory, world, attempt.probes,
                                    ("expect",), case_run.loaded.line_at,
-                                   ctx.match_timeout_s)
+                                   ctx.match_timeout_s, run.path)
     return StageResult(CASE_END, [attempt])
 
 
