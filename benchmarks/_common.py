@@ -130,22 +130,24 @@ def run_pytest(args: Sequence[str], cwd: Path, env: dict[str, str] | None = None
     return Timing(wall, usage.ru_maxrss / 1024, process.returncode, text)
 
 
-def count_instructions(args: Sequence[str], cwd: Path) -> int | None:
+def count_instructions(args: Sequence[str], cwd: Path,
+                       env: dict[str, str] | None = None) -> int | None:
     """The instructions ``python -m pytest ARGS`` executes, counted by valgrind's cachegrind
     (``I refs``): a figure the load of a shared machine does not move, unlike wall time.
     None when valgrind is not installed. About 30 times slower than a plain run."""
-    return count_python_instructions(["-m", "pytest", *args], cwd)
+    return count_python_instructions(["-m", "pytest", *args], cwd, env)
 
 
-def count_python_instructions(args: Sequence[str], cwd: Path) -> int | None:
+def count_python_instructions(args: Sequence[str], cwd: Path,
+                              env: dict[str, str] | None = None) -> int | None:
     """The instructions ``python ARGS`` executes under cachegrind (see count_instructions)."""
     valgrind = shutil.which("valgrind")
     if valgrind is None:
         return None
     command = [valgrind, "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
                sys.executable, *args]
-    done = subprocess.run(command, cwd=cwd, env=clean_env(), capture_output=True, text=True,
-                          check=False)
+    done = subprocess.run(command, cwd=cwd, env=env or clean_env(), capture_output=True,
+                          text=True, check=False)
     if done.returncode != 0:
         sys.exit(f"python {' '.join(args)} under valgrind exited with {done.returncode}:\n"
                  f"{done.stdout[-3000:]}{done.stderr[-3000:]}")

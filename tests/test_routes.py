@@ -120,9 +120,12 @@ def test_a_routed_failure_is_a_branch_and_a_loop_goes_on_with_the_conversation(
                                    ("confirm", "end", True, False),
                                    ("end of case", None, True, False)]
     server.close()  # replay takes the recorded route with nothing to answer live
-    replayed, cases = report_of(pytester)
+    replayed, cases = report_of(pytester, "--toolbench-html=report.html")
     replayed.assert_outcomes(passed=1)
     assert cases[0]["runs"][0]["path"] == path
+    page = (pytester.path / "report.html").read_text()
+    assert "path: ask → clarify → clarify → confirm" in page
+    assert page.count(">branch taken</span> → clarify") == 2
 
 
 def test_an_unrouted_failure_still_fails_the_run_and_a_routed_end_passes_it(
