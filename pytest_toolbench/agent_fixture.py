@@ -35,7 +35,6 @@ from .run.agent_talk import judge_stage, said
 from .run.check import Outcome, check
 from .run.runner import scrubbed
 from .run.usercode import UserLoop
-from .settings import Mode
 from .transport.agent_replay import ReplayTap
 from .transport.agent_tap import Exchange, Tap
 from .transport.cassette import cassette_file_stem
@@ -213,8 +212,7 @@ def agent_fixture(request: pytest.FixtureRequest, runtime: SessionRuntime
     name = node.nodeid.split("::", 1)[-1].replace("::", ".")
     start = Path(config.invocation_params.dir)
     path, shown = _cassette_path(settings.cassette_dir, test_file, name, start)
-    replaying = settings.mode is Mode.REPLAY or (settings.mode is Mode.MISSING
-                                                  and path.exists())
+    replaying = settings.replays(path.exists)
     hint = f"pytest '{node.nodeid}' --toolbench-record"
     line = node.location[1] + 1
     try:
@@ -234,7 +232,8 @@ def agent_fixture(request: pytest.FixtureRequest, runtime: SessionRuntime
             bench.close()
     agents.keep(tap, failed=node.stash.get(_FAILED, False))
     unused = bench.unused()
-    node.stash[TEST_RESULT] = bench.result(line, unused)
+    node.stash[TEST_RESULT] = result = bench.result(line, unused)
+    seconds.write_verdicts(cassette, result)
     if unused is not None:
         pytest.fail(unused, pytrace=False)
 

@@ -47,7 +47,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          " item lacks something")
     group.addoption("--toolbench-rejudge", dest="toolbench_rejudge", action="store_true",
                     help="replay the model from the cassettes and ask the judge live"
-                         " (expect.judge criteria judged again; nothing is written)")
+                         " (expect.judge criteria judged again; nothing is written, but"
+                         " with --toolbench-record the new verdicts are)")
 
 
 def pytest_configure(config: pytest.Config) -> None:

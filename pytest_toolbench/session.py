@@ -163,12 +163,21 @@ class SessionRuntime:
         if not replaying:
             self.budget.check()  # BudgetSpent: skipped, as a live case not yet started is
         path, shown, hint = self.cassette_location(case_run)
-        result = self._run_here(self.agent_cases.execute(
-            case_run, path, shown, hint, replaying,
-            lambda cassette: self.own_seconds(SecondModels(self, case_run, cassette),
-                                              replaying)))
+        made: list[tuple[Cassette, RoleModels]] = []
+
+        def seconds(cassette: Cassette) -> RoleModels:
+            made.append((cassette, self.own_seconds(SecondModels(self, case_run, cassette),
+                                                    replaying)))
+            return made[-1][1]
+
+        result = self._run_here(self.agent_cases.execute(case_run, path, shown, hint,
+                                                         replaying, seconds))
+        for cassette, models in made:
+            models.write_verdicts(cassette, result)
         if not replaying:
             self._spent(case_run, result.spent_tokens)
+        elif self._rejudges(case_run):
+            self._spent(case_run, result.side_tokens("judge"))
         return result
 
     def fixture_seconds(self, cassette: Cassette, replaying: bool) -> RoleModels:
@@ -221,9 +230,7 @@ class SessionRuntime:
     def replays(self, case_run: CaseRun) -> bool:
         """Whether ``case_run``'s answers come from its cassette (or it fails for want of
         one): never a live request."""
-        mode = self.settings.mode
-        return mode is Mode.REPLAY or (mode is Mode.MISSING and
-                                       self.cassette_path(case_run).exists())
+        return self.settings.replays(lambda: self.cassette_path(case_run).exists())
 
     def _rejudges(self, case_run: CaseRun) -> bool:
         """Whether a replayed case asks its judge live (``--toolbench-rejudge``): it runs on
@@ -427,12 +434,14 @@ class SessionRuntime:
             mcp = ReplayedMcp(recorded)
             verdict = _first_of(verdict, recorded.unused)
         try:
-            return await run_case(case_run, self._context(case_run, client, scrubber,
-                                                          verdict=verdict, mcp=mcp,
-                                                          seconds=replayed.models))
+            result = await run_case(case_run, self._context(case_run, client, scrubber,
+                                                            verdict=verdict, mcp=mcp,
+                                                            seconds=replayed.models))
         finally:
             await client.aclose()
             await replayed.aclose()
+        replayed.write_verdicts(cassette, result)
+        return result
 
     def _context(self, case_run: CaseRun, client: ApiClient, scrubber: Scrubber, *,
                  api_key: str | None = None, sink: InteractionSink | None = None,
@@ -577,12 +586,17 @@ class SecondModels:
     def replayed(self, scrubber: Scrubber, live_judge: bool, client: ApiClient | None = None
                  ) -> RoleModels:
         """Each role answered from the cassette by a replayer of its own; the judge live
-        when ``live_judge``, on ``client`` (else the endpoint's shared live client)."""
+        when ``live_judge``, on ``client`` (else the endpoint's shared live client), its
+        exchanges kept to be written (``RoleModels.rejudged``) when the session writes
+        verdicts."""
         found = RoleModels()
         for role in self.roles:
             if role == "judge" and live_judge:
+                writes = self.runtime.settings.writes_verdicts
+                found.rejudged = [] if writes else None
                 found.models[role] = self._model(
-                    role, client or self.runtime._live_client(self.endpoint))
+                    role, client or self.runtime._live_client(self.endpoint),
+                    found.rejudged.append if found.rejudged is not None else None)
                 continue
             self._replayed(found, role, scrubber)
         # A role the case no longer has whose exchanges the cassette holds: left unused.

@@ -31,6 +31,8 @@ DEFAULT_RETRIES = 2
 DEFAULT_FILES = ("*.case.yaml", "*.case.yml")
 
 if TYPE_CHECKING:  # the case schema is pydantic: loaded with the first case file, not here
+    from collections.abc import Callable
+
     from .casefile.schema import Endpoint
 
 SETTINGS_KEY = pytest.StashKey["Settings"]()
@@ -221,7 +223,8 @@ class Settings:
     ini_judge_model: str | None = None
     """ini ``toolbench_judge_model``: the judge of a case that names none."""
     rejudge: bool = False
-    """``--toolbench-rejudge``: replay the model, ask the judge live."""
+    """``--toolbench-rejudge``: replay the model, ask the judge live (with
+    ``--toolbench-record``, its new exchanges written in place of the old)."""
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
@@ -284,6 +287,21 @@ class Settings:
             ini_judge_model=ini("judge_model"),
             rejudge=bool(cli("rejudge")),
         )
+
+    def replays(self, recorded: Callable[[], bool]) -> bool:
+        """Whether a case (or ``toolbench_agent`` test) answers from its cassette, which
+        exists when ``recorded()`` says so: always in replay mode (none fails it); in
+        missing mode, or with ``--toolbench-rejudge`` in any mode, when there is one."""
+        if self.mode is Mode.REPLAY:
+            return True
+        return (self.mode is Mode.MISSING or self.rejudge) and recorded()
+
+    @property
+    def writes_verdicts(self) -> bool:
+        """``--toolbench-rejudge`` with ``--toolbench-record`` (or missing mode): the judge's
+        new exchanges are written into the replayed cassettes, in place of the old ones,
+        every other exchange kept as it was."""
+        return self.rejudge and self.mode in (Mode.RECORD, Mode.MISSING)
 
     def judge_model_for(self, case_judge: str | None) -> str | None:
         """The judge model of a case whose ``judge.model`` is ``case_judge``: command line >

@@ -94,12 +94,14 @@ def test_check(toolbench_agent, key, value, stream):
 '''
 
 
-def write_check_tests(pytester: pytest.Pytester) -> None:
-    params = [[f"{key}-holds", key, holds, stream]
-              for key, (holds, _, stream) in WORKS.items()]
-    params += [[f"{key}-fails", key, fails, stream]
-               for key, (_, fails, stream) in WORKS.items()]
-    params += [[f"{key}-refused", key, {}, False] for key in NOT_HERE]
+def write_check_tests(pytester: pytest.Pytester, keys: tuple[str, ...] = ()) -> None:
+    """A test of each key's value that holds and one that fails, and of each refused key
+    (only ``keys`` when given)."""
+    works = {key: values for key, values in WORKS.items() if not keys or key in keys}
+    params = [[f"{key}-holds", key, holds, stream] for key, (holds, _, stream) in works.items()]
+    params += [[f"{key}-fails", key, fails, stream] for key, (_, fails, stream) in works.items()]
+    params += [[f"{key}-refused", key, {}, False] for key in NOT_HERE
+               if not keys or key in keys]
     pytester.makepyfile(test_checks=CHECK_TEST.format(params=json.dumps(params)))
     pytester.makeini("[pytest]\ntoolbench_judge_model = judge-model\n")
 
@@ -114,13 +116,13 @@ def outcomes(pytester: pytest.Pytester, *args: str) -> dict[str, tuple[str, str]
 
 def assert_each_key_works_or_is_refused(seen: dict[str, tuple[str, str]],
                                         judge_flipped: bool = False) -> None:
-    for key in WORKS:
+    for key in [key for key in WORKS if f"{key}-holds" in seen]:
         holds, fails = seen[f"{key}-holds"], seen[f"{key}-fails"]
         if key == "judge" and judge_flipped:
             holds, fails = fails, holds
         assert holds[0] == "passed", (key, holds)
         assert fails[0] == "failed" and f"expect.{key}" in fails[1], (key, fails)
-    for key in NOT_HERE:
+    for key in [key for key in NOT_HERE if f"{key}-refused" in seen]:
         outcome, text = seen[f"{key}-refused"]
         assert outcome == "failed", key
         assert (f"TypeError: toolbench_agent.check: {key} cannot be checked here (it needs"
@@ -157,7 +159,7 @@ def test_every_expect_key_of_check_works_as_in_a_case_or_is_refused(
 def test_rejudge_asks_a_tests_judge_again_and_replays_its_agent(
         pytester: pytest.Pytester, desk: tuple[ChatServer, Desk]) -> None:
     server, model = desk
-    write_check_tests(pytester)
+    write_check_tests(pytester, ("judge", "text"))
     outcomes(pytester, "--toolbench-record", "--toolbench-base-url", server.base_url)
     model.flipped, model.sent = True, {"model": 0, "judge": 0, "simulator": 0}
     rejudged = outcomes(pytester, "--toolbench-rejudge", "--toolbench-base-url",
@@ -165,15 +167,22 @@ def test_rejudge_asks_a_tests_judge_again_and_replays_its_agent(
     assert_each_key_works_or_is_refused(rejudged, judge_flipped=True)
     assert model.sent == {"model": 0, "judge": 2, "simulator": 0}
     assert_each_key_works_or_is_refused(outcomes(pytester))  # nothing was written
+    # With --toolbench-record the new verdicts are written, and only they.
+    model.sent = {"model": 0, "judge": 0, "simulator": 0}
+    rewritten = outcomes(pytester, "--toolbench-rejudge", "--toolbench-record",
+                         "--toolbench-base-url", server.base_url)
+    assert_each_key_works_or_is_refused(rewritten, judge_flipped=True)
+    assert model.sent == {"model": 0, "judge": 2, "simulator": 0}
+    server.close()
+    assert_each_key_works_or_is_refused(outcomes(pytester), judge_flipped=True)
 
 
 def test_a_judged_check_without_a_judge_model_fails_saying_how_to_name_one(
         pytester: pytest.Pytester, desk: tuple[ChatServer, Desk]) -> None:
     server, model = desk
-    write_check_tests(pytester)
+    write_check_tests(pytester, ("judge",))
     pytester.makeini("[pytest]\n")
-    seen = outcomes(pytester, "--toolbench-live", "--toolbench-base-url", server.base_url,
-                    "-k", "judge")
+    seen = outcomes(pytester, "--toolbench-live", "--toolbench-base-url", server.base_url)
     for name in ("judge-holds", "judge-fails"):
         outcome, text = seen[name]
         assert outcome == "failed"

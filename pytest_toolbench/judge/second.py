@@ -13,8 +13,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from ..records import Interaction, Turn
+from ..records import CaseResult, Interaction, Turn
 from ..scrubbing import Scrubber
+from ..transport.cassette import Cassette
 from ..transport.client import ApiClient, InteractionSink
 from ..transport.errors import TransportError
 from ..wire import RequestParts, WireApi
@@ -83,6 +84,18 @@ class RoleModels:
     """What each role's replayer finds left unused when the case is over."""
     clients: list[ApiClient] = field(default_factory=list)
     """The clients of their own, closed when the case ends (``aclose``)."""
+    rejudged: list[Interaction] | None = None
+    """``--toolbench-rejudge --toolbench-record``: the judge's new exchanges, to write into
+    the replayed cassette in place of the old ones (``write_verdicts``); None: nothing is
+    written."""
+
+    def write_verdicts(self, cassette: Cassette, result: CaseResult) -> None:
+        """The judge's new exchanges into ``cassette`` in place of the old, every other
+        exchange kept as it was, unless a request of the case found its endpoint failing
+        (the old cassette stays, as a recording's does)."""
+        if self.rejudged is not None and not result.endpoint_failed:
+            cassette.replace_role("judge", self.rejudged)
+            cassette.save()
 
     async def aclose(self) -> None:
         for client in self.clients:

@@ -102,6 +102,13 @@ class Cassette:
         return cls(path, interactions, rerecord_hint=rerecord_hint, shown=shown,
                    api=recorded_api, mcp=mcp)
 
+    def replace_role(self, role: str, interactions: list[Interaction]) -> None:
+        """``role``'s exchanges replaced by ``interactions``: in the places of the old ones,
+        the ones beyond their number at the end; every other exchange kept as it is."""
+        fresh = iter(interactions)
+        kept = [next(fresh, None) if each.role == role else each for each in self.interactions]
+        self.interactions = [each for each in kept if each is not None] + list(fresh)
+
     def save(self) -> None:
         """Write the cassette atomically (its interactions were scrubbed as recorded)."""
         document = {
@@ -141,8 +148,9 @@ def _plain(interaction: Interaction) -> dict[str, Any]:
         response["events"] = [_plain_event(event) for event in interaction.events]
     elif isinstance(interaction.body, str):
         response["text"] = interaction.body
-    else:
-        response["json"] = _json_text(interaction.body)
+    else:  # as a cassette it was read from spelled it, when it was: kept byte for byte
+        response["json"] = (_JsonText(interaction.body_json) if interaction.body_json
+                            is not None else _json_text(interaction.body))
     plain: dict[str, Any] = {}
     # Only when set: a cassette of the model alone is as it always was.
     if interaction.role != "model":
