@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .apis import AGENT, API_NAMES, REGISTRY
+from .apis import AGENT, API_NAMES, DEFAULT_API, REGISTRY
 from .casefile.cache import KeptParses
 from .casefile.schema import Endpoint
 from .judge.second import RoleModels
@@ -88,11 +88,12 @@ class AgentCases:
         endpoint = self.settings.endpoint_for(case.endpoint)
         second = seconds(cassette) if seconds is not None else RoleModels()
         with _process_kept() as blocked, \
-                self.attached(cassette, replaying, case.endpoint, whole=True) as tap:
+                self.attached(cassette, replaying, case.endpoint, whole=True,
+                              name=case_run.nodeid) as tap:
             verdicts = [*([tap.unused] if isinstance(tap, ReplayTap) else []),
                         *second.verdicts]
             context = AgentContext(
-                tap, self.proxy.base_url, lambda: self._abandon(tap),
+                tap, lambda api: self.proxy.base_url(api, tap.run), lambda: self._abandon(tap),
                 lambda: self.proxy.drop(tap.connections),
                 stage_timeout_s=endpoint.limits.deadline_s,
                 runs=self.settings.repeat or (case.repeat.runs if case.repeat else 1),
@@ -130,7 +131,7 @@ class AgentCases:
 
     @contextmanager
     def attached(self, cassette: Cassette, replaying: bool, endpoint: Endpoint,
-                 whole: bool = False) -> Iterator[Tap]:
+                 whole: bool = False, name: str = "") -> Iterator[Tap]:
         """The proxy answering from ``cassette`` (``replaying``) or forwarding to the APIs
         ``endpoint`` resolves to, and the environment pointing every SDK at it, while the
         block runs; ``whole``: the whole environment is put back after (an agent case's
@@ -145,13 +146,14 @@ class AgentCases:
             secret for upstream in upstreams.values() for secret in
             endpoint_secrets(upstream.api_key, upstream.headers, upstream.base_url))))
         recording = not replaying and self.settings.mode in (Mode.RECORD, Mode.MISSING)
-        tap: Tap = (ReplayTap(cassette, scrubber, self.settings.replay_speed, self.scrubber)
-                    if replaying
+        tap: Tap = (ReplayTap(cassette, scrubber, self.settings.replay_speed, self.scrubber,
+                              upstreams[DEFAULT_API].limits) if replaying
                     else LiveTap(cassette, scrubber, upstreams, recording, self.scrubber))
         proxy = self.proxy
-        proxy.attach(tap)
+        tap.run = proxy.attach(tap, name)  # its own URLs: what comes on them is its own
         try:
-            with _environment({**proxy.environment(), **TRACING_OFF, **_placeholder_keys()},
+            with _environment({**proxy.environment(tap.run), **TRACING_OFF,
+                               **_placeholder_keys()},
                               whole):
                 yield tap
         finally:
@@ -159,6 +161,11 @@ class AgentCases:
             tap.close()
             if isinstance(tap, LiveTap):
                 asyncio.run_coroutine_threadsafe(tap.aclose(), proxy.loop).result(10)
+
+    def late_requests(self) -> dict[str, int]:
+        """Requests refused since the last call for coming after their case run ended, by
+        the name of that run (``ProxyServer.late_requests``)."""
+        return self._proxy.late_requests() if self._proxy is not None else {}
 
     def keep(self, tap: Tap, failed: bool, lost: bool = False) -> None:
         """Save what ``tap`` recorded, unless the recording is not whole (``lost``, or
@@ -170,7 +177,7 @@ class AgentCases:
     def _upstream(self, case_endpoint: Endpoint, api: str) -> Upstream:
         endpoint = self.settings.endpoint_for(case_endpoint, api)
         return Upstream(endpoint.base_url, endpoint.api_key(), endpoint.headers,
-                        endpoint.timeout_s, self.pacer_for(endpoint.base_url))
+                        endpoint.timeout_s, endpoint.limits, self.pacer_for(endpoint.base_url))
 
     def _abandon(self, tap: Tap) -> None:
         """An agent left running: its case's tap refuses it, its connections are cut, its

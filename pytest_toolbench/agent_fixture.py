@@ -99,7 +99,8 @@ class ToolbenchAgent:
 
     def base_url(self, api: str = "chat") -> str:
         """The proxy's base URL for wire API ``api``, for a client given its URL in code."""
-        return Toolbench(self._agents.proxy.base_url, None).base_url(api)
+        return Toolbench(lambda api: self._agents.proxy.base_url(api, self._tap.run),
+                         None).base_url(api)
 
     def check(self, answer: str | None = None, /, *, user: str | None = None,
               **expect: Any) -> None:
@@ -223,7 +224,7 @@ def agent_fixture(request: pytest.FixtureRequest, runtime: SessionRuntime
         pytest.fail(str(error), pytrace=False)
     runtime.settle()
     seconds = runtime.fixture_seconds(cassette, replaying)
-    with agents.attached(cassette, replaying, Endpoint()) as tap:
+    with agents.attached(cassette, replaying, Endpoint(), name=node.nodeid) as tap:
         bench = ToolbenchAgent(tap, agents, name, _shown(test_file, start),
                                settings.match_timeout_s, seconds)
         try:

@@ -31,7 +31,7 @@ from .casefile.load import CaseFileErrors, LoadedCase, describe_errors, load_cas
 from .keypaths import KeyPath
 from .lookahead import LOOKAHEAD_KEY
 from .marks import MarkRefused, case_marks
-from .settings import SETTINGS_KEY, records_read
+from .settings import LATE_REQUESTS_KEY, SETTINGS_KEY, records_read
 
 if TYPE_CHECKING:
     from .records import CaseResult
@@ -320,6 +320,7 @@ def _runtime(config: pytest.Config) -> SessionRuntime:
         runtime = SessionRuntime(settings, Path(config.invocation_params.dir), budget, workers)
         runtime.kept_cassettes = _parsed_cassettes(config)
         config.stash[RUNTIME_KEY] = runtime
+        config.stash[LATE_REQUESTS_KEY] = runtime.take_late_requests
         config.add_cleanup(runtime.close)
     return runtime
 
@@ -420,6 +421,7 @@ class CaseReports:
         if call.when == "call":
             self._budget_figures(report, item, call)
             self._limit_figures(report, item)
+            _late_requests(report, item)
         if call.when == "call" and item.result is None and call.excinfo is not None:
             # Not started (the token budget is spent): reported as a skipped case. Or the
             # plugin broke off the run with an unexpected exception: the case must still
@@ -469,6 +471,15 @@ class CaseReports:
         if stats is not None:
             report.toolbench_limits = [  # type: ignore[attr-defined]
                 stats.requests, stats.tokens, stats.waited_s]
+
+
+def _late_requests(report: pytest.TestReport, item: CaseItem) -> None:
+    """The requests the proxy refused since the last report for coming after their case
+    had ended, by that case, on the report so the summary (on the xdist controller too)
+    names them."""
+    late = _runtime(item.config).take_late_requests()
+    if late:
+        report.toolbench_late = late  # type: ignore[attr-defined]
 
 
 def _mask_sections(report: pytest.TestReport, config: pytest.Config) -> None:

@@ -18,7 +18,7 @@ import pytest
 from . import stopping
 from .defaults import CASSETTE_FOLDER
 from .lookahead import LOOKAHEAD_KEY, Lookahead
-from .settings import OPTIONS, SETTINGS_KEY, Settings, summary_shown
+from .settings import LATE_REQUESTS_KEY, OPTIONS, SETTINGS_KEY, Settings, summary_shown
 
 if TYPE_CHECKING:
     from collections.abc import Generator, Iterator
@@ -203,6 +203,9 @@ class SessionReports:
         self._records: list[CaseRecord] | None = None
         self._budget = BudgetTally()
         self._limits = [0, 0, 0.0]
+        self._late: dict[str, int] = {}
+        """Requests the agent proxy refused for coming after their case had ended, by
+        case."""
         """Requests, tokens and seconds waited on rate limits (--toolbench-rpm/-tpm)."""
         self._started = (datetime.now(timezone.utc), time.perf_counter())
         """When the session started: the reports say so, and how long it took."""
@@ -218,6 +221,11 @@ class SessionReports:
         limits = getattr(report, "toolbench_limits", None)
         if limits is not None:
             self._limits = [a + b for a, b in zip(self._limits, limits)]
+        self._add_late(getattr(report, "toolbench_late", None) or {})
+
+    def _add_late(self, late: dict[str, int]) -> None:
+        for name, count in late.items():
+            self._late[name] = self._late.get(name, 0) + count
 
     def records(self) -> list[CaseRecord]:
         """The session's case records, in the order their reports arrived. (A method: pluggy
@@ -229,6 +237,7 @@ class SessionReports:
         return self._records
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        self._late_lines(terminalreporter)
         if not self._arrived or not summary_shown(self.config):
             return
         from .report.summary import render_summary
@@ -250,6 +259,17 @@ class SessionReports:
             terminalreporter.write_line(
                 f"rate limits: {requests} requests, {tokens} tokens, {waited:.1f} s waited on"
                 f" limits ({_limits_text(settings.rpm, settings.tpm)})")
+
+    def _late_lines(self, terminalreporter: Any) -> None:
+        """A line for each case whose agent left something running that sent requests after
+        the case had ended: the proxy refused them, none counted in another case."""
+        take = self.config.stash.get(LATE_REQUESTS_KEY, None)
+        if take is not None:  # this process ran cases: what came after the last report
+            self._add_late(take())
+        for name, count in self._late.items():
+            terminalreporter.write_line(
+                f"late requests: {count} sent by the agent of {name} after its case ended,"
+                " refused (403)")
 
     def pytest_sessionfinish(self) -> None:
         settings = self.config.stash[SETTINGS_KEY]

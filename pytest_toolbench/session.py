@@ -474,6 +474,11 @@ class SessionRuntime:
             self._limiters[base_url] = RateLimiter(rpm and rpm / share, tpm and tpm / share)
         return self._limiters[base_url]
 
+    def take_late_requests(self) -> dict[str, int]:
+        """The requests refused since the last call because they came after their agent
+        case (or ``toolbench_agent`` test) had ended, by its node id."""
+        return self._agents.late_requests() if self._agents is not None else {}
+
     def take_limiter_stats(self) -> LimiterStats | None:
         """Requests, tokens and time waited on rate limits since the last call; None when
         no limit is set."""

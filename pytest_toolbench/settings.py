@@ -37,6 +37,9 @@ if TYPE_CHECKING:  # the case schema is pydantic: loaded with the first case fil
 
 SETTINGS_KEY = pytest.StashKey["Settings"]()
 """Where the session's Settings live: ``config.stash[SETTINGS_KEY]``."""
+LATE_REQUESTS_KEY: pytest.StashKey[Callable[[], dict[str, int]]] = pytest.StashKey()
+"""Where the session's runtime, once made, says which agent cases' requests came after
+their case had ended (refused by the proxy), by node id, since it was last asked."""
 
 
 class Mode(enum.Enum):

@@ -3,11 +3,15 @@
 ``LiveTap`` forwards each request once (no retries of the plugin's: the agent's own retry
 logic is under test) to the API's real base URL and streams the response back chunk by
 chunk as it arrives, reading it on the way; a recording keeps each exchange, scrubbed, in
-the case's cassette.
+the case's cassette. Each reply is held to the endpoint's ``ReplyLimits`` as the plugin's
+own client holds it (``--toolbench-deadline``, ``--toolbench-max-reply-bytes``,
+``--toolbench-max-stream-events``): past one, the agent's connection is cut, the exchange
+fails naming the limit, and nothing of it is kept.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
@@ -20,6 +24,9 @@ import httpx2
 from ..scrubbing import Scrubber
 from .agent_tap import PLACEHOLDER_KEY, Exchange, ReplyReader, Tap
 from .cassette import Cassette
+from .client import _within
+from .errors import TransportError
+from .limits import ReplyLimits, deadline_exceeded
 from .proxy import ProxyRequest, ProxyResponse, refused
 from .ratelimit import RequestPacer
 from .tls import shared_ssl_context
@@ -34,6 +41,9 @@ class Upstream:
     """The endpoint's key: it replaces the placeholder key an SDK was given."""
     headers: tuple[tuple[str, str], ...] = ()
     timeout_s: float = 60.0
+    limits: ReplyLimits = field(default_factory=ReplyLimits)
+    """Each reply's deadline (from the request forwarded to the reply's last byte), size
+    and number of stream events."""
     pacer: RequestPacer | None = field(default=None, compare=False)
     """The endpoint's rate limits (``--toolbench-rpm``, ``--toolbench-tpm``), shared with
     every other live request to it: a request waits its turn before it is forwarded."""
@@ -62,11 +72,15 @@ class LiveTap(Tap):
         # once the reply is over, off the agent's wait.
         exchange = Exchange(request.api, request.method, "", {})
         started = time.perf_counter()
+        where = _where(str(_upstream_url(upstream.base_url, request)))
         try:
-            response = await self._send(request, upstream)
-        except (httpx2.HTTPError, httpx2.InvalidURL, OSError, ValueError) as error:
+            response = await _within(self._send(request, upstream), upstream.limits.deadline_s)
+        except (httpx2.HTTPError, httpx2.InvalidURL, OSError, ValueError,
+                asyncio.TimeoutError) as error:
             self._note_request(exchange, request)
-            exchange.error = (f"the proxy's request to {_where(upstream.base_url)} failed:"
+            exchange.error = (str(deadline_exceeded(upstream.limits.deadline_s, where))
+                              if isinstance(error, asyncio.TimeoutError) else
+                              f"the proxy's request to {_where(upstream.base_url)} failed:"
                               f" {str(error) or type(error).__name__}")
             exchange.elapsed_ms = (time.perf_counter() - started) * 1000
             self._end(exchange)
@@ -76,7 +90,8 @@ class LiveTap(Tap):
             upstream.pacer.after_headers(response.status_code, response.headers)
         reader = ReplyReader(request.api, response.status_code,
                              response.headers.get("content-type", ""),
-                             response.headers.get("content-encoding", ""), started)
+                             response.headers.get("content-encoding", ""), started,
+                             upstream.limits, where)
         # Passed on as they came, compressed or not (identity was asked for; a server
         # that compresses anyway is inflated by the agent's own client); the proxy frames
         # the body itself.
@@ -101,13 +116,27 @@ class LiveTap(Tap):
     async def _relay(self, response: httpx2.Response, reader: ReplyReader,
                      exchange: Exchange) -> AsyncIterator[bytes]:
         """The response's bytes as they arrive, each read on the way (the reply is read
-        whole and recorded by ``_settle`` once its end has been sent to the agent)."""
+        whole and recorded by ``_settle`` once its end has been sent to the agent), within
+        the reply's limits: past one, the agent's connection is cut (``_LimitReached``)."""
+        limits = reader.limits
+        chunks = response.aiter_raw()
         try:
-            async for chunk in response.aiter_raw():
+            while True:
+                left = limits.deadline_s - (time.perf_counter() - reader.started)
+                try:
+                    chunk = await _within(chunks.__anext__(), left)
+                except StopAsyncIteration:
+                    break
+                except asyncio.TimeoutError:
+                    exchange.error = str(deadline_exceeded(limits.deadline_s, reader.where))
+                    raise _LimitReached(exchange.error) from None
                 try:
                     yield chunk
                 finally:  # read once it is on its way to the agent
                     reader.feed(chunk)
+                if reader.exceeded is not None:
+                    exchange.error = str(reader.exceeded)
+                    raise _LimitReached(exchange.error)
         except httpx2.HTTPError as error:
             exchange.error = f"the upstream reply broke off: {str(error) or type(error).__name__}"
         finally:
@@ -120,6 +149,8 @@ class LiveTap(Tap):
     def _settle(self, exchange: Exchange, reader: ReplyReader, request: ProxyRequest) -> None:
         self._note_request(exchange, request)
         reply, interaction = reader.finish()
+        if reader.exceeded is not None:
+            exchange.error = exchange.error or str(reader.exceeded)
         exchange.streamed = reader.streamed
         exchange.elapsed_ms = interaction.elapsed_ms
         scrubber = self._scrubber_for(request)
@@ -139,6 +170,10 @@ class LiveTap(Tap):
     async def aclose(self) -> None:
         if self._client is not None:
             await self._client.aclose()
+
+
+class _LimitReached(TransportError):
+    """A reply went past one of its limits: the proxy cuts the agent's connection."""
 
 
 def _upstream_url(base_url: str, request: ProxyRequest) -> httpx2.URL:

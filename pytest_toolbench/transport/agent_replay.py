@@ -22,6 +22,7 @@ from .agent_tap import Exchange, ReplyReader, Tap
 from .cassette import Cassette
 from .client import request_content
 from .errors import UnsendableRequest
+from .limits import ReplyLimits
 from .proxy import ProxyRequest, ProxyResponse, refused
 from .replay import request_diff
 
@@ -30,9 +31,13 @@ class ReplayTap(Tap):
     """Answers each request from the case's cassette; never the network."""
 
     def __init__(self, cassette: Cassette, scrubber: Scrubber, speed: float = 0.0,
-                 scrubber_of: Callable[[Iterable[str]], Scrubber] = Scrubber) -> None:
+                 scrubber_of: Callable[[Iterable[str]], Scrubber] = Scrubber,
+                 limits: ReplyLimits | None = None) -> None:
         super().__init__(cassette, scrubber, scrubber_of)
         self.speed = speed
+        self.limits = limits or ReplyLimits()
+        """Each replayed reply's size and events are held to them, as when it was
+        recorded (a cassette recorded under a larger limit, or edited by hand)."""
         self._used: set[int] = set()
         self._recorded = [interaction for interaction in cassette.interactions
                            if interaction.role == "model"]
@@ -57,13 +62,18 @@ class ReplayTap(Tap):
             return refused(400, f"pytest-toolbench replay: {found}", shape)
         recorded = self._recorded[found]
         started = time.perf_counter()
-        reader = ReplyReader(recorded.api, recorded.status, recorded.content_type, "", started)
+        reader = ReplyReader(recorded.api, recorded.status, recorded.content_type, "", started,
+                             self.limits, f"{recorded.path} in {self.cassette.shown}")
         headers = [("content-type", recorded.content_type)] if recorded.content_type else []
         chunks = _recorded_chunks(recorded)
         payload: AsyncIterator[bytes] | bytes
         if recorded.events is None and self.speed <= 0:  # whole, at once: one write
             payload = chunks[0][1]
             reader.feed(payload)
+            if reader.exceeded is not None:
+                exchange.error = str(reader.exceeded)
+                self._end(exchange)
+                return refused(502, f"pytest-toolbench replay: {exchange.error}", shape)
         else:
             payload = self._replayed(chunks, reader)
         return ProxyResponse(recorded.status, headers, payload,
@@ -110,10 +120,14 @@ class ReplayTap(Tap):
                 yield chunk[1]
             finally:  # read once it is on its way to the agent
                 reader.feed(chunk[1])
+            if reader.exceeded is not None:  # the agent's connection is cut here
+                raise reader.exceeded
 
     def _settle(self, recorded: Interaction, reader: ReplyReader, exchange: Exchange) -> None:
         """The reply read whole, once its end has been sent to the agent."""
         reply, replayed = reader.finish()
+        if reader.exceeded is not None:
+            exchange.error = str(reader.exceeded)
         exchange.reply, exchange.streamed = reply, reader.streamed
         exchange.interaction = recorded
         # The replay's own latency, as a replayed case of the plugin's loop shows its own.

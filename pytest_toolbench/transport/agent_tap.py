@@ -23,7 +23,8 @@ from ..scrubbing import Scrubber, mask_urls, sent_secrets
 from ..wire import wire_api
 from ..wire.base import JSON_ERRORS
 from .cassette import Cassette
-from .limits import BoundedDecoder, DecodingFailed
+from .errors import ReplyTooLarge
+from .limits import BoundedDecoder, DecodingFailed, ReplyLimits, too_large, too_many_events
 from .proxy import ProxyRequest, ProxyResponse
 from .replay import query_without_credentials
 from .sse import SSEDecoder, SSETooLarge
@@ -75,6 +76,8 @@ class Tap:
         self.connections: set[int] = set()
         """The proxy connections that carried this case's requests."""
         self.abandoned = False
+        self.run: str | None = None
+        """Its case run's id on the proxy, which the URLs its agent is given carry."""
         """Its agent was left running past its time limit: what it recorded is not whole."""
 
     def owns(self, connection: int) -> bool:
@@ -162,30 +165,46 @@ class Tap:
 
 class ReplyReader:
     """Reads one response as it passes through: its SSE events with their offsets, or its
-    whole body; then the reply, by the API's wire reader."""
+    whole body; then the reply, by the API's wire reader.
+
+    It counts the reply against ``limits`` as the plugin's own client does (its size once
+    ``Content-Encoding`` is undone, its events) and keeps nothing past them: ``exceeded``
+    then says which, in the client's words, ``where`` naming the reply's source."""
 
     def __init__(self, api: str | None, status: int, content_type: str, encoding: str,
-                 started: float) -> None:
+                 started: float, limits: ReplyLimits | None = None, where: str = "") -> None:
         self.api, self.status, self.content_type = api, status, content_type
         self.started = started
         self.streamed = 200 <= status < 300 and content_type.startswith("text/event-stream")
+        self._encoding = encoding
         self._decoder = BoundedDecoder(encoding)
         self._sse = SSEDecoder()
         self._events: list[StreamEvent] = []
         self._reader = wire_api(api).stream_reader() if api and self.streamed else None
         self._body: list[bytes] = []
         self.problem: str | None = None
+        self.limits, self.where = limits or ReplyLimits(), where
+        self.exceeded: ReplyTooLarge | None = None
+        """The limit the reply went past; nothing of it past the limit is kept."""
+        self._size = 0
 
     def feed(self, chunk: bytes) -> None:
-        if self.problem is not None:
+        if self.problem is not None or self.exceeded is not None:
             return
         try:
             for piece in self._decoder.decode(chunk):
                 self._take(piece)
+                if self.exceeded is not None:
+                    return
         except (DecodingFailed, SSETooLarge) as error:
             self.problem = str(error)
 
     def _take(self, piece: bytes) -> None:
+        self._size += len(piece)
+        if self._size > self.limits.max_bytes:
+            self.exceeded = too_large("stream" if self.streamed else "body",
+                                      self.limits.max_bytes, self.where, self._encoding)
+            return
         if not self.streamed:
             self._body.append(piece)
             return
@@ -194,16 +213,23 @@ class ReplyReader:
             self._events.append(StreamEvent(event.data, offset, event.event))
             if self._reader is not None:
                 self._reader.add(event, offset)
+        if len(self._events) > self.limits.max_events:
+            self.exceeded = too_many_events(self.limits.max_events, self.where)
 
     def finish(self) -> tuple[Reply | None, Interaction]:
-        """The reply (None for a path that is no model API), and the exchange as a
-        cassette keeps it (its request left empty for the tap to fill in)."""
+        """The reply (None for a path that is no model API, or past a limit), and the
+        exchange as a cassette keeps it (its request left empty for the tap to fill in)."""
         offset = round((time.perf_counter() - self.started) * 1000, 1)
         try:
-            for piece in self._decoder.flush():
+            for piece in self._decoder.flush() if self.exceeded is None else ():
                 self._take(piece)
         except (DecodingFailed, SSETooLarge) as error:
             self.problem = self.problem or str(error)
+        if self.exceeded is not None:  # what was read of it is let go: the limit says why
+            self._events, self._body = [], []
+            return None, Interaction(request={}, status=self.status,
+                                     content_type=self.content_type, elapsed_ms=offset,
+                                     api=self.api)
         if self.streamed:
             for event in self._sse.close():
                 self._events.append(StreamEvent(event.data, offset, event.event))

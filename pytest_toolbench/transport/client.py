@@ -40,7 +40,15 @@ from .errors import (
     TransportError,
     UnsendableRequest,
 )
-from .limits import ACCEPT_ENCODING, BoundedDecoder, DecodingFailed, ReplyLimits
+from .limits import (
+    ACCEPT_ENCODING,
+    BoundedDecoder,
+    DecodingFailed,
+    ReplyLimits,
+    deadline_exceeded,
+    too_large,
+    too_many_events,
+)
 from .ramp import ramped_transport
 from .ratelimit import RequestPacer
 from .sse import DEFAULT_MAX_EVENT_CHARS, SSEDecoder, SSETooLarge
@@ -206,18 +214,13 @@ class PendingReply:
         self._size += len(piece)
         limit = self.config.limits.max_bytes
         if self._size > limit:
-            decoded = f" once {encoding}-decoded" if encoding else ""
-            raise ReplyTooLarge(
-                f"{what} larger than {limit} bytes{decoded} (--toolbench-max-reply-bytes)"
-                f" from {_where(self.response.request.url)}")
+            raise too_large(what, limit, _where(self.response.request.url), encoding)
         return piece
 
     def _check_events(self, count: int) -> None:
         limit = self.config.limits.max_events
         if count > limit:
-            raise ReplyTooLarge(
-                f"stream of more than {limit} events (--toolbench-max-stream-events)"
-                f" from {_where(self.response.request.url)}")
+            raise too_many_events(limit, _where(self.response.request.url))
 
 
 class ApiClient:
@@ -455,8 +458,7 @@ def _body_for_cassette(raw: bytes) -> Any:
 
 
 def _deadline_exceeded(deadline_s: float, url: httpx2.URL) -> DeadlineExceeded:
-    return DeadlineExceeded(f"no complete reply within {deadline_s:g} s (total deadline,"
-                            f" --toolbench-deadline) from {_where(url)}")
+    return deadline_exceeded(deadline_s, _where(url))
 
 
 def _where(url: httpx2.URL) -> str:

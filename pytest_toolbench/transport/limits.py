@@ -4,7 +4,9 @@ The timeout between bytes alone does not bound a reply: a server can trickle a b
 second, send keep-alive comments or data events forever, or compress gigabytes into a few
 kilobytes. :class:`ReplyLimits` bounds each reply whole, and :class:`BoundedDecoder` undoes
 ``Content-Encoding`` in pieces of at most :data:`PIECE_BYTES`, so a compression bomb is
-counted, and refused, before it is held in memory.
+counted, and refused, before it is held in memory. Whoever reads a reply (the client, the
+agent proxy) says a limit it went past in the same words (``too_large``,
+``too_many_events``, ``deadline_exceeded``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from .errors import DeadlineExceeded, ReplyTooLarge
+
 __all__ = [
     "ACCEPT_ENCODING",
     "DEFAULT_MAX_REPLY_BYTES",
@@ -20,6 +24,9 @@ __all__ = [
     "BoundedDecoder",
     "DecodingFailed",
     "ReplyLimits",
+    "deadline_exceeded",
+    "too_large",
+    "too_many_events",
 ]
 
 DEFAULT_DEADLINE_S = 600.0
@@ -43,6 +50,24 @@ class ReplyLimits:
     """Body or stream size, counted after ``Content-Encoding`` is undone."""
     max_events: int = DEFAULT_MAX_STREAM_EVENTS
     """SSE events in one streamed reply."""
+
+
+def too_large(what: str, limit: int, where: str, encoding: str = "") -> ReplyTooLarge:
+    """A ``what`` (``body``, ``stream``) from ``where`` past ``limit`` bytes, counted once
+    its ``encoding`` was undone."""
+    decoded = f" once {encoding}-decoded" if encoding else ""
+    return ReplyTooLarge(f"{what} larger than {limit} bytes{decoded}"
+                         f" (--toolbench-max-reply-bytes) from {where}")
+
+
+def too_many_events(limit: int, where: str) -> ReplyTooLarge:
+    return ReplyTooLarge(f"stream of more than {limit} events (--toolbench-max-stream-events)"
+                         f" from {where}")
+
+
+def deadline_exceeded(deadline_s: float, where: str) -> DeadlineExceeded:
+    return DeadlineExceeded(f"no complete reply within {deadline_s:g} s (total deadline,"
+                            f" --toolbench-deadline) from {where}")
 
 
 class DecodingFailed(ValueError):

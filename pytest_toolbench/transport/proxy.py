@@ -27,14 +27,29 @@ import secrets
 import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Final, Protocol
 
 import h11
 
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
-"""The largest request body the proxy takes (an agent's request; an image or two)."""
+"""The largest request body the proxy takes (an agent's request; an image or two): a
+longer one announced is refused (413) on its head, before any of its body is read."""
+MAX_BUFFERED_BYTES = 2 * MAX_REQUEST_BYTES
+"""The most request body bytes the proxy holds at once, over all its connections: a
+request whose announced length (or, chunked, whose bytes so far) would take the total past
+it is refused (503) instead of read."""
+MAX_CONNECTIONS = 64
+"""The most connections the proxy serves at once; one more is answered 503 and closed."""
 IDLE_TIMEOUT_S = 300.0
 """A keep-alive connection with no request for this long is closed."""
+BODY_TIMEOUT_S = 30.0
+"""A request body that stalls this long is given up, and its connection cut."""
+LINGER_S = 2.0
+"""After a refusal sent before the body was read, how long what the client still sends
+is read and dropped (a client that writes its whole body before it reads then gets the
+answer, not a reset)."""
+RETRY_AFTER_S = 1
 _LOOPBACK: Final = "127.0.0.1"
 
 
@@ -107,6 +122,8 @@ class ProxyRequest:
     """The wire API the path names; None: a path that is no model API."""
     connection: int
     """Which of the proxy's connections carried it."""
+    run: str | None = None
+    """The case run whose URL it came on; None: the session's URL."""
 
 
 @dataclass
@@ -134,6 +151,21 @@ class ProxyHandler(Protocol):
         used by an earlier case's agent may not)."""
 
 
+@dataclass
+class _Run:
+    """One case run's time on the proxy: its URLs carry its id, so a request is that run's
+    whenever it comes."""
+
+    name: str
+    """Who the run is (a case's node id), as the refusals and the report say."""
+    handler: ProxyHandler
+    over: bool = False
+    late: int = 0
+    """Requests on its URLs refused since it ended."""
+    reported: int = 0
+    """Of those, how many ``late_requests`` already told."""
+
+
 class ProxyServer:
     """The proxy of one pytest process."""
 
@@ -149,6 +181,12 @@ class ProxyServer:
         """The open connections, by number."""
         self._busy: dict[int, bool] = {}
         """Whether each open connection is serving a request (False: idle, kept alive)."""
+        self._buffered = 0
+        """Request body bytes held (or announced and being read) over every connection."""
+        self._runs: dict[str, _Run] = {}
+        """Every case run attached so far, by the id its URLs carry."""
+        self._lock = threading.Lock()
+        """Guards the runs' late counts, read from pytest's thread."""
 
     # -- lifetime -------------------------------------------------------------------------
 
@@ -213,33 +251,60 @@ class ProxyServer:
 
     # -- what agents are told -------------------------------------------------------------
 
-    def base_url(self, api: str) -> str:
-        """The URL an SDK of wire API ``api`` is given as its base URL."""
+    def base_url(self, api: str, run: str | None = None) -> str:
+        """The URL an SDK of wire API ``api`` is given as its base URL: of case run
+        ``run`` (its requests that one's, whenever they come), else the session's (the
+        requests go to whichever case runs)."""
         family = family_of(api)
-        return f"http://{_LOOPBACK}:{self.port}/{self.token}/{family.name}{family.base_suffix}"
+        return f"{self._root(run)}/{family.name}{family.base_suffix}"
 
-    def environment(self) -> dict[str, str]:
-        """The base URL variables of every SDK family, pointing at the proxy."""
-        return {name: f"http://{_LOOPBACK}:{self.port}/{self.token}/{family.name}"
-                      f"{family.base_suffix}"
+    def environment(self, run: str | None = None) -> dict[str, str]:
+        """The base URL variables of every SDK family, pointing at the proxy (at case run
+        ``run``'s URLs, or the session's)."""
+        return {name: f"{self._root(run)}/{family.name}{family.base_suffix}"
                 for family in FAMILIES.values() for name in family.env}
 
-    def attach(self, handler: ProxyHandler | None) -> None:
-        """From now on ``handler`` answers (None: requests are refused). The connections
-        kept alive for the case before, idle now, are closed first: a client that pooled
-        one finds it closed and opens another, which the new case owns."""
+    def _root(self, run: str | None) -> str:
+        return f"http://{_LOOPBACK}:{self.port}/{self.token}" + (f"/{run}" if run else "")
+
+    def attach(self, handler: ProxyHandler | None, name: str = "") -> str | None:
+        """From now on ``handler`` answers (None: requests are refused), as a new case run
+        named ``name``: its id (for ``base_url`` and ``environment``) is returned. The run
+        attached before is over: what comes on its URLs from now on is refused and counted
+        against it (``late_requests``). The connections kept alive for it, idle now, are
+        closed first: a client that pooled one finds it closed and opens another, which the
+        new case owns."""
+        with self._lock:
+            for run in self._runs.values():
+                run.over = True
+            number = None
+            if handler is not None:
+                number = f"{_RUN_PREFIX}{len(self._runs) + 1}"
+                self._runs[number] = _Run(name or number, handler)
         loop = self._loop
         if loop is None:
             self._handler = handler
-            return
+            return number
 
         async def switch() -> None:  # on the loop: no reply ends between the two steps
             self._handler = handler  # a reply under way now closes its connection after
-            for number, busy in list(self._busy.items()):
-                writer = self._writers.get(number)
+            for connection, busy in list(self._busy.items()):
+                writer = self._writers.get(connection)
                 if not busy and writer is not None:
                     writer.close()
         asyncio.run_coroutine_threadsafe(switch(), loop).result(timeout=10)
+        return number
+
+    def late_requests(self) -> dict[str, int]:
+        """The requests refused since the last call because they came on the URLs of a case
+        run that was over, by the run's name."""
+        late: dict[str, int] = {}
+        with self._lock:
+            for run in self._runs.values():
+                if run.late > run.reported:
+                    late[run.name] = late.get(run.name, 0) + run.late - run.reported
+                    run.reported = run.late
+        return late
 
     def drop(self, connections: set[int]) -> None:
         """Cut ``connections`` (an abandoned agent's): whatever it sends on them is lost."""
@@ -258,6 +323,12 @@ class ProxyServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._connections += 1
+        if len(self._writers) >= MAX_CONNECTIONS:
+            # Answered before its request is read: a client reads it once it has sent.
+            await _refuse_at_once(reader, writer, busy(
+                f"pytest-toolbench: the proxy already serves {MAX_CONNECTIONS} connections,"
+                " the most it serves at once; try again once some have closed"))
+            return
         connection = _Connection(self._connections, reader, writer)
         self._writers[connection.number] = writer
         self._busy[connection.number] = True
@@ -280,46 +351,121 @@ class ProxyServer:
             self._busy.pop(connection.number, None)
             if not ended:
                 writer.transport.abort()
-        if ended:
+        if ended and not connection.lingered:
             await _close(writer)  # after the last reply: what is still buffered goes first
 
     async def _one_request(self, connection: _Connection) -> bool:
-        """Serve the next request on ``connection``; whether the connection stays open."""
+        """Serve the next request on ``connection``; whether the connection stays open.
+
+        Everything that can refuse a request is decided on its head, before its body is
+        read: the token, the case run, the body's announced size, the room left in the
+        proxy's bound on request bytes. A refused request's body is never read (only
+        dropped, for ``LINGER_S``, so its client gets the answer)."""
         self._busy[connection.number] = False
         head = await connection.next_request()
         if head is None:
             return False
         self._busy[connection.number] = True
-        body = await connection.read_body()
-        request = self._request(head, body or b"", connection.number)
-        handler = self._handler
-        if body is None:
-            response = refused(413, f"pytest-toolbench: the request body is larger than"
-                                    f" {MAX_REQUEST_BYTES} bytes, the most the proxy takes")
-        elif isinstance(request, str):
-            response = refused(403, request)
-        elif handler is None or not handler.owns(connection.number):
-            response = refused(403, "pytest-toolbench: no agent case is running, so this"
-                                     " request has nowhere to go", request.family.error_shape)
-        else:
-            try:
-                response = await handler.handle(request)
-            except Exception as error:  # noqa: BLE001 - said to the agent, not raised here
-                response = refused(502, f"pytest-toolbench: the proxy failed: {error!r}",
-                                   request.family.error_shape)
-        # Kept open for the case that sent it only: once another is attached, it closes.
-        await connection.respond(response, keep_alive=_loop_free(head),
-                                 head_only=head.method == b"HEAD")
+        request = self._request(head, connection.number)
+        length = _announced_length(head)
+        route = self._admit(request, connection.number, length)
+        if isinstance(route, ProxyResponse):
+            await connection.refuse(route, head)
+            return False
+        assert isinstance(request, ProxyRequest)
+        shape = request.family.error_shape
+        self._buffered += length
+        try:
+            body = await connection.read_body(None if length else (
+                lambda size: self._take(connection, size, shape)))
+            if isinstance(body, ProxyResponse):  # chunked, past a bound as it came
+                await connection.refuse(body, head)
+                return False
+            request.body = body
+            route = self._route(request, connection.number)  # the case may be over by now
+            if isinstance(route, ProxyResponse):
+                response = route
+            else:
+                try:
+                    response = await route.handle(request)
+                except Exception as error:  # noqa: BLE001 - said to the agent, not raised here
+                    response = refused(502, f"pytest-toolbench: the proxy failed: {error!r}",
+                                       shape)
+            # Kept open for the case that sent it only: once another is attached, it closes.
+            await connection.respond(response, keep_alive=_loop_free(head),
+                                     head_only=head.method == b"HEAD")
+        finally:
+            self._buffered -= length + connection.chunked
+            connection.chunked = 0
         return (connection.state.our_state is h11.DONE and connection.state.their_state
-                is h11.DONE and self._handler is handler)
+                is h11.DONE and self._handler is route)
 
-    def _request(self, head: h11.Request, body: bytes, number: int) -> ProxyRequest | str:
-        """The request as the handler sees it, or why it is refused."""
+    def _admit(self, request: ProxyRequest | str, connection: int, length: int
+               ) -> ProxyHandler | ProxyResponse:
+        """The handler that answers the request whose head is ``request`` (its body of
+        ``length`` bytes announced), or its refusal: all decided before the body is read."""
+        if not isinstance(request, str):
+            if length > MAX_REQUEST_BYTES:
+                return too_large(request.family.error_shape)
+            if self._buffered + length > MAX_BUFFERED_BYTES:
+                return self._full(request.family.error_shape)
+        return self._route(request, connection)
+
+    def _take(self, connection: _Connection, size: int, shape: str) -> ProxyResponse | None:
+        """``size`` more bytes of a chunked body on ``connection`` counted in the proxy's
+        bound; or the refusal, past the bound or the largest body."""
+        if connection.chunked + size > MAX_REQUEST_BYTES:
+            return too_large(shape)
+        if self._buffered + size > MAX_BUFFERED_BYTES:
+            return self._full(shape)
+        self._buffered += size
+        connection.chunked += size
+        return None
+
+    def _full(self, shape: str) -> ProxyResponse:
+        return busy(f"pytest-toolbench: the proxy already holds {self._buffered} bytes of"
+                    f" request bodies, and takes at most {MAX_BUFFERED_BYTES} at once;"
+                    " try again once they are answered", shape)
+
+    def _route(self, request: ProxyRequest | str, connection: int
+               ) -> ProxyHandler | ProxyResponse:
+        """The handler that answers ``request``, or the refusal."""
+        if isinstance(request, str):
+            return refused(403, request)
+        shape = request.family.error_shape
+        handler = self._handler
+        if request.run is not None:
+            with self._lock:
+                run = self._runs.get(request.run)
+                if run is not None and (run.over or run.handler is not handler):
+                    run.late += 1
+            if run is None:
+                return refused(403, f"pytest-toolbench: no case run {request.run!r} in this"
+                                    " session", shape)
+            if run.handler is not handler:
+                return refused(403, f"pytest-toolbench: this request came on the URL of"
+                                    f" {run.name}, which is over: refused, and reported"
+                                    " against it (a thread or process its agent left"
+                                    " running sent it)", shape)
+        if handler is None or not handler.owns(connection):
+            return refused(403, "pytest-toolbench: no agent case is running, so this"
+                                " request has nowhere to go", shape)
+        return handler
+
+    def _request(self, head: h11.Request, number: int) -> ProxyRequest | str:
+        """The request as the handler sees it (its body read later), or why it is
+        refused."""
         target = head.target.decode("ascii", "replace")
         path, _, query = target.partition("?")
-        parts = path.split("/", 3)  # "", token, family, rest
+        parts = path.split("/", 4)  # "", token, [run,] family, rest
         if len(parts) < 3 or not secrets.compare_digest(parts[1], self.token):
             return "pytest-toolbench: this proxy answers only the URLs it gives agent cases"
+        run = None
+        if parts[2].startswith(_RUN_PREFIX) and len(parts) > 3:
+            run = parts[2]
+            parts = ["", parts[1], *"/".join(parts[3:]).split("/", 1)]
+        else:
+            parts = ["", parts[1], *"/".join(parts[2:]).split("/", 1)]
         family = FAMILIES.get(parts[2])
         if family is None:
             return f"pytest-toolbench: no SDK family {parts[2]!r} (one of {', '.join(FAMILIES)})"
@@ -330,7 +476,19 @@ class ProxyServer:
         headers = [(name.decode("latin-1"), value.decode("latin-1"))
                    for name, value in head.headers]
         return ProxyRequest(head.method.decode("ascii", "replace"), family, shown, below,
-                            query, headers, body, api, number)
+                            query, headers, b"", api, number, run)
+
+
+_RUN_PREFIX: Final = "run-"
+"""What the path segment naming a case run starts with (``/TOKEN/run-3/openai/v1``)."""
+
+
+def _announced_length(head: h11.Request) -> int:
+    """The body's length as its head says (0: none, or chunked)."""
+    for name, value in head.headers:
+        if name == b"content-length":
+            return int(value)  # h11 checked it is a number
+    return 0
 
 
 @dataclass
@@ -341,13 +499,17 @@ class _Connection:
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
     state: h11.Connection = field(default_factory=lambda: h11.Connection(h11.SERVER))
+    chunked: int = 0
+    """Bytes of a chunked body counted in the proxy's bound so far."""
+    lingered: bool = False
+    """Closed after a refusal (``refuse``)."""
 
-    async def _event(self) -> object:
+    async def _event(self, timeout_s: float = IDLE_TIMEOUT_S) -> object:
         while True:
             event = self.state.next_event()
             if event is not h11.NEED_DATA:
                 return event
-            data = await asyncio.wait_for(self.reader.read(65536), IDLE_TIMEOUT_S)
+            data = await asyncio.wait_for(self.reader.read(65536), timeout_s)
             self.state.receive_data(data)
 
     async def next_request(self) -> h11.Request | None:
@@ -356,22 +518,29 @@ class _Connection:
             return event
         return None  # ConnectionClosed: the agent is done with it
 
-    async def read_body(self) -> bytes | None:
-        """The request's body; None when it is larger than the proxy takes (the rest is
-        left unread: the connection closes after the answer)."""
+    async def read_body(self, take: Callable[[int], ProxyResponse | None] | None
+                        ) -> bytes | ProxyResponse:
+        """The request's body; or, for a chunked one (``take`` counts each piece) that
+        goes past a bound as it comes, the refusal (the rest is left unread)."""
         pieces: list[bytes] = []
-        size = 0
         while True:
-            event = await self._event()
+            event = await self._event(BODY_TIMEOUT_S)
             if isinstance(event, h11.Data):
-                size += len(event.data)
-                if size > MAX_REQUEST_BYTES:
-                    return None
+                refusal = take(len(event.data)) if take is not None else None
+                if refusal is not None:
+                    return refusal
                 pieces.append(bytes(event.data))
             elif isinstance(event, h11.EndOfMessage):
                 return b"".join(pieces)
             else:
                 raise h11.LocalProtocolError(f"unexpected {type(event).__name__}")
+
+    async def refuse(self, response: ProxyResponse, head: h11.Request) -> None:
+        """Answer ``response`` before the request's body is read, then close: what the
+        client still sends is read and dropped meanwhile, for ``LINGER_S`` at most."""
+        await self.respond(response, head_only=head.method == b"HEAD")
+        self.lingered = True
+        await _linger(self.reader, self.writer)
 
     async def respond(self, response: ProxyResponse, keep_alive: bool = False,
                       head_only: bool = False) -> None:
@@ -456,3 +625,51 @@ def refused(status: int, message: str, shape: str = "openai") -> ProxyResponse:
     """A response saying ``message`` in the family's error shape."""
     body = json.dumps(error_body(shape, message, status)).encode()
     return ProxyResponse(status, [("content-type", "application/json")], body)
+
+
+def too_large(shape: str) -> ProxyResponse:
+    """The refusal of a request body past ``MAX_REQUEST_BYTES``."""
+    return refused(413, f"pytest-toolbench: the request body is larger than"
+                        f" {MAX_REQUEST_BYTES} bytes, the most the proxy takes", shape)
+
+
+def busy(message: str, shape: str = "openai") -> ProxyResponse:
+    """A 503 saying ``message``, with a ``retry-after`` the SDKs' own retries wait for."""
+    response = refused(503, message, shape)
+    response.headers.append(("retry-after", str(RETRY_AFTER_S)))
+    return response
+
+
+async def _refuse_at_once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                          response: ProxyResponse) -> None:
+    """Answer ``response`` on a connection before reading anything of it, then close."""
+    assert isinstance(response.chunks, bytes)
+    # h11 answers only a request it has read: the status line and headers are written here.
+    lines = [f"HTTP/1.1 {response.status} {HTTPStatus(response.status).phrase}",
+             *(f"{name}: {value}" for name, value in response.headers),
+             f"content-length: {len(response.chunks)}", "connection: close", "", ""]
+    writer.write("\r\n".join(lines).encode("latin-1") + response.chunks)
+    await _linger(reader, writer)
+
+
+async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Close a connection whose request was answered unread: the answer is sent and the
+    sending side shut, then what the client still sends is read and dropped, until it
+    closes its side or ``LINGER_S`` passes (a client that writes its whole body before it
+    reads would otherwise get a reset, and lose the answer)."""
+    loop = asyncio.get_running_loop()
+    try:
+        await asyncio.wait_for(writer.drain(), LINGER_S)
+        if writer.can_write_eof():
+            writer.write_eof()
+        until = loop.time() + LINGER_S
+        while (left := until - loop.time()) > 0:
+            if not await asyncio.wait_for(reader.read(1024 * 1024), left):
+                break
+        else:
+            writer.transport.abort()
+            return
+    except (ConnectionError, OSError, asyncio.TimeoutError):
+        writer.transport.abort()
+        return
+    writer.close()
