@@ -47,8 +47,8 @@ def progressive_saved(records: list[CaseRecord]) -> str | None:
     if not saved:
         return None
     cases = f"{len(saved)} case{'s' if len(saved) > 1 else ''}"
-    return (f"progressive execution saved {sum(saved):.1f} ms in {cases}: their tools ran"
-            " while the streams went on")
+    return (f"progressive execution saved {sum(saved):.1f} ms in {cases} (tools run as"
+            " their calls closed in the stream)")
 
 
 def render_rates(records: list[CaseRecord], width: int, color: bool) -> str:
