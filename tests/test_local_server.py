@@ -3,6 +3,7 @@ the start/ready/stop logic against stand-in processes."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import httpx2
 import pytest
+from support.chat_server import ChatServer, json_reply
 
 from pytest_toolbench.commands import local_server
 from pytest_toolbench.commands.local_server import (
@@ -446,3 +448,40 @@ def test_a_model_file_cut_short_is_assembled_again(model_chunks: Path, tmp_path:
     expected = b"".join(chunk.read_bytes() for chunk in sorted(model_chunks.iterdir()))
     assert model_file(home).read_bytes() == expected
     assert not list(model_file(home).parent.glob("*.partial"))
+
+
+# -- what the default server says when it cannot do what was asked --------------------------
+
+# llama-cpp-python's server (chat format chatml-function-calling) on ``tool_choice:
+# required``: an assertion with no text fails in the chat format (its log shows ``assert
+# ... tool_choice == "auto"``), which the server answers as this 500.
+EMPTY_500 = {"error": {"message": "", "type": "internal_server_error", "param": None,
+                       "code": None}}
+
+
+def test_a_500_with_an_empty_message_says_so_and_where_the_reason_is(
+        pytester: pytest.Pytester, chat_server: ChatServer) -> None:
+    chat_server.set_handler(lambda request: json_reply(EMPTY_500, status=500))
+    pytester.makefile(".case.yaml", required=f"""\
+name: forced
+endpoint: {{base_url: "{chat_server.base_url}", retries: 0}}
+tools: [{{name: get_weather, parameters: {{type: object}}, result: {{temp_c: 21}}}}]
+stages:
+  - name: ask
+    user: What's the weather in Paris?
+    tool_choice: required
+""")
+
+    result = pytester.runpytest("--toolbench-live", "--toolbench-report=r.json")
+
+    result.assert_outcomes(failed=1)
+    said = ("internal_server_error, with an empty message (no reason given; the server's log"
+            " may say why)")
+    result.stdout.fnmatch_lines([
+        ("required.case.yaml:*: forced: stages[[]0[]].expect.status: expected 200, got 500;"
+         f" the server said: {said}")])
+    assert '"message": ""' not in result.stdout.str()
+    report = json.loads(pytester.path.joinpath("r.json").read_text(encoding="utf-8"))
+    (attempt,) = report["cases"][0]["runs"][0]["stages"][0]["attempts"]
+    assert [failure["message"] for failure in attempt["failures"]] == [
+        f"expected 200, got 500; the server said: {said}"]

@@ -365,11 +365,23 @@ def read_body_json(body: bytes | str) -> Body:
 
 
 def error_message(error: Any) -> str:
-    """The message of an ``error`` member: an object with ``message``, or a string."""
+    """The message of an ``error`` member: an object with ``message``, or a string.
+
+    An object whose message is empty and that says nothing else but its type or code
+    (llama-cpp-python's server fails so on an assertion, e.g. a ``tool_choice`` its chat
+    format does not handle) is said to be that: the reason is only in the server's log.
+    """
     if isinstance(error, dict):
         message = error.get("message")
-        return message if isinstance(message, str) and message else dumps(error)
-    return error if isinstance(error, str) else dumps(error)
+        if isinstance(message, str) and message.strip():
+            return message
+        if not any(value not in (None, "") for key, value in error.items()
+                   if key not in ("message", "type", "code", "param")):
+            kind = next((str(error[key]) for key in ("type", "code")
+                         if error.get(key) not in (None, "")), "an error")
+            return f"{kind}, with an empty message (no reason given; the server's log may say why)"
+        return dumps(error)
+    return error if isinstance(error, str) and error.strip() else dumps(error)
 
 
 def http_error(status: int, body: Body) -> str:
