@@ -8,10 +8,13 @@ loopback servers upstream, and the proxy itself spoken to over raw sockets.
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 import time
+from collections.abc import Iterator
 
+import httpx2
 import pytest
 import yaml
 from support.chat_server import (
@@ -22,7 +25,7 @@ from support.chat_server import (
     sse_reply,
     start_chat_server,
 )
-from support.hostile_server import endless_events
+from support.hostile_server import endless_events, keep_alive_forever
 
 from pytest_toolbench.transport.proxy import (
     MAX_CONNECTIONS,
@@ -109,27 +112,60 @@ def test_connections_past_the_bound_are_refused_with_a_503_that_says_so() -> Non
     proxy = ProxyServer()
     proxy.start()
     proxy.attach(_Answers())
-    idle = [socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+    path = f"/{proxy.token}/openai/v1/models"
+    # Each served once and kept alive (a sync client's): every one is open on the proxy.
+    kept = [http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=10)
             for _ in range(MAX_CONNECTIONS)]
     try:
-        time.sleep(0.2)  # every one accepted
+        for connection in kept:
+            connection.request("GET", path, headers={"X-Stainless-Async": "false"})
+            connection.getresponse().read()
         extra = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
         with extra:
-            extra.sendall(f"GET /{proxy.token}/openai/v1/models HTTP/1.1\r\nhost: p\r\n\r\n"
-                          .encode())
+            extra.sendall(f"GET {path} HTTP/1.1\r\nhost: p\r\n\r\n".encode())
             answer = b""
             while (piece := extra.recv(65536)):
                 answer += piece
         assert answer.startswith(b"HTTP/1.1 503 "), answer
         assert f"{MAX_CONNECTIONS} connections".encode() in answer
-        for sock in idle:
-            sock.close()
-        time.sleep(0.3)
-        again = head_only(proxy.port, f"/{proxy.token}/openai/v1/models", 0)
-        assert again.startswith(b"HTTP/1.1 200 "), again  # room again once they closed
+        assert b"retry-after: 1" in answer.lower()
+        for connection in kept:
+            connection.close()
+        deadline = time.monotonic() + 10
+        while not (again := head_only(proxy.port, path, 0)).startswith(b"HTTP/1.1 200 "):
+            assert time.monotonic() < deadline, again  # room again once they closed
+            time.sleep(0.1)
     finally:
-        for sock in idle:
-            sock.close()
+        for connection in kept:
+            connection.close()
+        proxy.close()
+
+
+def test_a_chunked_body_is_refused_once_it_goes_past_a_bound(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A body of no announced length is counted as it comes: past the largest body, a 413;
+    past the room left over all connections, a 503."""
+    monkeypatch.setattr("pytest_toolbench.transport.proxy.MAX_REQUEST_BYTES", MIB)
+    proxy = ProxyServer()
+    proxy.start()
+    proxy.attach(_Answers())
+
+    def pieces(count: int) -> Iterator[bytes]:
+        for _ in range(count):
+            yield b" " * (256 * 1024)
+    try:
+        with httpx2.Client(timeout=10) as client:
+            url = proxy.base_url("chat") + "/chat/completions"
+            assert client.post(url, content=pieces(2)).status_code == 200
+            big = client.post(url, content=pieces(8))
+            assert big.status_code == 413
+            assert f"larger than {MIB} bytes" in big.json()["error"]["message"]
+            monkeypatch.setattr("pytest_toolbench.transport.proxy.MAX_BUFFERED_BYTES", MIB // 2)
+            full = client.post(url, content=pieces(3))
+            assert full.status_code == 503
+            assert "takes at most 524288 at once" in full.json()["error"]["message"]
+            assert client.post(url, content=pieces(1)).status_code == 200  # nothing left held
+    finally:
         proxy.close()
 
 
@@ -155,7 +191,7 @@ def _one(host, port, path, statuses):
         sock.sendall((f"POST {path} HTTP/1.1\\r\\nhost: x\\r\\ncontent-type: application/json"
                       f"\\r\\ncontent-length: {60 * 1024 * 1024}\\r\\n\\r\\n").encode())
         try:
-            for _ in range(8):  # 8 MB of the 60 announced, then a wait for the answer
+            for _ in range(4):  # 4 MB of the 60 announced, then a wait for the answer
                 sock.sendall(PIECE)
         except OSError:
             pass
@@ -195,9 +231,9 @@ def make():
 
 def test_a_flood_of_big_requests_is_refused_in_bounded_memory(
         pytester: pytest.Pytester) -> None:
-    """40 connections announce 60 MB each and send 8 of them: the proxy takes what its
+    """40 connections announce 60 MB each and send 4 of them: the proxy takes what its
     bound on request bytes allows, refuses the rest on their heads, and its process grows
-    by far less than the 320 MB sent."""
+    by far less than the 160 MB sent."""
     pytester.makepyfile(flood=FLOOD)
     pytester.syspathinsert()
     pytester.makefile(".case.yaml", flood=agent_case("flood", "make", module="flood",
@@ -211,7 +247,7 @@ def test_a_flood_of_big_requests_is_refused_in_bounded_memory(
     statuses = seen["statuses"]
     assert len(statuses) == 40
     assert statuses.count("503") >= 36, statuses
-    assert seen["grew_mb"] < 160, seen
+    assert seen["grew_mb"] < 100, seen
     assert time.monotonic() - started < 40
 
 
@@ -271,6 +307,28 @@ def test_a_reply_past_the_size_limit_fails_the_agent_case_and_records_nothing(
     assert took < 8  # the endless stream goes on for 10 s unless cut
     assert not (pytester.path / "__cassettes__" / "big" / "big.yaml").exists()
     assert (pytester.path / "report.json").stat().st_size < 200_000
+
+
+def test_a_reply_that_never_ends_is_cut_at_the_deadline_and_records_nothing(
+        pytester: pytest.Pytester) -> None:
+    """Keep-alive comments without end: the stage's time limit and the reply's deadline
+    (both --toolbench-deadline) end it, whichever comes first, and nothing is kept."""
+    pytester.makepyfile(readers=READERS)
+    pytester.syspathinsert()
+    with start_chat_server() as server:
+        server.set_default(keep_alive_forever(every_s=0.01))
+        pytester.makefile(".case.yaml", slow=agent_case("slow", "make_streamer",
+                                                        server.base_url, module="readers"))
+        started = time.monotonic()
+        result = run(pytester, "--toolbench-record", "--toolbench-deadline=1.5")
+        took = time.monotonic() - started
+    result.assert_outcomes(failed=1)
+    result.stdout.re_match_lines([
+        r".*slow\.case\.yaml:\d+: slow: stages\[0\].*: (deadline exceeded: no complete"
+        r" reply within 1\.5 s \(total deadline, --toolbench-deadline\)|the agent did not"
+        r" finish within 1\.5 s \(the stage's time limit\))"])
+    assert took < 8  # the stream goes on for 10 s unless cut
+    assert not (pytester.path / "__cassettes__" / "slow" / "slow.yaml").exists()
 
 
 def test_a_reply_within_the_limit_still_passes_and_is_recorded(

@@ -378,9 +378,14 @@ class ProxyServer:
         try:
             body = await connection.read_body(None if length else (
                 lambda size: self._take(connection, size, shape)))
-            if isinstance(body, ProxyResponse):  # chunked, past a bound as it came
-                await connection.refuse(body, head)
-                return False
+        except BaseException:
+            self._release(connection, length)
+            raise
+        if isinstance(body, ProxyResponse):  # chunked, past a bound as it came
+            self._release(connection, length)
+            await connection.refuse(body, head)
+            return False
+        try:
             request.body = body
             route = self._route(request, connection.number)  # the case may be over by now
             if isinstance(route, ProxyResponse):
@@ -395,8 +400,7 @@ class ProxyServer:
             await connection.respond(response, keep_alive=_loop_free(head),
                                      head_only=head.method == b"HEAD")
         finally:
-            self._buffered -= length + connection.chunked
-            connection.chunked = 0
+            self._release(connection, length)
         return (connection.state.our_state is h11.DONE and connection.state.their_state
                 is h11.DONE and self._handler is route)
 
@@ -410,6 +414,11 @@ class ProxyServer:
             if self._buffered + length > MAX_BUFFERED_BYTES:
                 return self._full(request.family.error_shape)
         return self._route(request, connection)
+
+    def _release(self, connection: _Connection, length: int) -> None:
+        """The request body on ``connection`` (``length`` announced) no longer held."""
+        self._buffered -= length + connection.chunked
+        connection.chunked = 0
 
     def _take(self, connection: _Connection, size: int, shape: str) -> ProxyResponse | None:
         """``size`` more bytes of a chunked body on ``connection`` counted in the proxy's
