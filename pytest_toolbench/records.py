@@ -73,6 +73,9 @@ class StreamEvent:
     offset_ms: float
     event: str = "message"
     """The SSE event type; ``message`` unless the server named one (``error``...)."""
+    cut: bool = False
+    """The stream ended inside this event: ``data`` is what came of it, its lines as sent
+    (``SSEDecoder.cut``), replayed as they came, without the blank line that never did."""
 
 
 @dataclass

@@ -548,6 +548,60 @@ def test_a_stream_ending_without_the_blank_line_is_done_live_and_replayed(
     assert len(chat_server.requests) == 1
 
 
+CUT_AGENT = '''
+import os
+
+import httpx2
+
+
+def make():
+    def agent(user):
+        body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": user}]}
+        with httpx2.Client(timeout=30) as client:
+            reply = client.post(os.environ["OPENAI_BASE_URL"] + "/chat/completions", json=body)
+        return str(len(reply.content))
+    return agent
+'''
+
+
+@pytest.mark.parametrize("kind", ["loop", "agent"])
+def test_a_stream_cut_inside_an_event_replays_the_same_cut(
+        pytester: pytest.Pytester, chat_server: ChatServer, kind: str) -> None:
+    """The half-received event is kept in the cassette (``cut: true``) and replayed as it
+    came, without its blank line: replay names the cut the recording saw."""
+    whole = json.dumps(chunk({"content": "hel"}))
+    cut_short = b'data: {"choices": [{"index": 0, "delta": {"content": "lo wor'
+    chat_server.set_handler(lambda request: sse_reply([f"data: {whole}\n\n".encode(),
+                                                       cut_short], done=False))
+    if kind == "loop":
+        stage = "{name: ask, user: hi, stream: true, expect: {text: hello}}"
+        pytester.makefile(".case.yaml", cut=textwrap.dedent(f"""\
+            name: cut
+            endpoint: {{base_url: "{chat_server.base_url}", retries: 0, timeout_s: 5}}
+            stages: [{stage}]
+            """))
+    else:
+        pytester.makepyfile(cut_agent=CUT_AGENT)
+        pytester.syspathinsert()
+        pytester.makefile(".case.yaml", cut=textwrap.dedent(f"""\
+            name: cut
+            agent: {{python: "cut_agent:make"}}
+            endpoint: {{base_url: "{chat_server.base_url}"}}
+            stages: [{{name: ask, user: hi}}]
+            """))
+    said = ["*cut: the stream ended inside an event (no blank line after its last data line)*"]
+
+    recorded = pytester.runpytest("-p", "no:cacheprovider", "--toolbench-record")
+    cassette = (pytester.path / "__cassettes__" / "cut" / "cut.yaml").read_text()
+    replayed = pytester.runpytest("-p", "no:cacheprovider")
+
+    for result in (recorded, replayed):
+        result.assert_outcomes(failed=1)
+        result.stdout.fnmatch_lines(said)
+    assert "cut: true" in cassette and "lo wor" in cassette
+    assert len(chat_server.requests) == 1
+
+
 # -- parse_completion -----------------------------------------------------------------
 
 

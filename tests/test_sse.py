@@ -142,3 +142,22 @@ def test_long_line_across_many_chunks() -> None:
     payload = "x" * 100_000
     stream = f"data: {payload}\n\n".encode()
     assert datas(*(stream[i : i + 7] for i in range(0, len(stream), 7))) == [payload]
+
+
+@pytest.mark.parametrize("stream", [
+    b'data: {"a": 1}\n\ndata: {"b": "hal',
+    b"event: delta\ndata: one\ndata: tw",
+    b"data: whole line, no blank one\n",
+    b"data: first\n: a keep-alive cut sh",
+    b"id: 7\nretry: 10\ndata: x\r\ndata:y",
+], ids=["half_line", "named", "no_blank_line", "comment_after_data", "crlf"])
+def test_the_event_a_stream_ended_inside_replays_to_the_same_cut(stream: bytes) -> None:
+    """``cut`` holds the unterminated event's lines; sent again as they are (what a replay
+    does), they end a stream inside the same event."""
+    first = SSEDecoder()
+    complete = first.feed(stream) + first.close()
+    assert first.truncated and first.cut is not None
+    again = SSEDecoder()
+    prefix = b"".join(f"data: {event.data}\n\n".encode() for event in complete)
+    assert again.feed(prefix + first.cut.encode()) + again.close() == complete
+    assert again.truncated and again.cut == first.cut

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from ..keypaths import format_key_path
-from ..records import Interaction, StreamEvent
+from ..records import Interaction
 from ..scrubbing import Scrubber
 from .agent_tap import Exchange, ReplyReader, Tap
 from .cassette import Cassette
@@ -24,7 +24,7 @@ from .client import request_content
 from .errors import UnsendableRequest
 from .limits import ReplyLimits
 from .proxy import ProxyRequest, ProxyResponse, refused
-from .replay import request_diff
+from .replay import request_diff, sse_bytes
 
 
 class ReplayTap(Tap):
@@ -175,7 +175,7 @@ def _recorded_chunks(recorded: Interaction) -> list[tuple[float, bytes]]:
     if recorded.events is not None:
         chunks, clock = [], 0.0
         for event in recorded.events:
-            chunks.append((max(0.0, event.offset_ms - clock), _sse_bytes(event)))
+            chunks.append((max(0.0, event.offset_ms - clock), sse_bytes(event)))
             clock = max(clock, event.offset_ms)
         return chunks
     if recorded.body_json is not None:
@@ -185,12 +185,6 @@ def _recorded_chunks(recorded: Interaction) -> list[tuple[float, bytes]]:
     else:
         body = json.dumps(recorded.body)
     return [(recorded.elapsed_ms, body.encode())]
-
-
-def _sse_bytes(event: StreamEvent) -> bytes:
-    lines = [f"event: {event.event}"] if event.event != "message" else []
-    lines.extend(f"data: {line}" for line in event.data.split("\n"))
-    return ("\n".join(lines) + "\n\n").encode()
 
 
 def _canonical(body: dict[str, Any]) -> bytes | None:

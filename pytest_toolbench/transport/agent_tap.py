@@ -157,10 +157,12 @@ class Tap:
             return self.scrubber
 
     def _shown_path(self, request: ProxyRequest) -> str:
-        path = request.path.partition("?")[0]
+        """The path as an exchange keeps it: credential query values and secrets masked."""
+        path = self.scrubber.text(request.path.partition("?")[0])
         if not request.query:
             return path
-        return f"{path}?{query_without_credentials(httpx2.QueryParams(request.query))}"
+        query = query_without_credentials(httpx2.QueryParams(request.query))
+        return f"{path}?{self.scrubber.text(query)}"
 
 
 class ReplyReader:
@@ -235,6 +237,8 @@ class ReplyReader:
                 self._events.append(StreamEvent(event.data, offset, event.event))
                 if self._reader is not None:
                     self._reader.add(event, offset)
+            if self._sse.cut is not None:  # kept, so a replay ends inside it too
+                self._events.append(StreamEvent(self._sse.cut, offset, cut=True))
         reply: Reply | None = None
         raw = b"".join(self._body)
         if self._reader is not None:

@@ -180,6 +180,8 @@ def _plain_event(event: StreamEvent) -> dict[str, Any]:
     plain: dict[str, Any] = {"at_ms": event.offset_ms, "data": event.data}
     if event.event != "message":
         plain["event"] = event.event
+    if event.cut:
+        plain["cut"] = True
     return plain
 
 

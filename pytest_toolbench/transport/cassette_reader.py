@@ -124,7 +124,7 @@ def _default_path(wire: WireApi, body: dict[str, Any], events: list[Any] | None)
 def _event(item: Any, where: str) -> StreamEvent:
     fields = _Fields(item, where)
     return StreamEvent(fields.get("data", str), fields.number("at_ms"),
-                       fields.get("event", str, "message"))
+                       fields.get("event", str, "message"), fields.get("cut", bool, False))
 
 
 _REQUIRED: Any = object()

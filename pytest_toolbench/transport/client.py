@@ -182,6 +182,8 @@ class PendingReply:
                     assembler.add(event, offset)
                 if events is not None:
                     events.append(StreamEvent(event.data, round(offset, 1), event.event))
+            if events is not None and decoder.cut is not None:  # kept, to replay the cut
+                events.append(StreamEvent(decoder.cut, round(offset, 1), cut=True))
         except SSETooLarge as exc:
             raise ReplyTooLarge(f"{exc} from {_where(self.response.request.url)}") from None
         reply = assembler.finish(truncated=decoder.truncated)

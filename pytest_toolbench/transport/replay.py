@@ -156,14 +156,14 @@ class _EventStream(httpx2.AsyncByteStream):
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         if self.speed <= 0:
-            whole = b"".join(_sse_bytes(event) for event in self.events) + self.body
+            whole = b"".join(sse_bytes(event) for event in self.events) + self.body
             if whole:
                 yield whole
             return
         clock = 0.0
         for event in self.events:
             clock = await self._wait_until(clock, event.offset_ms)
-            yield _sse_bytes(event)
+            yield sse_bytes(event)
         if self.body:
             await self._wait_until(0.0, self.elapsed_ms)
             yield self.body
@@ -181,7 +181,11 @@ def _has_query(request: httpx2.Request, query: str) -> bool:
     return all(sent.get(key) == value for key, value in httpx2.QueryParams(query).items())
 
 
-def _sse_bytes(event: StreamEvent) -> bytes:
+def sse_bytes(event: StreamEvent) -> bytes:
+    """A recorded event as a server sends it; one the stream ended inside as it came, with
+    no blank line after it."""
+    if event.cut:
+        return event.data.encode()
     lines = [f"event: {event.event}"] if event.event != "message" else []
     lines.extend(f"data: {line}" for line in event.data.split("\n"))
     return ("\n".join(lines) + "\n\n").encode()

@@ -45,6 +45,8 @@ class SSEDecoder:
     - ``truncated``: set by :meth:`close` when the stream ended inside an event, i.e.
       data was pending without the blank line that dispatches it. The spec discards such
       an event; the flag lets callers report it.
+    - ``cut``: set with ``truncated``: the lines of that event as they came (a last line
+      perhaps half received), so a recording can keep them and a replay end the same way.
 
     A line, or an event's data, longer than ``max_event_chars`` raises :class:`SSETooLarge`.
     """
@@ -63,6 +65,7 @@ class SSEDecoder:
         self.comments = 0
         self.retry: int | None = None
         self.truncated = False
+        self.cut: str | None = None
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Decode ``chunk`` and return the events it completes."""
@@ -73,14 +76,19 @@ class SSEDecoder:
         end marker ``data: [DONE]`` lacking only its blank line (or its line break too):
         servers that end so did end the stream as they should."""
         events = self._feed_text(self._decoder.decode(b"", final=True))
-        tail = "".join(self._tail).strip()
+        raw_tail = "".join(self._tail)
+        tail = raw_tail.strip()
         if tail.startswith("data:") and tail[5:].strip() == "[DONE]":
             self._process_lines([tail])
-            tail = ""
+            tail = raw_tail = ""
         if [line.strip() for line in self._data] == ["[DONE]"]:
             events.extend(self._process_lines([""]))  # the blank line that never came
         # A half-received line counts unless it is a comment (a keep-alive cut short).
         self.truncated = bool(self._data) or bool(tail and not tail.startswith(":"))
+        if self.truncated:
+            lines = [f"event: {self._event_type}"] if self._event_type else []
+            lines += [f"data: {line}" for line in self._data]
+            self.cut = "\n".join([*lines, raw_tail] if raw_tail else lines)
         self._tail.clear()
         self._tail_chars = 0
         self._clear_data()

@@ -192,8 +192,9 @@ class WireApi(ABC):
         else:
             reader = self.stream_reader()
             for event in interaction.events:
-                reader.add(event, event.offset_ms)
-            reply = reader.finish()
+                if not event.cut:
+                    reader.add(event, event.offset_ms)
+            reply = reader.finish(truncated=any(event.cut for event in interaction.events))
         reply.status = interaction.status
         return reply
 
