@@ -23,12 +23,21 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .apis import AGENT
+from .apis import AGENT, conversation_keys
 from .casefile.schema import Endpoint, Expect
 from .defaults import CASSETTE_FOLDER
 from .judge.second import RoleModels
 from .keypaths import KeyPath
-from .records import CaseResult, Failure, Reply, RunResult, StageAttempt, StageResult, ToolCall
+from .records import (
+    CaseResult,
+    Failure,
+    Reply,
+    RunResult,
+    StageAttempt,
+    StageResult,
+    ToolCall,
+    Turn,
+)
 from .report.failure import render_failure
 from .run.agent import Toolbench, exchange_turn
 from .run.agent_talk import judge_stage, said
@@ -39,6 +48,7 @@ from .transport.agent_replay import ReplayTap
 from .transport.agent_tap import Exchange, Tap
 from .transport.cassette import cassette_file_stem
 from .transport.errors import ReplayError
+from .wire.base import message_text
 
 if TYPE_CHECKING:
     from .agent_cases import AgentCases
@@ -107,8 +117,9 @@ class ToolbenchAgent:
         """Check a stage's expectations (``tool_calls=...``, ``text=...``, ``requests=...``,
         ``judge=[...]``) on the requests sent since the previous check; ``answer``: what
         the agent returned (``text`` reads it; without it, the last reply's text);
-        ``user``: what the agent was asked, for the judge's transcript. Raises
-        AssertionError with the failure text a case shows."""
+        ``user``: what the agent was asked, for the judge's transcript (without it, the
+        last user message of the check's first request). Raises AssertionError with the
+        failure text a case shows."""
         __tracebackhide__ = True  # the failure is the test's, at its call of check()
         frame = inspect.currentframe()
         line = frame.f_back.f_lineno if frame is not None and frame.f_back is not None else 0
@@ -137,7 +148,8 @@ class ToolbenchAgent:
                 else replies[-1].text if replies else "")
         attempt.failures += check(expect, Outcome(replies, calls, answer=text), ("expect",),
                                   lambda _path: line, self._match_timeout_s)
-        said(self._history, scrubber.text(user or ""), text, calls)
+        asked = user if user is not None else _asked(attempt.turns)
+        said(self._history, scrubber.text(asked), text, calls)
         if not attempt.failures and expect.judge:
             self._judge(expect, attempt, line)
         return attempt
@@ -237,6 +249,23 @@ def agent_fixture(request: pytest.FixtureRequest, runtime: SessionRuntime
     seconds.write_verdicts(cassette, result)
     if unused is not None:
         pytest.fail(unused, pytrace=False)
+
+
+def _asked(turns: list[Turn]) -> str:
+    """What the agent was asked, as its first request of a check says: the text of the
+    last user message of its conversation, whichever API's shape (chat's and the Messages
+    API's ``messages``, Responses ``input``, Gemini ``contents``); "" when none says."""
+    request = turns[0].request if turns else {}
+    conversation = next((value for key in conversation_keys()
+                         if isinstance(value := request.get(key), list)), None)
+    if conversation is None:
+        given = request.get("input")  # Responses: the input as one string
+        return given if isinstance(given, str) else ""
+    users = [message for message in conversation
+             if isinstance(message, dict) and message.get("role") == "user"]
+    if not users:
+        return ""
+    return message_text(users[-1].get("content", users[-1].get("parts")))
 
 
 _OUTCOME = pytest.StashKey[str]()

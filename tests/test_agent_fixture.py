@@ -41,11 +41,14 @@ class Desk:
     def __init__(self) -> None:
         self.flipped = False
         self.sent = {"model": 0, "judge": 0, "simulator": 0}
+        self.judged: list[str] = []
+        """The transcripts the judge read."""
 
     def __call__(self, request: RecordedRequest) -> Any:
         role = role_of(request)
         self.sent[role] += 1
         if role == "judge":
+            self.judged.append(request.json()["messages"][-1]["content"])
             holds = (FALSE_CRITERION.encode() not in request.body) != self.flipped
             return verdict("chat", "pass" if holds else "fail", "The transcript says so.")
         body = request.json()
@@ -90,7 +93,7 @@ def test_check(toolbench_agent, key, value, stream):
     agent = make_agent(stream=stream)
     answer = agent("Refund order 913")
     agent.close()
-    toolbench_agent.check(answer, user="Refund order 913", **{{key: value}})
+    toolbench_agent.check(answer, **{{key: value}})
 '''
 
 
@@ -148,6 +151,10 @@ def test_every_expect_key_of_check_works_as_in_a_case_or_is_refused(
                         server.base_url)
     assert_each_key_works_or_is_refused(recorded)
     assert model.sent["judge"] == 2  # the judge was asked, once for each criterion
+    for transcript in model.judged:  # what the agent was asked, read from its request
+        assert ("USER: Refund order 913\nAGENT CALLS lookup_order({\"order_id\": \"913\"})\n"
+                "AGENT CALLS issue_refund({\"order_id\": \"913\"})\n"
+                "AGENT: Order 913 is refunded.") in transcript, transcript
     judged = pytester.path / "__cassettes__" / "test_checks" / "test_check[judge-fails].yaml"
     roles = [item.get("role", "model")
              for item in yaml.safe_load(judged.read_text())["interactions"]]
