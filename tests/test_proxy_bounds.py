@@ -324,9 +324,9 @@ def test_a_reply_that_never_ends_is_cut_at_the_deadline_and_records_nothing(
         took = time.monotonic() - started
     result.assert_outcomes(failed=1)
     result.stdout.re_match_lines([
-        r".*slow\.case\.yaml:\d+: slow: stages\[0\].*: (deadline exceeded: no complete"
+        (r".*slow\.case\.yaml:\d+: slow: stages\[0\].*: (deadline exceeded: no complete"
         r" reply within 1\.5 s \(total deadline, --toolbench-deadline\)|the agent did not"
-        r" finish within 1\.5 s \(the stage's time limit\))"])
+        r" finish within 1\.5 s \(the stage's time limit\))")])
     assert took < 8  # the stream goes on for 10 s unless cut
     assert not (pytester.path / "__cassettes__" / "slow" / "slow.yaml").exists()
 
@@ -365,12 +365,16 @@ def test_a_replayed_reply_past_the_size_limit_fails_naming_it(
 
 LEAKER = '''
 import os
+import subprocess
+import sys
 import threading
+import time
+from pathlib import Path
 
 import httpx2
 
-NEXT_CASE_RUNS = threading.Event()
-LATE_ONES_SENT = threading.Event()
+NEXT_CASE_RUNS, LATE_ONES_SENT = Path("next-case-runs"), Path("late-ones-sent")
+LEFT_RUNNING = []
 
 
 def _ask(base, text):
@@ -379,41 +383,63 @@ def _ask(base, text):
             "model": "m", "messages": [{"role": "user", "content": text}]})
 
 
-def make_leaker():
-    def agent(user):
-        base = os.environ["OPENAI_BASE_URL"]  # the URL of this case's run
+def _wait_for(flag):
+    until = time.monotonic() + 20
+    while not flag.exists() and time.monotonic() < until:
+        time.sleep(0.02)
 
-        def late():
-            NEXT_CASE_RUNS.wait(20)  # this case is over; the next one is running
-            for number in range(6):
-                try:
-                    _ask(base, f"late {number}")
-                except Exception:
-                    pass
-            LATE_ONES_SENT.set()
-        threading.Thread(target=late, daemon=True).start()
-        return _ask(base, user).json()["choices"][0]["message"]["content"]
+
+def late(base):
+    _wait_for(NEXT_CASE_RUNS)  # this case is over; the next one is running
+    for number in range(6):
+        try:
+            _ask(base, f"late {number}")
+        except Exception:
+            pass
+    LATE_ONES_SENT.touch()
+
+
+def _leaking(leave):
+    def agent(user):
+        NEXT_CASE_RUNS.unlink(missing_ok=True)
+        LATE_ONES_SENT.unlink(missing_ok=True)
+        leave(os.environ["OPENAI_BASE_URL"])  # the URL of this case's run
+        return _ask(os.environ["OPENAI_BASE_URL"], user).json()["choices"][0]["message"][
+            "content"]
     return agent
+
+
+def make_thread_leaker():
+    return _leaking(lambda base: threading.Thread(target=late, args=(base,),
+                                                  daemon=True).start())
+
+
+def make_process_leaker():
+    return _leaking(lambda base: LEFT_RUNNING.append(subprocess.Popen(
+        [sys.executable, "-c", "import sys, leaker; leaker.late(sys.argv[1])", base],
+        start_new_session=True)))
 
 
 def make_patient():
     def agent(user):
-        NEXT_CASE_RUNS.set()
-        LATE_ONES_SENT.wait(20)  # the leaker's thread sends meanwhile
+        NEXT_CASE_RUNS.touch()
+        _wait_for(LATE_ONES_SENT)  # the leaker's thread or process sends meanwhile
         reply = _ask(os.environ["OPENAI_BASE_URL"], user)
         return reply.json()["choices"][0]["message"]["content"]
     return agent
 '''
 
 
+@pytest.mark.parametrize("leaker", ["make_thread_leaker", "make_process_leaker"],
+                         ids=["daemon_thread", "detached_process"])
 def test_a_request_after_its_case_ended_is_refused_and_never_counted_in_the_next(
-        pytester: pytest.Pytester) -> None:
+        pytester: pytest.Pytester, leaker: str) -> None:
     pytester.makepyfile(leaker=LEAKER)
     pytester.syspathinsert()
     with start_chat_server() as server:
         server.set_handler(lambda request: json_reply(completion("fine")))
         pytester.makefile(".case.yaml", leak=(
-            agent_case("leaker", "make_leaker", server.base_url, module="leaker",
+            agent_case("leaker", leaker, server.base_url, module="leaker",
                        expect="      requests: 1\n")
             + "---\n" + agent_case("after", "make_patient", server.base_url, module="leaker",
                                    expect="      requests: 1\n      text: fine\n")))
