@@ -222,7 +222,7 @@ def agent_fixture(request: pytest.FixtureRequest, runtime: SessionRuntime
     settings = agents.settings
     node = request.node
     test_file = Path(str(node.path))
-    name = node.nodeid.split("::", 1)[-1].replace("::", ".")
+    name = _test_name(node)
     start = Path(config.invocation_params.dir)
     path, shown = _cassette_path(settings.cassette_dir, test_file, name, start)
     replaying = settings.replays(path.exists)
@@ -286,6 +286,9 @@ def record_test(item: pytest.Item, call: pytest.CallInfo[None],
         item.stash[_FAILED] = report.failed
         if call.excinfo is not None:
             item.stash[_RAISED] = call.excinfo.exconly().splitlines()[0]
+    if call.when == "setup" and report.skipped:  # never runs: reported as a skipped case is
+        _attach(item, report, CaseResult(_test_name(item), None, _test_file(item),
+                                         item.location[1] + 1, api=AGENT), "skipped")
     if call.when != "teardown" or TEST_RESULT not in item.stash:
         return
     result = item.stash[TEST_RESULT]
@@ -296,6 +299,12 @@ def record_test(item: pytest.Item, call: pytest.CallInfo[None],
     figures = list(result.figures())
     report.user_properties.extend(figures)
     item.user_properties.extend(figures)
+    _attach(item, report, result, outcome)
+
+
+def _attach(item: pytest.Item, report: pytest.TestReport, result: CaseResult,
+            outcome: str) -> None:
+    """``result``'s record on ``report``, when the session reads records."""
     from .settings import records_read
 
     if records_read(item.config):
@@ -316,6 +325,16 @@ def _outcome(report: pytest.TestReport) -> str:
     if hasattr(report, "wasxfail"):
         return "xpassed" if report.passed else "xfailed"
     return report.outcome
+
+
+def _test_name(item: pytest.Item) -> str:
+    """The test as a case is named: its node id below the file (``Class.test[id]``)."""
+    return item.nodeid.split("::", 1)[-1].replace("::", ".")
+
+
+def _test_file(item: pytest.Item) -> str:
+    """The test's file as messages show it (from where pytest was started)."""
+    return _shown(Path(str(item.path)), Path(item.config.invocation_params.dir))
 
 
 def _cassette_path(cassette_dir: Path | None, test_file: Path, name: str,

@@ -253,15 +253,19 @@ def test_a_fixture_test_that_fails_on_its_own_or_has_no_cassette_is_reported_fai
         pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_refund=REFUND_TEST.replace(
         "    agent.close()\n", "    agent.close()\n    assert answer == 'no'\n"))
-    pytester.makepyfile(test_other="def test_plain():\n    assert True\n")
-    reported(pytester, "run").assert_outcomes(passed=1, errors=1)  # no cassette
-    [case] = json.loads((pytester.path / "run.json").read_text())["cases"]
+    pytester.makepyfile(test_other="import pytest\n\n\ndef test_plain():\n    assert True\n"
+                        "\n\n@pytest.mark.skip(reason='later')\n"
+                        "def test_later(toolbench_agent):\n    pass\n")
+    reported(pytester, "run").assert_outcomes(passed=1, errors=1, skipped=1)  # no cassette
+    later, case = json.loads((pytester.path / "run.json").read_text())["cases"]
+    assert (later["case"], later["outcome"], later["marks"]) == ("test_later", "skipped",
+                                                                 ["skip"])
     assert (case["case"], case["outcome"]) == ("test_refund", "failed")
     assert "no cassette at __cassettes__" in case["runs"][0]["error"]
     with start_chat_server() as server:
         server.set_handler(Desk())
         reported(pytester, "run", "--toolbench-record", "--toolbench-base-url",
-                 server.base_url).assert_outcomes(failed=1, passed=1)
-    [case] = json.loads((pytester.path / "run.json").read_text())["cases"]
+                 server.base_url).assert_outcomes(failed=1, passed=1, skipped=1)
+    _later, case = json.loads((pytester.path / "run.json").read_text())["cases"]
     assert case["outcome"] == "failed" and case["turns"] == 4
     assert case["error"].startswith("AssertionError: assert 'Order 913 is refunded.' == 'no'")
