@@ -227,7 +227,7 @@ def agent_fixture(request: pytest.FixtureRequest, runtime: SessionRuntime
     path, shown = _cassette_path(settings.cassette_dir, test_file, name, start)
     replaying = settings.replays(path.exists)
     hint = f"pytest '{node.nodeid}' --toolbench-record"
-    line = node.location[1] + 1
+    line = _test_line(node)
     try:
         cassette = agents.cassette(path, shown, hint, replaying)
     except ReplayError as error:
@@ -288,7 +288,7 @@ def record_test(item: pytest.Item, call: pytest.CallInfo[None],
             item.stash[_RAISED] = call.excinfo.exconly().splitlines()[0]
     if call.when == "setup" and report.skipped:  # never runs: reported as a skipped case is
         _attach(item, report, CaseResult(_test_name(item), None, _test_file(item),
-                                         item.location[1] + 1, api=AGENT), "skipped")
+                                         _test_line(item), api=AGENT), "skipped")
     if call.when != "teardown" or TEST_RESULT not in item.stash:
         return
     result = item.stash[TEST_RESULT]
@@ -330,6 +330,11 @@ def _outcome(report: pytest.TestReport) -> str:
 def _test_name(item: pytest.Item) -> str:
     """The test as a case is named: its node id below the file (``Class.test[id]``)."""
     return item.nodeid.split("::", 1)[-1].replace("::", ".")
+
+
+def _test_line(item: pytest.Item) -> int:
+    """The line of the test's ``def`` (1-based)."""
+    return (item.location[1] or 0) + 1
 
 
 def _test_file(item: pytest.Item) -> str:
