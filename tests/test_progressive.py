@@ -20,8 +20,9 @@ from support.scripted_model import ScriptedModel, calls, says
 
 from pytest_toolbench.report.html_page import ms
 
-PAUSE_S = 0.06
-"""Between two events of a streamed reply: well above a busy machine's scheduling noise."""
+PAUSE_S = 0.1
+"""Between two events of a streamed reply: well above a busy machine's scheduling noise
+(the client stamps each event when it reads it, which a busy neighbour can delay)."""
 
 TOOLS_MODULE = '''
 import time
@@ -111,7 +112,7 @@ def test_progressive_stage_runs_a_call_while_its_stream_goes_on(
     assert [first["name"], second["name"]] == ["lookup", "lookup"]
     # The first call closed while the stream went on (the second call's events came after
     # it, a pause apart), and its tool ran then, not after the stream's end.
-    assert first["closed_ms"] + PAUSE_S * 1000 <= ended
+    assert first["closed_ms"] + PAUSE_S * 1000 / 2 <= ended
     assert first["closed_ms"] <= first["started_ms"] < ended
     assert first["started_ms"] < first["ended_ms"]
     assert second["closed_ms"] <= second["started_ms"]
