@@ -100,7 +100,7 @@ class AgentCases:
                 match_timeout_s=self.settings.match_timeout_s,
                 verdict=lambda: next(filter(None, (each() for each in verdicts)), None),
                 judge=second.models.get("judge"), simulator=second.models.get("simulator"),
-                thread=self._thread)
+                run_faults=self.settings.fault_plan(), thread=self._thread)
             try:
                 result = await run_agent_case(case_run, context)
             finally:

@@ -45,6 +45,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run nothing, send nothing: show each case item's first request"
                          " (credentials masked) and what it lacks to run; exit 1 if any"
                          " item lacks something")
+    group.addoption("--toolbench-fault", dest="toolbench_fault", action="append",
+                    default=None, metavar="KIND=VALUE@N",
+                    help="inject a fault into every case's model requests, e.g."
+                         " status=429@1 (the first request of each stage answered 429),"
+                         " cut=2@3, mutate=empty@1, disconnect@2; repeatable")
     group.addoption("--toolbench-rejudge", dest="toolbench_rejudge", action="store_true",
                     help="replay the model from the cassettes and ask the judge live"
                          " (expect.judge criteria judged again; nothing is written, but"

@@ -256,6 +256,9 @@ class Turn:
     """Who was asked: ``model`` (the model under test), ``judge`` or ``simulator``."""
     progressive: bool = False
     """``run_tools: progressive``: each call of the streamed reply ran as it closed."""
+    fault: dict[str, Any] | None = None
+    """The fault injected into this request (``faults.Injection.record``): never the
+    service's own doing."""
 
     @property
     def latency_ms(self) -> float:
@@ -555,8 +558,13 @@ class CaseResult:
         record shows them (times to 0.1 ms)."""
         known = {"latency_ms": round_ms(self.latency_ms), "ttft_ms": round_ms(self.ttft_ms),
                  "total_tokens": self.total_tokens, "tool_calls": self.tool_calls,
-                 "turns": self.turns}
+                 "turns": self.turns, "faults_injected": self.faults_injected or None}
         return [(name, value) for name, value in known.items() if value is not None]
+
+    @property
+    def faults_injected(self) -> int:
+        """How many of the case's requests got an injected fault."""
+        return sum(turn.fault is not None for run in self.runs for turn in run.turns)
 
 
 def overloaded(status: int) -> bool:

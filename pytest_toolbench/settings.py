@@ -228,6 +228,17 @@ class Settings:
     rejudge: bool = False
     """``--toolbench-rejudge``: replay the model, ask the judge live (with
     ``--toolbench-record``, its new exchanges written in place of the old)."""
+    faults: tuple[str, ...] = ()
+    """``--toolbench-fault``: faults for every stage of every case, in the compact form
+    (``status=429@1``); ``fault_plan`` reads them."""
+
+    def fault_plan(self) -> tuple[Any, ...]:
+        """``faults`` as fault entries (``faults.Fault``; read when a case runs)."""
+        if not self.faults:
+            return ()
+        from .faults import fault_from
+
+        return tuple(fault_from(text) for text in self.faults)
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
@@ -289,6 +300,7 @@ class Settings:
             judge_model=cli("judge_model") or None,
             ini_judge_model=ini("judge_model"),
             rejudge=bool(cli("rejudge")),
+            faults=_faults(config.getoption("toolbench_fault") or []),
         )
 
     def replays(self, recorded: Callable[[], bool]) -> bool:
@@ -387,6 +399,23 @@ def records_read(config: pytest.Config) -> bool:
     request)."""
     settings = config.stash[SETTINGS_KEY]
     return summary_shown(config) or settings.report is not None or settings.html is not None
+
+
+def _faults(given: list[str]) -> tuple[str, ...]:
+    """``--toolbench-fault``, each checked now: a bad one is a usage error, not a failure
+    of every case."""
+    if not given:
+        return ()
+    from .faults import COMPACT_FORM, fault_from  # pydantic: only when a fault is given
+
+    for text in given:
+        try:
+            fault_from(text)
+        except ValueError as error:
+            raise pytest.UsageError(f"--toolbench-fault {text!r}: {error} (the form:"
+                                    f" {COMPACT_FORM}, e.g. status=429@1; docs/running.md)"
+                                    ) from None
+    return tuple(given)
 
 
 def _dry_run(config: pytest.Config) -> bool:

@@ -13,7 +13,8 @@ stages: [...]
 
 A case's own value of a key wins; mappings (``endpoint``, ``params``, ``judge``) are merged
 key by key, nested mappings too; ``tools`` are the defaults' then the case's, a case's tool
-replacing the default of the same name; ``marks`` are the defaults' then the case's. An
+replacing the default of the same name; ``marks`` and ``faults`` are the defaults' then the
+case's. An
 agent case takes none of the keys only the plugin's own loop uses (its agent builds its
 own requests). The merge is of plain data, before validation, so a case validates as if
 it had written the keys itself; ``Inheritance.locate`` says in which document, and at
@@ -32,10 +33,11 @@ DEFAULTS = "defaults"
 """The key of a file's defaults document."""
 FILE_LEVEL = frozenset({"mcp_servers", DEFAULTS})
 """The keys of a file-level document (no case of its own): shared MCP servers, defaults."""
-DEFAULT_KEYS = ("model", "endpoint", "system", "tools", "params", "judge", "marks")
+DEFAULT_KEYS = ("model", "endpoint", "system", "tools", "params", "judge", "marks",
+                "faults")
 """The case keys a defaults document may give (``judge`` where the schema has it)."""
 _MERGED = frozenset({"endpoint", "params", "judge"})
-_LISTED = frozenset({"tools", "marks"})
+_LISTED = frozenset({"tools", "marks", "faults"})
 
 Origins = dict[str, list[tuple[bool, int]]]
 """For ``tools`` and ``marks``: where each item of the merged list comes from (the

@@ -38,6 +38,7 @@ from pydantic_core import core_schema
 from ..agent_imports import importing
 from ..apis import AGENT, API_NAMES
 from ..defaults import JUDGE_SAMPLES_MAX, SIMULATED_TURNS_MAX
+from ..faults import Fault
 from ..keypaths import KeyedError, KeyPath
 from ..matchers import (
     Matcher,
@@ -725,7 +726,9 @@ class Expect(AgentExpect):
     status: MatcherField = Field(default=200, validate_default=True)
     """HTTP status of the last response. Any other status fails unless this names it."""
     error: MatcherField = None
-    """Matcher on the error message of a non-2xx response."""
+    """Matcher on the error message of a non-2xx response; an agent case: on what its
+    agent raised, as ``ExceptionType: message`` (the stage then passes only if it
+    raised)."""
     finish_reason: MatcherField = None
     """Matcher on why the reply ended, in chat completions' words whatever the API."""
     api_finish_reason: MatcherField = None
@@ -834,6 +837,8 @@ class Stage(StrictModel):
     next: Annotated[str, Field(min_length=1)] | StageRoutes | None = None
     """Where the run goes after the stage: a stage's name or ``end`` when it passes (a
     failure ends the run), or ``{pass: X, fail: Y}``; unsaid: the next stage, if it passed."""
+    faults: list[Fault] = Field(default_factory=list)
+    """Faults injected into the stage's model requests (docs/case-format.md#faults)."""
 
     @model_validator(mode="after")
     def _simulated_alone(self) -> Stage:
@@ -946,6 +951,8 @@ class Case(StrictModel):
     call of the case (all its stages) as the trajectory, and the path."""
     agent: Agent | None = None
     """The team's own agent under test, in place of the plugin's loop (docs/agents.md)."""
+    faults: list[Fault] = Field(default_factory=list)
+    """Faults injected into every stage's model requests (docs/case-format.md#faults)."""
 
     @model_validator(mode="after")
     def _agent_case(self) -> Case:

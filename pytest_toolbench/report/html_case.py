@@ -187,8 +187,12 @@ def _state(state: Any, errors: dict[str, str]) -> str:
 def _turn(turn: TurnRecord, number: int) -> str:
     kind = "streamed request" if turn.streamed else "request"
     retries = "".join(f"<li>{e(line)}</li>" for line in turn.retries)
+    fault = turn.fault
+    injected = ("" if fault is None else
+                f'<div class="fault">injected fault ({e(str(fault.get("source", "")))}):'
+                f' {e(str(fault.get("does", fault.get("kind", ""))))}</div>')
     head = (f'<div class="muted">{kind} {number}: {ms(turn.elapsed_ms)}, '
-            f'stop: {e(_stop(turn))}</div>'
+            f'stop: {e(_stop(turn))}</div>' + injected
             + (f'<ul class="muted">{retries}</ul>' if retries else ""))
     sent = _sent(turn.request) if turn.request is not None else ""
     body = _reply(turn.reply) if turn.reply is not None else _error_box("no reply", turn.error)

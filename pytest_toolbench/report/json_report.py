@@ -221,6 +221,10 @@ class TurnRecord:
     timeline: TimelineRecord | None = None
     """A streamed turn whose calls ran: each call's close and its tool's run, and the
     stream's end, on the stream's clock; null otherwise."""
+    fault: dict[str, Any] | None = None
+    """The fault injected into this request (``injected: true``, its ``kind``, what it
+    ``does``, its ``entry`` as written, its ``source`` and the stage's ``request`` it
+    selected); null: the exchange was the service's own."""
 
     @classmethod
     def of(cls, turn: Turn) -> TurnRecord:
@@ -230,7 +234,7 @@ class TurnRecord:
                    # As sent: JSON already (the client sent json.dumps of it), and never
                    # changed after; to_json copies it into the report's data.
                    [ToolRunRecord.of(run) for run in turn.tool_runs], turn.request,
-                   turn.role, TimelineRecord.of(turn))
+                   turn.role, TimelineRecord.of(turn), turn.fault)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from ..casefile.schema import AGENT_PARAMETERS, AgentExpect, Stage
 from ..casefile.toolbox import STATE_METHOD
+from ..faults import Fault, FaultPlan, stage_plan
 from ..judge.second import SecondModel
 from ..keypaths import KeyPath
 from ..records import (
@@ -62,6 +63,9 @@ class AgentTraffic(Protocol):
         """The case's scrubber: the session's secrets and the credentials the agent sent
         so far (``SessionRuntime.scrubber``)."""
 
+    def faults(self, plan: FaultPlan | None) -> None:
+        """The faults of the stage attempt under way (None: none)."""
+
 
 @dataclass
 class AgentContext:
@@ -85,6 +89,8 @@ class AgentContext:
     """Judges ``expect.judge`` criteria; ``None``: the case has none."""
     simulator: SecondModel | None = None
     """Plays ``simulate_user``; ``None``: the case has none."""
+    run_faults: tuple[Fault, ...] = ()
+    """``--toolbench-fault``: faults for every stage of every case of the run."""
     thread: AgentThread = field(default_factory=lambda: AgentThread("toolbench-agent"))
     """Where plain agents' calls run: the session's one thread for them, so a framework
     that keeps its event loop and clients on its thread (openai-agents' ``run_sync``)
@@ -233,9 +239,21 @@ class AgentRun:
 
     async def _attempt(self, index: int, stage: Stage, number: int) -> StageAttempt:
         attempt = StageAttempt(stage.name, number)
-        base: KeyPath = ("stages", index, "expect")
         history = list(self.history)  # a retry starts from the conversation before it
         started = self.ctx.traffic.mark()
+        plan = stage_plan(stage.faults, self.case.faults, list(self.ctx.run_faults), index,
+                          stage.name, f"{self.number}/{number}")
+        self.ctx.traffic.faults(plan or None)
+        try:
+            return await self._faulted_attempt(attempt, index, stage, started, history, plan)
+        finally:
+            self.ctx.traffic.faults(None)
+
+    async def _faulted_attempt(self, attempt: StageAttempt, index: int, stage: Stage,
+                               started: int, history: list[dict[str, Any]], plan: FaultPlan
+                               ) -> StageAttempt:
+        """The attempt, its requests under ``plan``."""
+        base: KeyPath = ("stages", index, "expect")
         if stage.simulate_user is not None:
             answer = await converse(self.ctx.simulator, stage.simulate_user, attempt,
                                     lambda text: self._asked(attempt, index, text),
@@ -255,13 +273,20 @@ class AgentRun:
         # What the proxy could not do comes first: an agent's failure is mostly its effect.
         attempt.failures[:0] = [self._failure(exchange.error, ("stages", index))
                                 for exchange in exchanges if exchange.error is not None]
-        replies = attempt.replies
+        attempt.failures += [self._failure(message, path) for message, path in plan.unselected()]
+        # A reply a fault changed, cut or stood in for is not the model's: what the stage
+        # checks is what the model said (its requests count them all).
+        replies = [turn.reply for turn in attempt.turns
+                   if turn.reply is not None and not _altered(turn)]
         calls = [call for reply in replies for call in reply.tool_calls]
         attempt.trajectory = calls
-        if attempt.failures or not isinstance(answer, str):
+        raised = answer if isinstance(answer, Raised) else None
+        if attempt.failures or not isinstance(answer, (str, Raised)):
             return attempt
         outcome = Outcome(replies, calls, await self._world(stage.expect, base, attempt),
-                          answer=answer, ended=attempt.ended)
+                          answer=answer if isinstance(answer, str) else "",
+                          ended=attempt.ended, requests=len(attempt.turns),
+                          raised=raised.message if raised is not None else None)
         try:
             expect = (resolve_expect(stage.expect, self.variables)
                       if self.case_run.loaded.document.may_interpolate else stage.expect)
@@ -313,8 +338,15 @@ class AgentRun:
                                      thread=self.thread)
         except UserCodeFailed as failed:
             self._abandon_if_overrun(failed)
+            if _expects_error(self.case.stages[index]) and not failed.overran:
+                return Raised(failed.message)  # what expect.error matches
             attempt.failures.append(self._failure(f"the agent {_said(failed)}",
                                                   ("stages", index, "user")))
+            return None
+        if _expects_error(self.case.stages[index]):
+            attempt.failures.append(self._failure(
+                f"the agent returned {_quoted(answer)}, but expect.error says it must raise",
+                ("stages", index, "expect", "error")))
             return None
         if not isinstance(answer, str):
             attempt.failures.append(self._failure(
@@ -378,9 +410,34 @@ def _is_json(value: Any) -> bool:
 
 def exchange_turn(exchange: Exchange) -> Turn:
     """A model exchange as a stage's turn: what the transcript and reports show."""
+    injection = exchange.injection
     return Turn(request=exchange.request, streamed=exchange.streamed, reply=exchange.reply,
                 error=exchange.error, elapsed_ms=exchange.elapsed_ms,
-                stop_reason="error" if exchange.error is not None else None)
+                stop_reason="error" if exchange.error is not None else None,
+                fault=injection.record() if injection is not None else None)
+
+
+@dataclass(frozen=True)
+class Raised:
+    """What an agent raised, when its stage's ``expect.error`` says it must."""
+
+    message: str
+    """``ExceptionType: message``."""
+
+
+def _expects_error(stage: Stage) -> bool:
+    return "error" in stage.expect.model_fields_set
+
+
+def _altered(turn: Turn) -> bool:
+    """Whether an injected fault stood in for the turn's reply, or cut or changed it (a
+    delay or a stall leaves it as the model gave it)."""
+    return turn.fault is not None and turn.fault["kind"] not in ("delay", "stall_s")
+
+
+def _quoted(answer: Any) -> str:
+    text = repr(answer)
+    return text if len(text) <= 200 else text[:200] + "..."
 
 
 def _said(failed: UserCodeFailed) -> str:

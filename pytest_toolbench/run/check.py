@@ -42,6 +42,12 @@ class Outcome:
     reply; None: the plugin's own loop, whose last reply says all of them."""
     ended: str | None = None
     """``simulate_user``: how the conversation ended (``stop``, ``max_turns``)."""
+    requests: int | None = None
+    """How many model requests the stage sent, when not one a reply (an agent case: its
+    injected faults count, their replies apart)."""
+    raised: str | None = None
+    """An agent case: what its agent raised (``ExceptionType: message``), when the stage
+    expects it to (``expect.error``)."""
 
     @property
     def reply(self) -> Reply:
@@ -242,7 +248,8 @@ def _actuals(expect: Expect, outcome: Outcome) -> list[tuple[str, Any]]:
     given = expect.model_fields_set | {"status"}  # status is always checked (default 200)
     values: dict[str, Any] = {
         "status": reply.status,
-        "error": reply.error if reply.error is not None else MISSING,
+        "error": (outcome.raised if outcome.raised is not None
+                  else reply.error if reply.error is not None else MISSING),
         "finish_reason": reply.finish_reason,
         "api_finish_reason": reply.api_finish_reason,
         "text": outcome.text,
@@ -250,7 +257,7 @@ def _actuals(expect: Expect, outcome: Outcome) -> list[tuple[str, Any]]:
         "tool_calls": outcome.tool_calls,
         "usage": outcome.usage if outcome.usage is not None else MISSING,
         "latency_ms": outcome.latency_ms,
-        "requests": len(outcome.replies),
+        "requests": len(outcome.replies) if outcome.requests is None else outcome.requests,
     }
     return [(key, values[key]) for key in values if key in given]
 

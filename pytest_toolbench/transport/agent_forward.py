@@ -22,6 +22,7 @@ from urllib.parse import quote
 import httpx2
 
 from ..scrubbing import Scrubber
+from .agent_faults import ANSWERED, faulted
 from .agent_tap import PLACEHOLDER_KEY, Exchange, ReplyReader, Tap
 from .cassette import Cassette
 from .client import _within
@@ -65,6 +66,9 @@ class LiveTap(Tap):
             return refused(403, "pytest-toolbench: this agent's case is over (its stage ran"
                                 " past its time limit)", request.family.error_shape)
         self._begin(request)
+        injection = self._decide(request)
+        if injection is not None and injection.fault.kind in ANSWERED:
+            return self._answer_fault(request, injection)  # the service never sees it
         upstream = self._upstream(request)
         if upstream.pacer is not None:
             await upstream.pacer.before_request()
@@ -97,8 +101,12 @@ class LiveTap(Tap):
         # the body itself.
         headers = [(name, value) for name, value in response.headers.multi_items()
                    if name.lower() != "content-length"]
-        return ProxyResponse(response.status_code, headers, self._relay(response, reader, exchange),
-                             lambda: self._settle(exchange, reader, request))
+        relayed = ProxyResponse(response.status_code, headers,
+                                self._relay(response, reader, exchange),
+                                lambda: self._settle(exchange, reader, request))
+        if injection is None:
+            return relayed
+        return await faulted(relayed, injection, exchange, request.api)
 
     def _upstream(self, request: ProxyRequest) -> Upstream:
         return self.upstreams[request.api or request.family.default_api]
@@ -163,7 +171,7 @@ class LiveTap(Tap):
         interaction = scrubber.interaction(interaction)
         if exchange.error is None:
             exchange.interaction = interaction
-            if self.recording:
+            if self.recording and exchange.delivered:  # a reply cut by a fault: not kept
                 self.cassette.interactions.append(interaction)
         self._end(exchange)
 

@@ -18,6 +18,7 @@ from typing import Any
 from ..keypaths import format_key_path
 from ..records import Interaction
 from ..scrubbing import Scrubber
+from .agent_faults import ANSWERED, faulted
 from .agent_tap import Exchange, ReplyReader, Tap
 from .cassette import Cassette
 from .client import request_content
@@ -52,6 +53,9 @@ class ReplayTap(Tap):
             return refused(403, "pytest-toolbench: this agent's case is over (its stage ran"
                                 " past its time limit)", shape)
         self._begin(request)
+        injection = self._decide(request)
+        if injection is not None and injection.fault.kind in ANSWERED:
+            return self._answer_fault(request, injection)  # no recorded exchange used
         body = self._request_body(request)
         exchange = Exchange(request.api, request.method, self._shown_path(request), body)
         found = self._match(exchange)
@@ -76,8 +80,11 @@ class ReplayTap(Tap):
                 return refused(502, f"pytest-toolbench replay: {exchange.error}", shape)
         else:
             payload = self._replayed(chunks, reader)
-        return ProxyResponse(recorded.status, headers, payload,
-                             lambda: self._settle(recorded, reader, exchange))
+        response = ProxyResponse(recorded.status, headers, payload,
+                                 lambda: self._settle(found, reader, exchange))
+        if injection is None:
+            return response
+        return await faulted(response, injection, exchange, recorded.api)
 
     def _match(self, exchange: Exchange) -> int | str:
         """The first unused recorded exchange with the request's method, path and body;
@@ -93,6 +100,14 @@ class ReplayTap(Tap):
         return self._mismatch(exchange)
 
     def _mismatch(self, exchange: Exchange) -> str:
+        said = self._unmatched(exchange)
+        injected = self.injected
+        if injected is None:
+            return said
+        return (f"{said}\nthe fault injected just before: {injected.label},"
+                f" {injected.fault.describe()} at request {injected.request}")
+
+    def _unmatched(self, exchange: Exchange) -> str:
         cassette, recorded = self.cassette, self._recorded
         unused = [index for index in range(len(recorded)) if index not in self._used]
         hint = f"; re-record it with: {cassette.rerecord_hint}"
@@ -123,8 +138,14 @@ class ReplayTap(Tap):
             if reader.exceeded is not None:  # the agent's connection is cut here
                 raise reader.exceeded
 
-    def _settle(self, recorded: Interaction, reader: ReplyReader, exchange: Exchange) -> None:
-        """The reply read whole, once its end has been sent to the agent."""
+    def _settle(self, found: int, reader: ReplyReader, exchange: Exchange) -> None:
+        """The reply read whole, once its end has been sent to the agent; a reply the
+        agent did not get whole (a fault cut it) leaves its recorded exchange unused, for
+        the agent's retry."""
+        recorded = self._recorded[found]
+        if not exchange.delivered:
+            with self._lock:
+                self._used.discard(found)
         reply, replayed = reader.finish()
         if reader.exceeded is not None:
             exchange.error = str(reader.exceeded)
@@ -140,8 +161,8 @@ class ReplayTap(Tap):
         """Why the case fails when recorded exchanges were left unplayed, or None."""
         cassette = self.cassette
         left = len(self._recorded) - len(self._used)
-        if not left or self.refusals:
-            return None
+        if not left or self.refusals or self.injected is not None:
+            return None  # a faulted run's agent may give up before the recording's end
         sent = len(self._used)
         return (f"the agent sent {sent} request{'' if sent == 1 else 's'}, but"
                 f" {cassette.shown} holds {len(self._recorded)}: the agent changed"

@@ -18,6 +18,7 @@ from typing import Any, Final
 
 import httpx2
 
+from ..faults import FaultPlan, Injection
 from ..records import Interaction, Reply, StreamEvent, overloaded
 from ..scrubbing import Scrubber, mask_urls, sent_secrets
 from ..wire import wire_api
@@ -25,7 +26,7 @@ from ..wire.base import JSON_ERRORS
 from .cassette import Cassette
 from .errors import ReplyTooLarge
 from .limits import BoundedDecoder, DecodingFailed, ReplyLimits, too_large, too_many_events
-from .proxy import ProxyRequest, ProxyResponse
+from .proxy import HangUp, ProxyRequest, ProxyResponse
 from .replay import query_without_credentials
 from .sse import SSEDecoder, SSETooLarge
 
@@ -57,6 +58,11 @@ class Exchange:
     """Why the agent got no real answer: upstream failed, or replay refused the request."""
     elapsed_ms: float = 0.0
     streamed: bool = False
+    injection: Injection | None = None
+    """The fault injected into it (docs/case-format.md#faults), if any."""
+    delivered: bool = True
+    """Whether the agent got the whole reply (a cut one, or one it gave up waiting for:
+    not), so a recording keeps it and a replay counts its recorded exchange as used."""
 
 
 class Tap:
@@ -79,6 +85,40 @@ class Tap:
         self.run: str | None = None
         """Its case run's id on the proxy, which the URLs its agent is given carry."""
         """Its agent was left running past its time limit: what it recorded is not whole."""
+        self.plan: FaultPlan | None = None
+        """The faults of the stage attempt under way; None: none."""
+        self.injected: Injection | None = None
+        """The last fault injected in this case, for a request that no longer matches."""
+
+    def faults(self, plan: FaultPlan | None) -> None:
+        """From now on, ``plan`` decides which of the agent's requests get a fault."""
+        self.plan = plan
+
+    def _decide(self, request: ProxyRequest) -> Injection | None:
+        plan = self.plan
+        injection = plan.decide(request.api) if plan is not None else None
+        if injection is not None:
+            self.injected = injection
+        return injection
+
+    def _answer_fault(self, request: ProxyRequest, injection: Injection) -> ProxyResponse:
+        """The plugin's own answer to a request a ``status`` or ``disconnect`` fault
+        selected (never sent upstream, never matched against the cassette): the API's
+        error in its own shape and headers; HangUp: no answer at all."""
+        assert request.api is not None  # only model API requests are counted
+        exchange = Exchange(request.api, request.method, self._shown_path(request),
+                            self._request_body(request), injection=injection)
+        fault = injection.fault
+        if fault.status is None:
+            exchange.delivered = False
+            self._end(exchange)
+            raise HangUp
+        api = wire_api(request.api)
+        body, headers = api.fault_error(fault.status, fault.retry_after_s)
+        raw = json.dumps(body).encode()
+        exchange.reply = api.read_body(fault.status, raw, "application/json")
+        self._end(exchange)
+        return ProxyResponse(fault.status, headers, raw)
 
     def owns(self, connection: int) -> bool:
         return not self._closed

@@ -104,6 +104,11 @@ def error_body(shape: str, message: str, status: int = 400) -> dict[str, object]
                       "code": "toolbench_proxy"}}
 
 
+class HangUp(Exception):  # noqa: N818 - what it does, not an error of the proxy's
+    """Raised by a handler, or by its reply's chunks: the connection is closed there, with
+    no reply or the rest of it unsent (an injected ``disconnect`` or ``cut``)."""
+
+
 @dataclass
 class ProxyRequest:
     """One request an agent sent, as the handler sees it."""
@@ -393,6 +398,8 @@ class ProxyServer:
             else:
                 try:
                     response = await route.handle(request)
+                except HangUp:
+                    raise  # the connection is closed, nothing answered (_serve)
                 except Exception as error:  # noqa: BLE001 - said to the agent, not raised here
                     response = refused(502, f"pytest-toolbench: the proxy failed: {error!r}",
                                        shape)

@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from json.scanner import make_scanner
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, cast
 
 from ..apis import ApiRow, api_row
 from ..casefile.params import params_written
@@ -197,6 +197,52 @@ class WireApi(ABC):
             reply = reader.finish(truncated=any(event.cut for event in interaction.events))
         reply.status = interaction.status
         return reply
+
+    def emptied(self, items: list[SseItem]) -> list[SseItem]:
+        """An injected ``mutate: empty``: the reply (one whole body, or a stream's events)
+        with no text and no calls, ending as a reply that has nothing more to say. Here
+        chat's: ``choices[].message`` or ``delta`` without content or calls."""
+        for item in items:
+            for choice in _choices(item.data):
+                for key in ("message", "delta"):
+                    part = choice.get(key)
+                    if isinstance(part, dict):
+                        for dropped in ("content", "tool_calls", "function_call", "refusal"):
+                            part.pop(dropped, None)
+                        if key == "message":
+                            part["content"] = ""
+                if choice.get("finish_reason") in ("tool_calls", "function_call"):
+                    choice["finish_reason"] = "stop"
+        return items
+
+    def truncated(self, items: list[SseItem]) -> list[SseItem]:
+        """An injected ``mutate: truncated``: half the reply's text, no calls, and the
+        API's finish reason for a reply cut by its token limit. Here chat's ``length``."""
+        budget = Halver(sum(len(text) for item in items for choice in _choices(item.data)
+                            for text in _chat_texts(choice)))
+        for item in items:
+            for choice in _choices(item.data):
+                for key in ("message", "delta"):
+                    part = choice.get(key)
+                    if isinstance(part, dict):
+                        part.pop("tool_calls", None)
+                        part.pop("function_call", None)
+                        if isinstance(part.get("content"), str):
+                            part["content"] = budget.take(part["content"])
+                if choice.get("finish_reason") is not None:
+                    choice["finish_reason"] = "length"
+        return items
+
+    def fault_error(self, status: int, retry_after_s: float | None
+                    ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+        """An injected ``status`` fault as the service says it: the error body and the
+        headers, so the API's SDK raises what it raises for the real service. Here
+        OpenAI's shape (chat, Responses): ``{"error": {message, type, code}}``,
+        ``x-request-id`` and ``retry-after``."""
+        kind, code = _OPENAI_ERRORS.get(status, ("server_error", None))
+        body = {"error": {"message": f"{fault_message(status)}", "type": kind,
+                          "param": None, "code": code}}
+        return body, fault_headers("x-request-id", retry_after_s)
 
     request_fields: frozenset[str] | None = None
     """The top-level fields of the API's request (as the official SDK's request type names
@@ -470,3 +516,68 @@ def structured_answer(reply: Reply, name: str) -> str | dict[str, Any]:
     if call is None:
         return reply.text
     return call.arguments_raw or (call.arguments if isinstance(call.arguments, dict) else "")
+
+
+_OPENAI_ERRORS: Final = {429: ("requests", "rate_limit_exceeded"),
+                         500: ("server_error", None), 502: ("server_error", None),
+                         503: ("server_error", None), 504: ("server_error", None),
+                         529: ("server_error", None)}
+"""An injected status as OpenAI's errors say it: (type, code)."""
+_FAULT_MESSAGES: Final = {429: "Rate limit reached", 500: "The server had an error",
+                          502: "Bad gateway", 503: "Service unavailable",
+                          504: "Gateway timeout", 529: "Overloaded"}
+
+
+def fault_message(status: int) -> str:
+    """An injected error's message: the service's words, and who said them."""
+    return (f"{_FAULT_MESSAGES.get(status, 'Error')} (HTTP {status}, a fault injected by"
+            " pytest-toolbench)")
+
+
+def fault_headers(request_id_header: str, retry_after_s: float | None
+                  ) -> list[tuple[str, str]]:
+    """An injected error's headers: JSON, a request id under the API's own header name,
+    and ``retry-after`` (seconds) with ``retry-after-ms`` when the fault gives one."""
+    headers = [("content-type", "application/json"),
+               (request_id_header, "req_toolbench_fault")]
+    if retry_after_s is not None:
+        headers += [("retry-after", f"{retry_after_s:g}"),
+                    ("retry-after-ms", f"{retry_after_s * 1000:g}")]
+    return headers
+
+
+@dataclass
+class SseItem:
+    """One JSON item of a reply being changed (``transport/mutate.py``): a whole body
+    (``event`` None), or one server-sent event; ``data`` parsed when it is JSON."""
+
+    event: str | None
+    data: Any
+
+
+class Halver:
+    """Hands out half of a text that comes in pieces: each piece cut to what is left of
+    the first half of ``total`` characters."""
+
+    def __init__(self, total: int) -> None:
+        self.left = total // 2
+
+    def take(self, piece: str) -> str:
+        kept = piece[:max(self.left, 0)]
+        self.left -= len(kept)
+        return kept
+
+
+def half(text: str) -> str:
+    """The first half of a whole text."""
+    return text[:len(text) // 2]
+
+
+def _choices(data: Any) -> list[dict[str, Any]]:
+    choices = data.get("choices") if isinstance(data, dict) else None
+    return [choice for choice in choices or [] if isinstance(choice, dict)]
+
+
+def _chat_texts(choice: dict[str, Any]) -> list[str]:
+    return [part["content"] for key in ("message", "delta")
+            if isinstance(part := choice.get(key), dict) and isinstance(part.get("content"), str)]

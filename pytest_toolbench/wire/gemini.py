@@ -45,7 +45,7 @@ Reading is ``gemini_reader.py``.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -53,10 +53,14 @@ from ..casefile.params import Located, stage_params
 from ..records import Reply
 from .base import (
     JSON_ERRORS,
+    Halver,
     RequestParts,
+    SseItem,
     StreamReader,
     Unsupported,
     WireApi,
+    fault_headers,
+    fault_message,
     message_text,
     take_token_limit,
 )
@@ -98,6 +102,8 @@ REQUEST_FIELDS = frozenset({*GENERATION_CONFIG, *THINKING, *TOP_LEVEL, "thinking
 
 _CHOICES = {"auto": "AUTO", "required": "ANY", "none": "NONE"}
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+_FAULT_STATUS = {429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 504: "DEADLINE_EXCEEDED"}
+"""An injected status as Google's errors name it; the others: ``UNAVAILABLE``."""
 
 
 class GeminiApi(WireApi):
@@ -107,6 +113,28 @@ class GeminiApi(WireApi):
     reasoning_where = "thought parts (includeThoughts)"
     request_fields = REQUEST_FIELDS
     sends_strict = False  # no strict mode: a tool's strict is not sent
+
+    def emptied(self, items: list[SseItem]) -> list[SseItem]:
+        """No parts, ``STOP``."""
+        return _kept_parts(items, lambda part: False, Halver(0), "STOP")
+
+    def truncated(self, items: list[SseItem]) -> list[SseItem]:
+        """Text parts only, their text halved, ``MAX_TOKENS``."""
+        total = sum(len(part["text"]) for part in _parts(items)
+                    if isinstance(part.get("text"), str) and not part.get("thought"))
+        return _kept_parts(items, lambda part: "functionCall" not in part, Halver(total),
+                           "MAX_TOKENS")
+
+    def fault_error(self, status: int, retry_after_s: float | None
+                    ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+        """Google's shape: ``{"error": {code, message, status}}`` (``RESOURCE_EXHAUSTED``
+        for a 429, with a ``RetryInfo`` detail when the fault gives a wait)."""
+        error: dict[str, Any] = {"code": status, "message": fault_message(status),
+                                 "status": _FAULT_STATUS.get(status, "UNAVAILABLE")}
+        if retry_after_s is not None:
+            error["details"] = [{"@type": "type.googleapis.com/google.rpc.RetryInfo",
+                                 "retryDelay": f"{retry_after_s:g}s"}]
+        return {"error": error}, fault_headers("x-request-id", retry_after_s)
 
     def url_path(self, model: str | None, stream: bool) -> str:
         """``models/{model}:generateContent``; streamed, ``:streamGenerateContent?alt=sse``
@@ -406,3 +434,31 @@ def _response_schema(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 GEMINI = GeminiApi()
+
+
+def _candidates(items: list[SseItem]) -> list[dict[str, Any]]:
+    return [candidate for item in items if isinstance(item.data, dict)
+            for candidate in item.data.get("candidates") or [] if isinstance(candidate, dict)]
+
+
+def _parts(items: list[SseItem]) -> list[dict[str, Any]]:
+    return [part for candidate in _candidates(items)
+            for part in (candidate.get("content") or {}).get("parts") or []
+            if isinstance(part, dict)]
+
+
+def _kept_parts(items: list[SseItem], keep: Callable[[dict[str, Any]], bool],
+                budget: Halver, finish: str) -> list[SseItem]:
+    """Every candidate with only the parts ``keep`` says, their text cut by ``budget``
+    (thoughts left whole), each finish reason ``finish``."""
+    for candidate in _candidates(items):
+        content = candidate.get("content")
+        if isinstance(content, dict) and isinstance(content.get("parts"), list):
+            parts = [part for part in content["parts"] if isinstance(part, dict) and keep(part)]
+            for part in parts:
+                if isinstance(part.get("text"), str) and not part.get("thought"):
+                    part["text"] = budget.take(part["text"])
+            content["parts"] = parts
+        if candidate.get("finishReason") is not None:
+            candidate["finishReason"] = finish
+    return items

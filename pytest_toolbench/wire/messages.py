@@ -81,7 +81,7 @@ are the call's ``arguments_error``, which fails a streamed stage as in every API
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
@@ -90,9 +90,13 @@ from ..records import Reply
 from .base import (
     JSON_ERRORS,
     AnswerTool,
+    Halver,
     RequestParts,
+    SseItem,
     StreamReader,
     ToolNamed,
+    fault_headers,
+    fault_message,
     Unsupported,
     WireApi,
     message_text,
@@ -140,6 +144,25 @@ class MessagesApi(WireApi):
     reasoning_where = "thinking blocks"
     request_fields = REQUEST_FIELDS
     required_headers: ClassVar[Mapping[str, str]] = {"anthropic-version": ANTHROPIC_VERSION}
+
+    def emptied(self, items: list[SseItem]) -> list[SseItem]:
+        """No content blocks (none streamed), ``end_turn``."""
+        return _kept_blocks(items, lambda block: False, Halver(0), "end_turn")
+
+    def truncated(self, items: list[SseItem]) -> list[SseItem]:
+        """Text blocks only, their text halved, ``max_tokens``."""
+        total = sum(len(text) for item in items for text in _block_texts(item.data))
+        return _kept_blocks(items, lambda block: block.get("type") != "tool_use",
+                            Halver(total), "max_tokens")
+
+    def fault_error(self, status: int, retry_after_s: float | None
+                    ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+        """Anthropic's shape: ``{"type": "error", "error": {type, message}}`` with
+        ``rate_limit_error``, ``overloaded_error`` or ``api_error``, and ``request-id``."""
+        kind = {429: "rate_limit_error", 529: "overloaded_error",
+                504: "timeout_error"}.get(status, "api_error")
+        body = {"type": "error", "error": {"type": kind, "message": fault_message(status)}}
+        return body, fault_headers("request-id", retry_after_s)
 
     def structured(self, parts: RequestParts, name: str, schema: dict[str, Any]
                    ) -> RequestParts:
@@ -414,3 +437,55 @@ def _tool_choice(choice: str | ToolChoiceFunction | AllowedTools | None,
 
 
 MESSAGES = MessagesApi()
+
+
+def _block_texts(data: Any) -> list[str]:
+    """The text a Messages body or stream event carries (text blocks, text deltas)."""
+    if not isinstance(data, dict):
+        return []
+    if data.get("type") == "content_block_delta":
+        delta = data.get("delta") or {}
+        return [delta["text"]] if isinstance(delta.get("text"), str) else []
+    return [block["text"] for block in data.get("content") or []
+            if isinstance(block, dict) and block.get("type") == "text"
+            and isinstance(block.get("text"), str)]
+
+
+def _kept_blocks(items: list[SseItem], keep: Callable[[dict[str, Any]], bool],
+                 budget: Halver, stop_reason: str) -> list[SseItem]:
+    """The reply with only the content blocks ``keep`` says, their text cut by
+    ``budget``, the indexes of a stream's blocks counted again, ending by ``stop_reason``."""
+    kept: list[SseItem] = []
+    renumbered: dict[int, int] = {}
+    for item in items:
+        data = item.data
+        if not isinstance(data, dict):
+            kept.append(item)
+            continue
+        kind = data.get("type")
+        if isinstance(data.get("content"), list):  # a whole body
+            data["content"] = [_cut_block(block, budget) for block in data["content"]
+                               if isinstance(block, dict) and keep(block)]
+        if kind == "content_block_start":
+            if not keep(data.get("content_block") or {}):
+                continue
+            renumbered[data.get("index", 0)] = data["index"] = len(renumbered)
+        elif kind in ("content_block_delta", "content_block_stop"):
+            if data.get("index", 0) not in renumbered:
+                continue
+            data["index"] = renumbered[data.get("index", 0)]
+            delta = data.get("delta") or {}
+            if isinstance(delta.get("text"), str):
+                delta["text"] = budget.take(delta["text"])
+        if "stop_reason" in data:
+            data["stop_reason"] = stop_reason
+        if kind == "message_delta" and isinstance(data.get("delta"), dict):
+            data["delta"]["stop_reason"] = stop_reason
+        kept.append(item)
+    return kept
+
+
+def _cut_block(block: dict[str, Any], budget: Halver) -> dict[str, Any]:
+    if block.get("type") == "text" and isinstance(block.get("text"), str):
+        block["text"] = budget.take(block["text"])
+    return block

@@ -36,11 +36,22 @@ request has no field for (``REQUEST_FIELDS``: ``seed`` is chat's) is a collectio
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..records import Reply
-from .base import RequestParts, StreamReader, WireApi, dumps, message_text, take_token_limit
+from .base import (
+    Halver,
+    RequestParts,
+    SseItem,
+    StreamReader,
+    WireApi,
+    dumps,
+    half,
+    message_text,
+    take_token_limit,
+)
 from .responses_reader import ResponsesStream, read_response_body
 
 if TYPE_CHECKING:
@@ -70,6 +81,16 @@ class ResponsesApi(WireApi):
     path = "responses"
     reasoning_where = "reasoning items"
     request_fields = REQUEST_FIELDS
+
+    def emptied(self, items: list[SseItem]) -> list[SseItem]:
+        """No output items (none streamed), ``completed``."""
+        return _kept_items(items, lambda item: False, None)
+
+    def truncated(self, items: list[SseItem]) -> list[SseItem]:
+        """Message items only, their text halved; ``incomplete`` for
+        ``max_output_tokens``."""
+        return _kept_items(items, lambda item: item.get("type") == "message",
+                           "max_output_tokens")
 
     def structured(self, parts: RequestParts, name: str, schema: dict[str, Any]
                    ) -> RequestParts:
@@ -211,3 +232,62 @@ def _tool_choice(choice: Any) -> Any:
 
 
 RESPONSES = ResponsesApi()
+
+
+_ITEM_EVENT = "response.output_item.added"
+
+
+def _kept_items(items: list[SseItem], keep: Callable[[dict[str, Any]], bool],
+                incomplete: str | None) -> list[SseItem]:
+    """The reply with only the output items ``keep`` says (a stream's ``output_index``
+    counted again), their text halved when ``incomplete`` says why it ended early."""
+    renumbered: dict[int, int] = {}
+    for item in items:
+        data = item.data
+        if isinstance(data, dict) and data.get("type") == _ITEM_EVENT and keep(
+                data.get("item") or {}):
+            renumbered[data.get("output_index", 0)] = len(renumbered)
+    budget = Halver(sum(len(data.get("delta") or "") for data in (i.data for i in items)
+                        if isinstance(data, dict)
+                        and data.get("type") == "response.output_text.delta"))
+    kept = []
+    for item in items:
+        data = item.data
+        if isinstance(data, dict):
+            if "output_index" in data:
+                if data["output_index"] not in renumbered:
+                    continue
+                data["output_index"] = renumbered[data["output_index"]]
+                _cut_texts(data, budget, incomplete)
+            for response in (data, data.get("response")):
+                if isinstance(response, dict) and isinstance(response.get("output"), list):
+                    response["output"] = [_cut_texts(output, budget, incomplete, whole=True)
+                                          for output in response["output"]
+                                          if isinstance(output, dict) and keep(output)]
+                    if incomplete is not None:
+                        response["status"] = "incomplete"
+                        response["incomplete_details"] = {"reason": incomplete}
+            if incomplete is not None and data.get("type") == "response.completed":
+                data["type"] = item.event = "response.incomplete"
+        kept.append(item)
+    return kept
+
+
+def _cut_texts(value: Any, budget: Halver, incomplete: str | None, whole: bool = False
+               ) -> Any:
+    """A stream event's or an output item's text halved (``incomplete`` only): a delta by
+    what is left of the half, a whole copy of the text at its half."""
+    if incomplete is None or not isinstance(value, dict):
+        return value
+    if value.get("type") == "response.output_text.delta" and not whole:
+        value["delta"] = budget.take(value.get("delta") or "")
+        return value
+    for key, child in value.items():
+        if key == "text" and isinstance(child, str):
+            value[key] = half(child)
+        elif isinstance(child, dict):
+            _cut_texts(child, budget, incomplete, whole=True)
+        elif isinstance(child, list):
+            for part in child:
+                _cut_texts(part, budget, incomplete, whole=True)
+    return value

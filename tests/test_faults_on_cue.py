@@ -1,0 +1,170 @@
+"""Faults on cue (docs/case-format.md#faults): a case recorded clean from a loopback server,
+replayed with the faults its case, its file's defaults or ``--toolbench-fault`` names; the
+agents' own SDKs (their retries, their errors) decide the verdicts.
+
+Not to be confused with ``test_faults.py`` and ``test_agent_faults.py``: those are the
+endpoint's and the agent's own misbehaviour, which the plugin copes with; these are faults
+a case asks the plugin to inject.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import re
+from typing import Any
+
+import pytest
+from support.agents.frameworks import PLACEHOLDER_KEYS, FRAMEWORKS, Framework
+from support.chat_server import ChatServer
+from support.gemini_server import GeminiServer
+from support.scripted_model import ScriptedModel, calls, says
+
+REFUND = (calls(("lookup_order", {"order_id": "913"})),
+          calls(("issue_refund", {"order_id": "913"})),
+          says("Order 913 is refunded: 42.5."))
+CASE = """name: refund
+agent:
+  python: FACTORY
+  init: INIT
+model: MODEL
+endpoint: {base_url: "BASE_URL"}
+stages:
+  - name: ask
+    user: Refund order 913
+FAULTS    expect:
+EXPECT
+"""
+PASSING = """      tool_calls: [{name: lookup_order}, {name: issue_refund}]
+      text: {$contains: refunded}
+      state: {refunds: ["913"]}"""
+
+
+def by_id(name: str) -> Framework:
+    return next(framework for framework in FRAMEWORKS if framework.id == name)
+
+
+def case_text(framework: Framework, base_url: str, faults: str = "",
+              expect: str = PASSING) -> str:
+    model = "gemini-2.5-flash" if framework.api == "gemini" else "test-model"
+    return (CASE.replace("FACTORY", framework.factory).replace("MODEL", model)
+            .replace("INIT", json.dumps(framework.init)).replace("BASE_URL", base_url)
+            .replace("FAULTS", f"    faults: {faults}\n" if faults else "")
+            .replace("EXPECT", expect))
+
+
+def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly", *args)
+    gc.collect()
+    return result
+
+
+@pytest.fixture
+def keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in PLACEHOLDER_KEYS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("OPENAI_AGENTS_DISABLE_TRACING", "1")
+
+
+def record(pytester: pytest.Pytester, framework: Framework) -> None:
+    """The refund case, recorded clean from the loopback server (gone after)."""
+    server = GeminiServer() if framework.api == "gemini" else ChatServer()
+    with server.start():
+        server.set_handler(ScriptedModel(*REFUND))
+        pytester.makefile(".case.yaml", refund=case_text(framework, server.base_url))
+        recorded = run(pytester, "--toolbench-record")
+        assert server.errors == []
+    recorded.assert_outcomes(passed=1)
+
+
+RETRIES: dict[str, bool] = {}
+"""Whether a support agent's SDK retries a 429 or a dropped connection by itself: the
+openai and anthropic SDKs (and the frameworks on the openai SDK) do, two times by default;
+google-genai, unless it is given retry options, does not."""
+
+
+def retries(framework: Framework) -> bool:
+    return framework.api != "gemini"
+
+
+MATRIX = [framework for framework in FRAMEWORKS if framework.id in (
+    "openai-chat", "openai-chat-async-stream", "openai-responses", "openai-responses-stream",
+    "anthropic-stream", "gemini", "openai-agents", "pydantic-ai")]
+
+
+@pytest.mark.parametrize("framework", [pytest.param(f, marks=f.marks, id=f.id)
+                                       for f in MATRIX])
+def test_faults_replayed_into_a_clean_recording_meet_the_sdks_own_retries(
+        framework: Framework, pytester: pytest.Pytester, keys: None) -> None:
+    """Recorded once without faults; replayed under --toolbench-fault with the server gone:
+    what the agent's SDK does about each fault is the verdict."""
+    record(pytester, framework)
+    rate_limited = run(pytester, "--toolbench-fault", "status=429,retry_after_s=0@1",
+                       "--toolbench-report", "limited.json", "-rA")
+    dropped = run(pytester, "--toolbench-fault", "disconnect@2", "-rA")
+    malformed = run(pytester, "--toolbench-fault", "mutate=malformed_arguments@1", "-rA")
+
+    if retries(framework):
+        rate_limited.assert_outcomes(passed=1)
+        dropped.assert_outcomes(passed=1)
+    else:  # the agent raised the SDK's error for the real service's 429
+        rate_limited.assert_outcomes(failed=1)
+        rate_limited.stdout.fnmatch_lines(["*the agent raised*429*RESOURCE_EXHAUSTED*"])
+        dropped.assert_outcomes(failed=1)
+    rate_limited.stdout.fnmatch_lines(
+        ["*injected fault (--toolbench-fault 1): status 429 (retry-after 0 s)*"]
+        if not retries(framework) else ["*1 passed*"])
+    turns = [turn for case in json.loads((pytester.path / "limited.json").read_text())["cases"]
+             for run_ in case["runs"] for stage in run_["stages"]
+             for attempt in stage["attempts"] for turn in attempt["turns"]]
+    assert turns[0]["fault"]["injected"] is True
+    assert turns[0]["fault"]["kind"] == "status" and turns[0]["reply"]["status"] == 429
+    assert [turn["fault"] for turn in turns[1:]] == [None] * (len(turns) - 1)
+    assert len(turns) == (4 if retries(framework) else 1)
+    # Arguments that are not JSON: the agent tells its model so, a request the clean
+    # recording never saw (or its SDK refuses the reply): the case fails, naming the fault.
+    malformed.assert_outcomes(failed=1)
+    malformed.stdout.fnmatch_lines(["*injected fault (--toolbench-fault 1):"
+                                    " mutate: malformed_arguments*"])
+
+
+def test_a_cut_stream_is_what_the_agent_raises_and_expect_error_matches_it(
+        pytester: pytest.Pytester, keys: None) -> None:
+    framework = by_id("openai-chat-async-stream")
+    record(pytester, framework)
+    cut = run(pytester, "--toolbench-fault", "cut=1@1", "-rA")
+    pytester.makefile(".case.yaml", refund=case_text(
+        framework, "http://127.0.0.1:9/v1", "[{request: 1, cut: {after_chunks: 1}}]",
+        "      error: {$regex: '(?i)(peer closed|incomplete|connection)'}\n      requests: 1"))
+    expected = run(pytester, "-rA")
+    pytester.makefile(".case.yaml", refund=case_text(
+        framework, "http://127.0.0.1:9/v1", "[{request: 3, delay: {first_byte_ms: 1}}]",
+        "      error: {$contains: Connection}"))
+    returned = run(pytester)  # slowed, not broken: the agent answers
+
+    cut.assert_outcomes(failed=1)
+    cut.stdout.fnmatch_lines(["*the agent raised*", "*injected fault*cut after 1 chunks*"])
+    expected.assert_outcomes(passed=1)
+    returned.assert_outcomes(failed=1)
+    returned.stdout.fnmatch_lines(["*the agent returned 'Order 913 is refunded: 42.5.',"
+                                   " but expect.error says it must raise*"])
+    # The stage's own fault selected nothing: the stage sent fewer requests than it names.
+    pytester.makefile(".case.yaml", refund=case_text(
+        framework, "http://127.0.0.1:9/v1", "[{request: 9, status: 500}]"))
+    unselected = run(pytester)
+    unselected.assert_outcomes(failed=1)
+    unselected.stdout.fnmatch_lines(["*fault 1 of stage ask selected nothing: the stage"
+                                     " sent 3 requests*"])
+
+
+def test_a_naive_agent_gives_up_on_an_overload_and_says_so(
+        pytester: pytest.Pytester, keys: None) -> None:
+    """The issue's second case: a 529 in Anthropic's shape, the agent (no retries of its
+    SDK's) raises the SDK's class for it, and expect.error holds."""
+    framework = by_id("anthropic-stream")
+    record(pytester, framework)
+    pytester.makefile(".case.yaml", refund=case_text(
+        framework, "http://127.0.0.1:9", "[{request: 1, status: 529}, {request: 2, status: 529},"
+        " {request: 3, status: 529}]", "      error: {$contains: overloaded}\n      requests: 3"))
+    result = run(pytester, "-rA")
+    result.assert_outcomes(passed=1)
