@@ -243,7 +243,8 @@ def fault_from(text: str) -> Fault:
     except KeyedError as error:
         raise ValueError(error.message) from None
     except ValidationError as error:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'the fault'}: {e['msg']}"
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'the fault'}:"
+                             f" {e['msg'].removeprefix('Value error, ')}"
                              for e in error.errors())
         raise ValueError(problems) from None
 

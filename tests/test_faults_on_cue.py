@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import json
 import re
+import sys
 from typing import Any
 
 import pytest
@@ -168,3 +169,71 @@ def test_a_naive_agent_gives_up_on_an_overload_and_says_so(
         " {request: 3, status: 529}]", "      error: {$contains: overloaded}\n      requests: 3"))
     result = run(pytester, "-rA")
     result.assert_outcomes(passed=1)
+
+
+BROKEN = """name: broken
+agent: {python: support.agents.openai_chat:make_agent}
+faults: [{status: 200}]
+stages:
+  - name: ask
+    user: hi
+    faults:
+      - {request: 0, status: 429}
+      - {foo: 1}
+      - {rate: 0.5, cut: {after_chunks: 2}}
+      - {status: 429, disconnect: true}
+---
+name: a_model_case
+model: m
+stages:
+  - name: ask
+    user: hi
+    faults: [{request: 1, status: 429}]
+"""
+
+
+def test_every_fault_key_is_checked_at_its_line(pytester: pytest.Pytester) -> None:
+    path = pytester.makefile(".case.yaml", broken=BROKEN)
+    result = pytester.run(sys.executable, "-m", "pytest_toolbench.commands.cli", "validate",
+                          str(path))
+    assert result.ret != 0
+    result.stdout.fnmatch_lines([
+        "*broken.case.yaml:3: faults[[]0[]].status: *429, 500, 502, 503, 504 or 529*",
+        "*broken.case.yaml:8: stages[[]0[]].faults[[]0[]].request: *greater than or equal to 1*",
+        "*broken.case.yaml:9: *unknown fault key 'foo'*",
+        "*broken.case.yaml:10: *rate needs a seed*",
+        "*broken.case.yaml:11: *exactly one of status, disconnect*got status, disconnect*",
+        "*broken.case.yaml:18: *faults are injected into an agent case's requests*",
+    ])
+
+
+def test_a_bad_fault_flag_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".case.yaml", one="name: one\nmodel: m\nstages: [{name: a, user: hi}]\n")
+    for flag, said in (("status=200@1", "*--toolbench-fault 'status=200@1': status: *529*"),
+                       ("cut@2", "*'cut' has no value*"),
+                       ("status=429,rate=0.5", "*rate needs a seed*"),
+                       ("rate=0.5", "*the fault: a fault has exactly one of status*got none*")):
+        result = pytester.runpytest("-p", "no:cacheprovider", "--toolbench-fault", flag)
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines([said])
+
+
+def test_defaults_faults_come_before_the_cases_own(pytester: pytest.Pytester,
+                                                    keys: None) -> None:
+    """A defaults document's faults reach every case of the file; a stage's fault that
+    selects the same request wins (the stage's own first)."""
+    framework = by_id("openai-chat")
+    record(pytester, framework)
+    text = case_text(framework, "http://127.0.0.1:9/v1", "[{request: 1, status: 503}]",
+                     PASSING + "\n      requests: 5")
+    pytester.makefile(".case.yaml", refund="defaults:\n  faults: [{request: 1, status: 500},"
+                      " {request: 2, status: 502}]\n---\n" + text)
+    result = run(pytester, "--toolbench-report", "report.json")
+    result.assert_outcomes(passed=1)
+    turns = [turn["fault"] for case in json.loads((pytester.path / "report.json").read_text())[
+        "cases"] for run_ in case["runs"] for stage in run_["stages"]
+        for attempt in stage["attempts"] for turn in attempt["turns"]]
+    assert [(fault or {}).get("does") for fault in turns] == [
+        "status 503", "status 502", None, None, None]
+    assert [(fault or {}).get("source") for fault in turns[:2]] == [
+        "fault 1 of stage ask", "fault 2 of the case"]

@@ -958,6 +958,7 @@ class Case(StrictModel):
     def _agent_case(self) -> Case:
         """An agent builds its own requests: the loop's keys have no say in them."""
         if self.agent is None:
+            _faults_need_an_agent(self)
             return self
         said = "is for the plugin's own loop, and an agent case's agent builds its own requests"
         for key in LOOP_ONLY_KEYS:
@@ -1141,6 +1142,16 @@ class Case(StrictModel):
 
     def tool(self, name: str) -> Tool | None:
         return next((tool for tool in self.function_tools if tool.name == name), None)
+
+
+def _faults_need_an_agent(case: Case) -> None:
+    """Faults are injected at the agent proxy: the plugin's own loop takes none yet."""
+    where = [("faults",)] if case.faults else []
+    where += [("stages", index, "faults") for index, stage in enumerate(case.stages)
+              if stage.faults]
+    if where:
+        raise KeyedError("faults are injected into an agent case's requests (agent:); a"
+                         " case of the plugin's own loop takes none", where[0])
 
 
 def _entry_name(entry: Tool | McpTools | Toolbox) -> tuple[str, str, str]:
