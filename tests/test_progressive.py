@@ -223,3 +223,73 @@ def test_stream_progressive_with_no_streamed_call_fails_saying_so(
     result.stdout.fnmatch_lines([("*stream.progressive reads the stage's streamed calls, and no"
                                  " streamed reply of the stage called a tool*")])
 
+
+
+ISSUE_CASE = """name: clarify_then_book
+model: m
+endpoint: {{base_url: '{url}'}}
+max_iterations: 6
+tools:
+  - name: book_table
+    parameters: {{type: object, properties: {{party: {{type: integer}}, time: {{type: string}}}}}}
+    result: {{booked: true}}
+  - name: notify_kitchen
+    python: kitchen:notify
+    background: true
+stages:
+  - name: ask
+    user: Book me a table.
+    expect: {{tool_calls: [{{name: book_table}}]}}
+    next: {{pass: confirm, fail: clarify}}
+  - name: clarify
+    user: For two, tonight at eight.
+    expect: {{tool_calls: [{{name: book_table}}]}}
+    next: {{pass: confirm, fail: clarify}}
+  - name: confirm
+    run_tools: progressive
+    stream: true
+    await_background: true
+    expect:
+      text: {{$contains: booked}}
+      stream: {{progressive: true}}
+expect:
+  path: {{$contains: [ask, confirm]}}
+"""
+
+KITCHEN = '''
+import time
+
+def notify(**kwargs):
+    time.sleep(0.3)
+    with open("kitchen.log", "a") as log:
+        log.write("notified\\n")
+    return {"notified": True}
+'''
+
+
+def test_the_issues_case_branches_runs_calls_as_they_close_and_waits_for_the_kitchen(
+    pytester: pytest.Pytester, chat_server: ChatServer
+) -> None:
+    pytester.makepyfile(kitchen=KITCHEN)
+    pytester.syspathinsert()
+    booking = ("book_table", {"party": 2, "time": "20:00"})
+    chat_server.set_handler(ScriptedModel(
+        says("For how many, and when?"), calls(booking),
+        calls(("notify_kitchen", {"party": 2}), booking),
+        says("You are booked for two at eight."),
+        pause_s=PAUSE_S / 2))
+    pytester.makefile(".case.yaml", book=ISSUE_CASE.format(url=chat_server.base_url))
+    result = pytester.runpytest("--toolbench-live", "-p", "no:cacheprovider",
+                                "--toolbench-report=r.json")
+    result.assert_outcomes(passed=1)
+    run = report(pytester)["cases"][0]["runs"][0]
+    assert [stage["name"] for stage in run["stages"]][:3] == ["ask", "clarify", "confirm"]
+    # The kitchen was told in the background, and had been by the confirm stage's checks.
+    assert [(task["name"], task["status"]) for task in run["background"]] == [
+        ("notify_kitchen", "done")]
+    confirm = run["stages"][2]["attempts"][-1]
+    notified = next(run for turn in confirm["turns"] for run in turn["tool_runs"]
+                    if run["name"] == "notify_kitchen")
+    assert json.loads(notified["content"]) == {"status": "started", "task": "task_1"}
+    assert (pytester.path / "kitchen.log").read_text() == "notified\n"
+    assert confirm["turns"][0]["timeline"]["progressive"] is True
