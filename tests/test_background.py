@@ -10,14 +10,13 @@ Each test runs the plugin through pytester against the loopback chat server.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from support.chat_server import ChatServer, RecordedRequest
+from support.notes import NOTES_TOKEN, notes_server
 from support.scripted_model import ScriptedModel, calls, says
 
 KITCHEN_MODULE = '''
@@ -160,6 +159,11 @@ stages:
 {case_expect}"""
 
 
+def told_the_kitchen() -> ScriptedModel:
+    """The model calls the kitchen once, then says it told it."""
+    return ScriptedModel(calls(("notify_kitchen", {"dish": "soup"})), says("Told the kitchen."))
+
+
 def jammed_case(url: str, function: str = "jammed", timeout: float = 30,
                 case_expect: str = "") -> str:
     return JAMMED_CASE.format(url=url, function=function, timeout=timeout,
@@ -169,8 +173,7 @@ def jammed_case(url: str, function: str = "jammed", timeout: float = 30,
 def test_a_background_task_that_raises_fails_the_case_with_its_exception(
     pytester: pytest.Pytester, chat_server: ChatServer, kitchen: None
 ) -> None:
-    chat_server.set_handler(ScriptedModel(calls(("notify_kitchen", {"dish": "soup"})),
-                                          says("Told the kitchen.")))
+    chat_server.set_handler(told_the_kitchen())
     pytester.makefile(".case.yaml", notify=jammed_case(chat_server.base_url))
     result = pytester.runpytest("--toolbench-live", "-p", "no:cacheprovider",
                                 "--toolbench-report=r.json")
@@ -185,16 +188,14 @@ def test_a_background_task_that_raises_fails_the_case_with_its_exception(
 def test_expect_background_errors_may_allow_a_task_that_raised(
     pytester: pytest.Pytester, chat_server: ChatServer, kitchen: None
 ) -> None:
-    chat_server.set_handler(ScriptedModel(calls(("notify_kitchen", {"dish": "soup"})),
-                                          says("Told the kitchen.")))
+    chat_server.set_handler(told_the_kitchen())
     pytester.makefile(".case.yaml", notify=jammed_case(
         chat_server.base_url,
         case_expect="expect: {background_errors: [{$contains: printer is jammed}]}\n"))
     pytester.runpytest("--toolbench-live", "-p", "no:cacheprovider").assert_outcomes(passed=1)
     pytester.makefile(".case.yaml", notify=jammed_case(
         chat_server.base_url, case_expect="expect: {background_errors: []}\n"))
-    chat_server.set_handler(ScriptedModel(calls(("notify_kitchen", {"dish": "soup"})),
-                                          says("Told the kitchen.")))
+    chat_server.set_handler(told_the_kitchen())
     result = pytester.runpytest("--toolbench-live", "-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*notify.case.yaml:15: *background tasks: *"])
@@ -203,8 +204,7 @@ def test_expect_background_errors_may_allow_a_task_that_raised(
 def test_a_task_past_its_timeout_at_the_runs_end_is_cancelled_and_fails_the_case(
     pytester: pytest.Pytester, chat_server: ChatServer, kitchen: None
 ) -> None:
-    chat_server.set_handler(ScriptedModel(calls(("notify_kitchen", {"dish": "soup"})),
-                                          says("Told the kitchen.")))
+    chat_server.set_handler(told_the_kitchen())
     pytester.makefile(".case.yaml", notify=jammed_case(chat_server.base_url, "stuck", 0.5))
     started = time.monotonic()
     result = pytester.runpytest("--toolbench-live", "-p", "no:cacheprovider",
@@ -236,25 +236,11 @@ stages:
     result.stdout.fnmatch_lines([f"*bad.case.yaml:{line}: *{message}*"])
 
 
-NOTES_TOKEN = "notes-token-5f2a9c"
-
-
 @pytest.fixture
-def notes_url() -> Any:
-    """The SDK-built notes server over streamable HTTP on a loopback port of its own."""
+def notes_url() -> Iterator[str]:
     pytest.importorskip("mcp")
-    script = Path(__file__).parent / "support" / "notes_mcp.py"
-    process = subprocess.Popen([sys.executable, str(script), NOTES_TOKEN],
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        assert process.stdout is not None
-        port = process.stdout.readline().split()[1]
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.kill()
-        process.wait(timeout=10)
-        if process.stdout is not None:
-            process.stdout.close()
+    with notes_server() as url:
+        yield url
 
 
 def test_a_background_mcp_tool_is_answered_at_once_and_a_later_probe_sees_it(

@@ -12,11 +12,13 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support.chat_server import ChatServer, RecordedRequest, completion, json_reply
+from support.notes import NOTES_TOKEN, notes_server
 from support.processes import processes_tagged
 
 PYTHON = json.dumps(sys.executable)
@@ -234,24 +236,11 @@ def test_ctrl_c_stops_every_server(pytester: pytest.Pytester, chat_server: ChatS
 
 # -- streamable HTTP, credentials, failed tools ---------------------------------------------
 
-NOTES_TOKEN = "notes-token-5f2a9c"
-
-
 @pytest.fixture
-def notes_url() -> Any:
+def notes_url() -> Iterator[str]:
     """The SDK-built notes server over streamable HTTP on a loopback port of its own."""
-    script = Path(__file__).parent / "support" / "notes_mcp.py"
-    process = subprocess.Popen([sys.executable, str(script), NOTES_TOKEN],
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        assert process.stdout is not None
-        port = process.stdout.readline().split()[1]
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.kill()
-        process.wait(timeout=10)
-        if process.stdout is not None:
-            process.stdout.close()
+    with notes_server() as url:
+        yield url
 
 
 def test_a_streamable_http_server_with_a_token_from_the_environment_is_scrubbed_everywhere(
