@@ -71,6 +71,12 @@ stages:
 """
 
 
+def dinner_model() -> ScriptedModel:
+    """The model books, tells the kitchen in one reply, then answers twice."""
+    return ScriptedModel(calls(("book", {"party": 2}), ("notify", {"dish": "soup"})),
+                         says("Booked."), says("Yes, the kitchen knows."))
+
+
 @pytest.fixture
 def kitchen(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(kitchen=KITCHEN_MODULE)
@@ -91,9 +97,7 @@ def run_record(pytester: pytest.Pytester) -> dict[str, Any]:
 def test_a_background_toolbox_method_runs_on_its_own_and_a_later_stage_checks_its_state(
     pytester: pytest.Pytester, chat_server: ChatServer, kitchen: None
 ) -> None:
-    chat_server.set_handler(ScriptedModel(
-        calls(("book", {"party": 2}), ("notify", {"dish": "soup"})), says("Booked."),
-        says("Yes, the kitchen knows.")))
+    chat_server.set_handler(dinner_model())
     pytester.makefile(".case.yaml", dinner=TOOLBOX_CASE.format(url=chat_server.base_url))
     started = time.monotonic()
     result = pytester.runpytest("--toolbench-live", "-p", "no:cacheprovider",
@@ -115,9 +119,7 @@ def test_a_background_toolbox_method_runs_on_its_own_and_a_later_stage_checks_it
 def test_without_await_background_the_stage_sees_the_state_before_the_task_ended(
     pytester: pytest.Pytester, chat_server: ChatServer, kitchen: None
 ) -> None:
-    chat_server.set_handler(ScriptedModel(
-        calls(("book", {"party": 2}), ("notify", {"dish": "soup"})), says("Booked."),
-        says("Yes, the kitchen knows.")))
+    chat_server.set_handler(dinner_model())
     pytester.makefile(".case.yaml", dinner=TOOLBOX_CASE.format(url=chat_server.base_url)
                       .replace("    await_background: true\n", ""))
     result = pytester.runpytest("--toolbench-live", "-p", "no:cacheprovider")
@@ -128,9 +130,7 @@ def test_without_await_background_the_stage_sees_the_state_before_the_task_ended
 def test_a_recorded_background_case_replays_with_its_toolbox_run_again(
     pytester: pytest.Pytester, chat_server: ChatServer, kitchen: None
 ) -> None:
-    chat_server.set_handler(ScriptedModel(
-        calls(("book", {"party": 2}), ("notify", {"dish": "soup"})), says("Booked."),
-        says("Yes, the kitchen knows.")))
+    chat_server.set_handler(dinner_model())
     pytester.makefile(".case.yaml", dinner=TOOLBOX_CASE.format(url=chat_server.base_url))
     pytester.runpytest("--toolbench-record", "-p", "no:cacheprovider").assert_outcomes(
         passed=1)
