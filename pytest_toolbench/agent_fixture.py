@@ -243,8 +243,11 @@ def agent_fixture(request: pytest.FixtureRequest, runtime: SessionRuntime
             yield bench
         finally:
             bench.close()
-    agents.keep(tap, failed=node.stash.get(_FAILED, False))
-    unused = bench.unused()
+    failed = node.stash.get(_FAILED, False)
+    agents.keep(tap, failed=failed)
+    # As a case's: what a test that failed left unplayed is its failure's effect, not a
+    # second failure (a teardown error that says to re-record over a regression).
+    unused = None if failed else bench.unused()
     node.stash[TEST_RESULT] = result = bench.result(line, unused)
     seconds.write_verdicts(cassette, result)
     if unused is not None:

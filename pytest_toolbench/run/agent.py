@@ -44,7 +44,7 @@ from .check import Outcome, check, check_agent
 from .interpolate import InterpolationError, capture, interpolate, resolve_expect
 from .machine import CaseRoute
 from .outcome_check import python_check, stage_outcome
-from .runner import CaseRun, exhausted, scrubbed
+from .runner import CaseRun, exhausted, scrubbed, unplayed
 from .toolset import ToolFailed, WorldState
 from .usercode import ThreadRunner, UserCodeFailed, UserLoop, call_user
 
@@ -120,7 +120,7 @@ async def run_agent_case(case_run: CaseRun, ctx: AgentContext) -> CaseResult:
         runs.append(run)
         if abandoned:
             break
-    result = case_run.result(runs, error=ctx.verdict() if ctx.verdict is not None else None)
+    result = case_run.result(runs, error=unplayed(ctx.verdict, runs))
     # As the plugin's own loop does: what the run did not mask as it went (the failures,
     # the agent's state, errors) is masked now, with every credential the agent sent.
     return scrubbed(result, ctx.traffic.scrubber)
@@ -331,6 +331,7 @@ class AgentRun:
     async def _ask(self, attempt: StageAttempt, index: int, text: str) -> Any:
         """Call the agent with the stage's text; what it returned, or None when it failed
         (the failure noted in ``attempt``)."""
+        started = self.ctx.traffic.mark()
         try:
             answer = await call_user(_entry(self.agent), text,
                                      timeout_s=self.ctx.stage_timeout_s,
@@ -340,8 +341,10 @@ class AgentRun:
             self._abandon_if_overrun(failed)
             if _expects_error(self.case.stages[index]) and not failed.overran:
                 return Raised(failed.message)  # what expect.error matches
-            attempt.failures.append(self._failure(f"the agent {_said(failed)}",
-                                                  ("stages", index, "user")))
+            unheard = failed.cannot_connect and not self.ctx.traffic.since(started)
+            attempt.failures.append(self._failure(
+                f"the agent {_said(failed, NEVER_REACHED if unheard else '')}",
+                ("stages", index, "user")))
             return None
         if _expects_error(self.case.stages[index]):
             attempt.failures.append(self._failure(
@@ -440,12 +443,21 @@ def _quoted(answer: Any) -> str:
     return text if len(text) <= 200 else text[:200] + "..."
 
 
-def _said(failed: UserCodeFailed) -> str:
-    """``raised ValueError: boom`` and the user's frames, or ``did not finish ...``."""
+NEVER_REACHED = (
+    "; it sent no request to the plugin's proxy, so it never reached it: check that its"
+    " client takes its base URL from OPENAI_BASE_URL, ANTHROPIC_BASE_URL or"
+    " GOOGLE_GEMINI_BASE_URL (or from the factory's toolbench.base_url()) when it is made,"
+    " not a URL of its own")
+"""Said after a connection error of an agent that sent the proxy nothing."""
+
+
+def _said(failed: UserCodeFailed, why: str = "") -> str:
+    """``raised ValueError: boom`` (then ``why``) and the user's frames, or ``did not
+    finish ...``."""
     if failed.overran:
         return f"{failed.message} (the stage's time limit)"
     frames = f"\n{failed.frames.rstrip()}" if failed.frames.strip() else ""
-    return f"raised {failed.message}{frames}"
+    return f"raised {failed.message}{why}{frames}"
 
 
 def _resolve(python: str) -> Callable[..., Any]:

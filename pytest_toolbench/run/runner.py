@@ -216,8 +216,18 @@ async def _run_case(case_run: CaseRun, ctx: RunContext) -> CaseResult:
             await toolset.aclose()
     finally:
         ctx.user_loop.close()
-    return case_run.result(runs, error=ctx.verdict() if ctx.verdict is not None else None,
-                           notes=notes)
+    return case_run.result(runs, error=unplayed(ctx.verdict, runs), notes=notes)
+
+
+def unplayed(verdict: Callable[[], str | None] | None, runs: list[RunResult]) -> str | None:
+    """What ``verdict`` finds left unplayed in the cassette, asked only when every run
+    passed. A run that failed ended at its failure, and the exchanges recorded after it
+    were never asked for: said first ("the case sent 1 request, but ... holds 3: the case
+    changed since it was recorded; re-record it"), that consequence would hide the real
+    failure and invite re-recording over a regression."""
+    if verdict is None or not all(run.passed for run in runs):
+        return None
+    return verdict()
 
 
 def scrubbed(result: CaseResult, scrubber: Scrubber) -> CaseResult:

@@ -25,6 +25,7 @@ import concurrent.futures
 import contextvars
 import inspect
 import os
+import socket
 import threading
 import traceback
 from collections.abc import Callable, Coroutine
@@ -43,8 +44,10 @@ class UserCodeFailed(Exception):
     """User code did not give an answer: it raised, exited, was interrupted, or overran."""
 
     def __init__(self, message: str, *, what: str, frames: str = "",
-                 overran: bool = False) -> None:
+                 overran: bool = False, cannot_connect: bool = False) -> None:
         super().__init__(f"{what}: {message}")
+        self.cannot_connect = cannot_connect
+        """Whether what it raised is a failure to connect (or was raised from one)."""
         self.message = message
         """What happened: ``SystemExit: 2``, ``ValueError: boom``, ``did not finish within
         2 s``."""
@@ -72,7 +75,25 @@ def user_frames(exc: BaseException) -> str:
 def _failed(exc: BaseException, what: str) -> UserCodeFailed:
     if isinstance(exc, UserCodeFailed):
         return exc
-    return UserCodeFailed(describe(exc), what=what, frames=user_frames(exc))
+    return UserCodeFailed(describe(exc), what=what, frames=user_frames(exc),
+                          cannot_connect=cannot_connect(exc))
+
+
+def cannot_connect(exc: BaseException) -> bool:
+    """Whether ``exc``, or an exception it was raised from, is a failure to connect: an
+    OSError of connecting (refused, reset, no such host), or a client library's own
+    (openai's and anthropic's ``APIConnectionError``, httpx's ``ConnectError``,
+    requests' ``ConnectionError``, aiohttp's ``ClientConnectorError``), known by name as
+    the plugin imports none of them."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, (ConnectionError, socket.gaierror)) or any(
+                "Connect" in kind.__name__ for kind in type(current).__mro__):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 class ThreadRunner(Protocol):
