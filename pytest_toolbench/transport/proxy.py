@@ -163,8 +163,6 @@ class _Run:
 
     name: str
     """Who the run is (a case's node id), as the refusals and the report say."""
-    handler: ProxyHandler
-    over: bool = False
     late: int = 0
     """Requests on its URLs refused since it ended."""
     reported: int = 0
@@ -190,6 +188,10 @@ class ProxyServer:
         """Request body bytes held (or announced and being read) over every connection."""
         self._runs: dict[str, _Run] = {}
         """Every case run attached so far, by the id its URLs carry."""
+        self._current: str | None = None
+        """The run attached now; every other is over."""
+        self._late: set[str] = set()
+        """The runs with late requests not yet told (``late_requests``)."""
         self._lock = threading.Lock()
         """Guards the runs' late counts, read from pytest's thread."""
 
@@ -280,12 +282,11 @@ class ProxyServer:
         closed first: a client that pooled one finds it closed and opens another, which the
         new case owns."""
         with self._lock:
-            for run in self._runs.values():
-                run.over = True
             number = None
             if handler is not None:
                 number = f"{_RUN_PREFIX}{len(self._runs) + 1}"
-                self._runs[number] = _Run(name or number, handler)
+                self._runs[number] = _Run(name or number)
+            self._current = number
         loop = self._loop
         if loop is None:
             self._handler = handler
@@ -305,10 +306,10 @@ class ProxyServer:
         run that was over, by the run's name."""
         late: dict[str, int] = {}
         with self._lock:
-            for run in self._runs.values():
-                if run.late > run.reported:
-                    late[run.name] = late.get(run.name, 0) + run.late - run.reported
-                    run.reported = run.late
+            for run in map(self._runs.__getitem__, self._late):
+                late[run.name] = late.get(run.name, 0) + run.late - run.reported
+                run.reported = run.late
+            self._late.clear()
         return late
 
     def drop(self, connections: set[int]) -> None:
@@ -453,12 +454,14 @@ class ProxyServer:
         if request.run is not None:
             with self._lock:
                 run = self._runs.get(request.run)
-                if run is not None and (run.over or run.handler is not handler):
+                over = request.run != self._current
+                if run is not None and over:
                     run.late += 1
+                    self._late.add(request.run)
             if run is None:
                 return refused(403, f"pytest-toolbench: no case run {request.run!r} in this"
                                     " session", shape)
-            if run.handler is not handler:
+            if over:
                 return refused(403, f"pytest-toolbench: this request came on the URL of"
                                     f" {run.name}, which is over: refused, and reported"
                                     " against it (a thread or process its agent left"
