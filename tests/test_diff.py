@@ -82,7 +82,8 @@ def test_diff_shows_changed_arguments_new_calls_and_answers(
     code, out = run(capsys, old, new)
     assert code == 0  # nothing that passed fails now
     assert out.splitlines() == [
-        f"toolbench diff {old} -> {new}: 2 cases compared, 2 changed, 0 verdicts regressed",
+        (f"toolbench diff {old} -> {new}: 2 cases compared, 2 changed (2 in answers), 0"
+         " verdicts regressed"),
         "suite.case.yaml::weather[m1]",
         '   arguments   ask: get_weather city: "Paris" -> "Lyon"',
         "   call added  ask: get_time({})",
@@ -99,7 +100,8 @@ def test_diff_exits_1_on_a_regressed_verdict_and_names_the_missing_call(
     assert code == 1
     assert " ! verdict       passed -> failed" in out.splitlines()
     assert '   call removed  ask: get_weather({"city": "Paris"})' in out.splitlines()
-    assert out.splitlines()[0].endswith("1 changed, 1 verdict regressed")
+    assert ", 1 verdict regressed" in out.splitlines()[0]
+    assert "changed (1 in verdicts" in out.splitlines()[0]
 
 
 def test_diff_as_markdown_and_json(
@@ -205,8 +207,8 @@ def test_diff_of_two_recordings_of_a_suite_compares_each_cassettes_replies(
     assert code == 0  # cassettes hold no verdict to regress
     lines = out.splitlines()
     assert lines[:3] == [
-        (f"toolbench diff {old} -> {new}: 2 cassettes compared, 2 changed; cassettes hold no"
-         " verdicts, so none is compared"),
+        (f"toolbench diff {old} -> {new}: 2 cassettes compared, 2 changed (2 in answers);"
+         " cassettes hold no verdicts, so none is compared"),
         "suite/chat[m1].yaml",
         ("   answer      exchange 1: Hello! How [-can-] {+may+} I [-help-] {+<b>help</b>+} you"
          " today?")]
@@ -245,7 +247,8 @@ def test_diff_of_two_models_pairs_cassettes_by_case_name(
     assert code == 0
     assert out.splitlines() == [
         (f"toolbench diff {one} -> {two}: 2 cassettes compared, paired by case name (no path"
-         " is in both folders), 1 changed; cassettes hold no verdicts, so none is compared"),
+         " is in both folders), 1 changed (1 in answers); cassettes hold no verdicts, so none"
+         " is compared"),
         "suite/weather[m1].yaml -> suite/weather[m2].yaml",
         '   arguments  exchange 1: get_weather unit: (absent) -> "C"']
 
@@ -269,8 +272,9 @@ def test_diff_of_folders_names_what_it_cannot_compare(
         "   cassette added    1 exchange",
         "suite/chat[m1].yaml",
         "   cassette removed  1 exchange"]
-    assert out.splitlines()[0].endswith(": 1 cassette compared, 3 changed; cassettes hold no "
-                                        "verdicts, so none is compared")
+    assert out.splitlines()[0].endswith(
+        ": 1 cassette compared, 3 changed (1 unreadable, 1 added (only in NEW), 1 removed (only"
+        " in OLD)); cassettes hold no verdicts, so none is compared")
     assert main(["diff", str(old), str(pytester.path / "old.json")]) == 2
     assert capsys.readouterr().err == (
         f"toolbench diff: error: {old} is a folder and the other is not: compare two JSON "
@@ -444,7 +448,7 @@ def test_diff_tells_a_changed_request_from_a_changed_answer(
     edited = pytester.path / "edited.json"
     code, out = run(capsys, before, edited)
     assert out.splitlines()[0].endswith(
-        "1 case compared, 1 changed (1 of them in the requests sent), 0 verdicts regressed")
+        "1 case compared, 1 changed (1 in the requests sent), 0 verdicts regressed")
     assert out.splitlines()[1:6] == [
         "loop.case.yaml::trip[test-model]",
         ('   request       ask: request 1: messages.0.content: "Weather in Paris?" ->'
@@ -456,3 +460,30 @@ def test_diff_tells_a_changed_request_from_a_changed_answer(
     assert "   latency_ms" in out  # two live runs: their timings are compared
     document = json.loads(run(capsys, before, edited, "--format", "json")[1])
     assert document["requests_changed"] == 1 and document["timings_compared"] is True
+
+
+LONG_QUESTION = ("You are planning a trip for a customer who wants to know the weather before"
+                 " choosing what to pack. What is the weather in {city} today?")
+
+
+def test_a_request_changed_at_the_end_of_a_long_prompt_shows_the_changed_words(
+        pytester: pytest.Pytester, chat_server: ChatServer,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    slow_server_with_fresh_ids(chat_server)
+    case = pytester.makefile(".case.yaml", loop=LOOP_CASE.format(
+        url=chat_server.base_url, question=LONG_QUESTION.format(city="Paris")))
+    run_live = ("-p", "no:cacheprovider", "--toolbench-live")
+    pytester.runpytest(*run_live, "--toolbench-report=before.json").assert_outcomes(passed=1)
+    case.write_text(case.read_text().replace("in Paris today", "in Lyon today"))
+    pytester.runpytest(*run_live, "--toolbench-report=after.json").assert_outcomes(passed=1)
+
+    code, out = run(capsys, pytester.path / "before.json", pytester.path / "after.json",
+                    "--min-ms", "60000")
+
+    assert code == 0
+    assert out.splitlines()[1:3] == [
+        "loop.case.yaml::trip[test-model]",
+        ("   request  ask: request 1: messages.0.content: ... is the weather in [-Paris-]"
+         " {+Lyon+} today?")]
+    assert out.splitlines()[0].endswith(
+        ": 1 case compared, 1 changed (1 in the requests sent), 0 verdicts regressed")

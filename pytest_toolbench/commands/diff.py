@@ -53,15 +53,38 @@ class Comparison:
 
     def tally(self) -> str:
         cases = len({change.nodeid for change in self.changes})
-        requests = (f" ({self.requests_changed} of them in the requests sent)"
-                    if self.requests_changed else "")
+        what = self.what_changed()
+        changed = f"{cases} changed" + (f" ({what})" if what else "")
         timings = f"; {self.timings_left_out}" if self.timings_left_out else ""
         if not self.cassettes:
-            return (f"{plural(self.compared, 'case')} compared, {cases} changed{requests}, "
+            return (f"{plural(self.compared, 'case')} compared, {changed}, "
                     f"{plural(self.regressed, 'verdict')} regressed{timings}")
         paired = ", paired by case name (no path is in both folders)" if self.by_name else ""
-        return (f"{plural(self.compared, 'cassette')} compared{paired}, {cases} changed"
-                f"{requests}; cassettes hold no verdicts, so none is compared")
+        return (f"{plural(self.compared, 'cassette')} compared{paired}, {changed}; cassettes"
+                " hold no verdicts, so none is compared")
+
+    def what_changed(self) -> str:
+        """What the changed cases are, each counted once under the first of ``_WHAT`` its
+        changes fall in: ``1 in the requests sent, 3 added, 3 removed``."""
+        kinds: dict[str, set[str]] = {}
+        for change in self.changes:
+            kinds.setdefault(change.nodeid, set()).add(change.kind)
+        counts = dict.fromkeys(_WHAT.values(), 0)
+        for found in kinds.values():
+            counts[next(what for kind, what in _WHAT.items() if kind in found or not kind)] += 1
+        return ", ".join(f"{count} {what}" for what, count in counts.items() if count)
+
+
+_WHAT = {
+    "request": "in the requests sent", "verdict": "in verdicts",
+    "call added": "in answers", "call removed": "in answers", "arguments": "in answers",
+    "answer": "in answers", "error": "in answers", "turns": "in answers",
+    "unreadable": "unreadable",
+    "case added": "added", "cassette added": "added (only in NEW)",
+    "case removed": "removed", "cassette removed": "removed (only in OLD)",
+    "": "in figures",  # latency_ms, ttft_ms, total_tokens: whatever is left
+}
+"""A change's kind -> what a case with it is said to be, the first that applies."""
 
 
 # ---------------------------------------------------------------------------- comparing

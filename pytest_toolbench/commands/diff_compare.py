@@ -155,12 +155,19 @@ def _differences(old: Any, new: Any, path: str = "") -> list[str]:
         return []
     if isinstance(old, list) and isinstance(new, list):
         return [f"{path or 'body'}: {len(old)} -> {len(new)} items"]
+    if isinstance(old, str) and isinstance(new, str) and max(len(old), len(new)) > SHORT:
+        # Cut to their starts, two long texts that differ late would read the same.
+        return [f"{path or 'body'}: {word_diff(old, new)}"]
     return [f"{path or 'body'}: {_short(old)} -> {_short(new)}"]
+
+
+SHORT = 56
+"""Values longer than this are cut (``_short``), and texts shown as a word diff."""
 
 
 def _short(value: Any) -> str:
     text = _show(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return text if len(text) <= SHORT + 4 else text[:SHORT + 1] + "..."
 
 
 def _answer_of(turn: TurnRecord) -> Any:
