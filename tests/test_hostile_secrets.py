@@ -374,3 +374,44 @@ stages: [{name: ask, user: hi, expect: {text: nothing}}]
         outputs = every_output(pytester, result)
         assert echoed in outputs["__cassettes__/query/query_key.yaml"]
         assert leaked_to(outputs, key) == []
+
+
+PLAIN_AGENT = '''
+import os
+
+import httpx2
+
+
+def make_agent():
+    def agent(user):
+        body = {"model": "m", "messages": [{"role": "user", "content": user}]}
+        reply = httpx2.post(os.environ["OPENAI_BASE_URL"] + "/chat/completions", json=body,
+                            timeout=30)
+        return reply.json()["choices"][0]["message"]["content"]
+    return agent
+'''
+
+
+def test_a_replay_masks_what_is_a_secret_of_its_own_environment(
+        pytester: pytest.Pytester, chat_server: ChatServer,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A value the recording did not know as a secret is masked in the replay of a machine
+    whose environment holds it as one, as a replayed case of the plugin's loop masks it."""
+    pytester.makepyfile(plain_agent=PLAIN_AGENT)
+    pytester.syspathinsert()
+    pytester.makefile(".case.yaml", plain="""name: plain
+agent: {python: "plain_agent:make_agent"}
+stages: [{name: ask, user: hi, expect: {text: nothing}}]
+""")
+    chat_server.set_handler(lambda request: json_reply(completion(f"the code is {TEAM_SECRET}")))
+    pytester.runpytest("--toolbench-record", "--toolbench-base-url", chat_server.base_url,
+                       "-p", "no:cacheprovider").assert_outcomes(failed=1)
+    monkeypatch.setenv("TEAM_API_KEY", TEAM_SECRET)
+
+    replayed = pytester.runpytest(*EVERY_OUTPUT)
+
+    replayed.assert_outcomes(failed=1)
+    replayed.stdout.fnmatch_lines(["*text: the code is <scrubbed>*"])
+    outputs = every_output(pytester, replayed)
+    del outputs["__cassettes__/plain/plain.yaml"]  # recorded where it was no secret
+    assert leaked_to(outputs, TEAM_SECRET) == []

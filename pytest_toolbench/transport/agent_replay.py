@@ -149,7 +149,10 @@ class ReplayTap(Tap):
         reply, replayed = reader.finish()
         if reader.exceeded is not None:
             exchange.error = str(reader.exceeded)
-        exchange.reply, exchange.streamed = reply, reader.streamed
+        # Masked as the live reply was: this machine's environment may know more secrets
+        # than the recording's did (as a replayed case of the plugin's loop masks them).
+        exchange.reply = None if reply is None else self.scrubber.data(reply)
+        exchange.streamed = reader.streamed
         exchange.interaction = recorded
         # The replay's own latency, as a replayed case of the plugin's loop shows its own.
         exchange.elapsed_ms = replayed.elapsed_ms
