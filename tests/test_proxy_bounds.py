@@ -424,6 +424,8 @@ def make_patient():
     def agent(user):
         NEXT_CASE_RUNS.touch()
         _wait_for(LATE_ONES_SENT)  # the leaker's thread or process sends meanwhile
+        for process in LEFT_RUNNING:  # reaped, so none outlives this session's reports
+            process.wait(10)
         reply = _ask(os.environ["OPENAI_BASE_URL"], user)
         return reply.json()["choices"][0]["message"]["content"]
     return agent
