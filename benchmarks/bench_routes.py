@@ -7,11 +7,15 @@ sides taking turns run by run, each in a copy of the suite with its own pytest c
 
 - ``before routes``: the straight suite, replayed by the plugin as it was before routes
   (the package of ``--baseline REV``, by default the commit before the one that added
-  ``casefile/routes.py``, put on ``PYTHONPATH``);
-- ``straight``: the same suite replayed by this tree, where every case runs through its
-  route machine (``run/machine.py``) whether it says ``next`` or not;
+  ``casefile/routes.py``);
+- ``straight``: the same suite replayed by the package of ``--after REV`` (default
+  ``HEAD``), where every case runs through its route machine (``run/machine.py``) whether
+  it says ``next`` or not;
 - ``routed``: the same cases with their routes spelled out (``next: again`` on the first
-  stage, ``next: end`` on the second), replayed by this tree.
+  stage, ``next: end`` on the second), replayed by the same package.
+
+Each package is exported from git (``git archive``) into the temporary directory and put
+on ``PYTHONPATH``, so an edit of the working tree during the run changes neither side.
 
 Target: straight <= 1.02 x before routes (routing adds nothing measurable to a straight
 case). ``--instructions`` also counts each side's instructions once under valgrind: a
@@ -83,6 +87,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--baseline", default=None, metavar="REV",
                         help="the revision whose package is the 'before routes' side"
                              " (default: the parent of the commit that added routes)")
+    parser.add_argument("--after", default="HEAD", metavar="REV",
+                        help="the revision whose package is the routed side (default HEAD)")
     parser.add_argument("--instructions", action="store_true",
                         help="also count each side's instructions once under valgrind")
     return parser.parse_args()
@@ -140,7 +146,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="toolbench-routes-") as tmp:
         work = Path(tmp)
         export_package(revision, work / "before")
-        here = {**clean_env(), "PYTHONPATH": str(REPO)}
+        export_package(args.after, work / "after")
+        here = {**clean_env(), "PYTHONPATH": str(work / "after")}
         before = {**clean_env(), "PYTHONPATH": str(work / "before")}
         count = write_suite(work / "straight", args.files, args.cases_per_file, routed=False)
         write_suite(work / "routed", args.files, args.cases_per_file, routed=True)
@@ -155,7 +162,8 @@ def main() -> None:
                                 args.repeat)
         walls = {name: median([run.wall_s for run in timings])
                  for name, timings in zip(sides, runs)}
-        print(f"{count} two-stage cases replayed; before routes = {revision}")
+        print(f"{count} two-stage cases replayed; before routes = {revision},"
+              f" after = {args.after}")
         rows = [[name, f"{wall:.2f} s", f"{wall / walls['before routes']:.3f} x"]
                 for name, wall in walls.items()]
         print_table(["side", f"wall (median of {args.repeat})", "vs before routes"], rows)

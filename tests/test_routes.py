@@ -10,6 +10,7 @@ graph and the dry run.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -412,3 +413,18 @@ def test_a_judge_that_fails_the_stage_takes_its_fail_route_live_and_replayed(
     replayed, cases = report_of(pytester)
     replayed.assert_outcomes(passed=1)
     assert cases[0]["runs"][0]["path"] == ["answer", "apologise"]
+
+
+def test_diff_shows_a_changed_route(pytester: pytest.Pytester, chat_server: ChatServer,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    chat_server.set_handler(clarified_twice())
+    pytester.makefile(".case.yaml", book=booking("chat", chat_server.base_url))
+    report_of(pytester, "--toolbench-live")
+    (pytester.path / "report.json").rename(pytester.path / "old.json")
+    chat_server.set_handler(ScriptedModel(calls(("book_table", {"party": 2, "time": "20:00"})),
+                                          says("Your table is booked.")))
+    report_of(pytester, "--toolbench-live")[0].assert_outcomes(passed=1)
+    main(["diff", str(pytester.path / "old.json"), str(pytester.path / "report.json")])
+    shown = capsys.readouterr().out
+    assert re.search(r"\n +path +ask → clarify → clarify → confirm -> ask → confirm\n", shown), \
+        shown

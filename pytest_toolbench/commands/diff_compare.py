@@ -64,6 +64,9 @@ def compare_cases(nodeid: str, old: CaseRecord, new: CaseRecord,
     if old.outcome != new.outcome:
         regressed = old.outcome == "passed" and new.outcome == "failed"
         yield Change(nodeid, "verdict", f"{old.outcome} -> {new.outcome}", regressed)
+    old_path, new_path = _path(old), _path(new)
+    if old_path and new_path and old_path != new_path:  # a report with no path says nothing
+        yield Change(nodeid, "path", f"{' → '.join(old_path)} -> {' → '.join(new_path)}")
     old_stages, new_stages = _final_stages(old), _final_stages(new)
     names = [*new_stages, *(n for n in old_stages if n not in new_stages)]
     requests = list(request_changes(nodeid, names, old_stages, new_stages))
@@ -177,6 +180,11 @@ def _answer_of(turn: TurnRecord) -> Any:
         return turn.error
     return (reply.status, reply.text, reply.reasoning, reply.error,
             [(call.name, _parsed(call.arguments)) for call in reply.tool_calls])
+
+
+def _path(case: CaseRecord) -> list[str]:
+    """The stages the case's first run went through (routes may take another way)."""
+    return case.runs[0].path if case.runs else []
 
 
 def _final_stages(case: CaseRecord) -> dict[str, AttemptRecord]:
