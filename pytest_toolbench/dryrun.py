@@ -36,9 +36,10 @@ from .run.runner import CaseRun, RunContext, run_case
 from .run.toolset import ToolSource
 from .scrubbing import SCRUBBED, Scrubber, is_credential, mask_urls
 from .session import CaseSetup, SecondModels, SessionRuntime
-from .settings import hosted_service, key_variables
+from .settings import Mode, hosted_service, key_variables
 from .transport.cassette import Cassette
 from .transport.errors import ReplayError
+from .transport.proxy import FAMILIES
 from .transport.replay import Replayer
 
 if TYPE_CHECKING:
@@ -87,6 +88,9 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     routes: str | None = None
     """A routed case's routes and bound, in a line; None for a straight case."""
+    runs: list[str] = field(default_factory=list)
+    """What will run, where no request can be shown (an agent case: its factory, the proxy
+    its SDKs are pointed at, the cassette it replays)."""
 
     @property
     def ready(self) -> bool:
@@ -180,11 +184,31 @@ def _agent_plan(runtime: SessionRuntime, case_run: CaseRun, replaying: bool) -> 
                 else "the APIs its requests name, through the plugin's proxy (live)")
     plan.notes.append("an agent case: its agent builds its own requests, known once"
                       f" {agent.python if agent else 'its factory'} runs (it imports)")
+    case = case_run.loaded.case
+    if agent is not None:
+        given = ", ".join([*agent.init, "model"] if case_run.model else list(agent.init))
+        stages = ", ".join(stage.name for stage in case.stages)
+        plan.runs.append(f"the factory {agent.python}({given}) makes the agent, once a run;"
+                         " each stage's user text is sent to it"
+                         f" ({_count(len(case.stages), 'stage')}: {stages})")
+    variables = ", ".join(name for family in FAMILIES.values() for name in family.env)
+    plan.runs.append(f"its SDKs are pointed at the plugin's loopback proxy: {variables}"
+                     " (and toolbench.base_url(), for a factory that takes toolbench)")
     if replaying:
         try:
-            runtime.agent_cases.cassette(path, shown, hint, replaying=True)
+            cassette = runtime.agent_cases.cassette(path, shown, hint, replaying=True)
         except ReplayError as error:
             plan.missing.append(str(error))
+        else:
+            plan.runs.append(f"the proxy answers from {shown}:"
+                             f" {_count(len(cassette.interactions), 'recorded exchange')}, in"
+                             " order; nothing reaches the network")
+    else:
+        recording = runtime.settings.mode in (Mode.RECORD, Mode.MISSING)
+        plan.runs.append("the proxy forwards each request to its API's service (the case's"
+                         " endpoint, if it names one)"
+                         + (f" and records it in {shown}" if recording else "; nothing is"
+                            " recorded"))
     return plan
 
 
@@ -354,13 +378,20 @@ def render(plan: Plan, write: Callable[[str], None], quiet: bool) -> None:
         write(_indented(f"missing: {need}"))
     for note in plan.notes:
         write(f"    note: {note}")
+    for line in plan.runs:
+        write(f"    runs: {line}")
     if request is None:
-        write("    no request (see what is missing)")
+        if not plan.runs:
+            write("    no request (see what is missing)")
         return
     write(f"    {request.method} {request.url}  ({plan.api})")
     for name, value in request.headers:
         write(f"    {name}: {value}")
     write(_indented(request.body))
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def _indented(text: str) -> str:

@@ -353,3 +353,54 @@ def test_a_dry_run_leaves_the_last_runs_reports_as_they_are(
     assert result.ret == 1  # no cassette
     assert report.read_text(encoding="utf-8") == "the last run's"
     assert not page.exists()
+
+
+RECORDED_BOT = """
+import os
+
+import httpx2
+
+
+def make(tone="plain"):
+    def ask(user):
+        with httpx2.Client(timeout=30) as client:
+            reply = client.post(os.environ["OPENAI_BASE_URL"] + "/chat/completions", json={
+                "model": "m", "messages": [{"role": "user", "content": user}]})
+        return reply.json()["choices"][0]["message"]["content"]
+    return ask
+"""
+
+
+def test_a_recorded_agent_case_says_what_will_run(pytester: pytest.Pytester) -> None:
+    from support.chat_server import completion, json_reply, start_chat_server
+
+    pytester.makepyfile(dry_bot=RECORDED_BOT)
+    pytester.syspathinsert()
+    with start_chat_server() as server:
+        server.set_handler(lambda request: json_reply(completion(text="hello")))
+        pytester.makefile(".case.yaml", bot=(
+            f"name: bot\nagent: {{python: 'dry_bot:make', init: {{tone: terse}}}}\n"
+            f"endpoint: {{base_url: '{server.base_url}'}}\n"
+            "stages: [{name: ask, user: hi}, {name: more, user: again}]\n"))
+        pytester.runpytest_subprocess("--toolbench-record").assert_outcomes(passed=1)
+
+    replayed = pytester.runpytest("--toolbench-dry-run")
+    recording = pytester.runpytest("--toolbench-dry-run", "--toolbench-record")
+
+    assert replayed.ret == 0
+    replayed.stdout.fnmatch_lines([
+        "bot.case.yaml::bot: ready",
+        "    answers from the cassette __cassettes__/bot/bot.yaml",
+        "    note: an agent case: *",
+        ("    runs: the factory dry_bot:make(tone) makes the agent, once a run; each stage's"
+         " user text is sent to it (2 stages: ask, more)"),
+        ("    runs: its SDKs are pointed at the plugin's loopback proxy: OPENAI_BASE_URL,"
+         " ANTHROPIC_BASE_URL, GOOGLE_GEMINI_BASE_URL (and toolbench.base_url(), for a"
+         " factory that takes toolbench)"),
+        ("    runs: the proxy answers from __cassettes__/bot/bot.yaml: 2 recorded exchanges,"
+         " in order; nothing reaches the network"),
+        "toolbench dry run: 1 item ready; nothing was sent"])
+    assert "no request (see what is missing)" not in replayed.stdout.str()
+    recording.stdout.fnmatch_lines([
+        ("    runs: the proxy forwards each request to its API's service (the case's"
+         " endpoint, if it names one) and records it in __cassettes__/bot/bot.yaml")])
