@@ -5,7 +5,8 @@ endpoint out of reach, telling the same story.
 Gemma 3 270M is tiny: the tests check the protocol (every request reached llama-server
 over the agent's own API; the cassette holds them all and no key) and that replay is the
 recording, verdict for verdict and turn for turn, not what the model says: at 48 tokens it
-may cut a call's arguments, which llama-server answers with a 500 that the agent raises. llama-server
+may cut a call's arguments, which llama-server answers with a 500 that the agent raises (such a
+recording keeps the cassette there was, as any recording that failed on a 5xx). llama-server
 answers chat completions, Responses and Messages, not Gemini's API, so the google-genai
 agent is proven against the loopback Gemini server only (tests/test_agent_frameworks.py).
 """
@@ -13,6 +14,7 @@ agent is proven against the loopback Gemini server only (tests/test_agent_framew
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -72,11 +74,22 @@ def test_the_agent_case_recorded_from_llama_server_replays_the_same(
     replayed = pytester.runpytest("-p", "no:cacheprovider", "--toolbench-base-url", unreachable,
                                   "--toolbench-report", "replayed.json")
 
-    # The model's words decide the verdict (at 48 tokens it may cut a call's arguments, and
-    # llama-server then answers 500); replay must give the same one, for the same reason.
+    # The model's words decide the verdict: at 48 tokens it may cut a call's arguments, and
+    # llama-server then answers 500. A recording that failed on a 5xx keeps the cassette
+    # there was (here none), by the plugin's own rule: replay then asks for a recording.
+    cassettes = pytester.path / "__cassettes__" / "refund"
+    if not cassettes.exists():
+        assert outcomes(recorded) == {"failed": 1}
+        [line] = verdict_lines(recorded)
+        assert re.search(r"\b5\d\d\b", line), line  # the server's status, in the SDK's words
+        assert outcomes(replayed) == {"failed": 1}
+        [line] = verdict_lines(replayed)
+        assert "no cassette at __cassettes__/refund/" in line and "--toolbench-record" in line
+        return
+    # Otherwise replay gives the recording's verdict, for the same reason.
     assert outcomes(replayed) == outcomes(recorded) != {}
     assert verdict_lines(replayed) == verdict_lines(recorded)
-    [path] = (pytester.path / "__cassettes__" / "refund").iterdir()
+    [path] = cassettes.iterdir()
     text = path.read_text()
     assert "the-teams-own-secret" not in text
     interactions = yaml.safe_load(text)["interactions"]
