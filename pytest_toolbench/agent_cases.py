@@ -21,6 +21,7 @@ from .apis import AGENT, API_NAMES, DEFAULT_API, REGISTRY
 from .casefile.cache import KeptParses
 from .casefile.schema import Endpoint
 from .judge.second import RoleModels
+from .netguard import Guard, guard_for, remedy
 from .records import CaseResult
 from .run.agent import AgentContext, run_agent_case
 from .run.agent_thread import AgentThread
@@ -37,6 +38,9 @@ from .transport.ratelimit import RequestPacer
 
 TRACING_OFF = {"OPENAI_AGENTS_DISABLE_TRACING": "1"}
 """openai-agents posts traces to a fixed host of OpenAI's, which no base URL moves."""
+
+CASE_REMEDY = remedy("the URL the factory's toolbench parameter gives (toolbench.base_url(api))")
+"""What to change, as an agent case that went past the proxy says it."""
 
 
 class AgentCases:
@@ -90,8 +94,9 @@ class AgentCases:
         with _process_kept() as blocked, \
                 self.attached(cassette, replaying, case.endpoint, whole=True,
                               name=case_run.nodeid) as tap:
+            guard = self.guard("the agent", CASE_REMEDY)
             verdicts = [*([tap.unused] if isinstance(tap, ReplayTap) else []),
-                        *second.verdicts]
+                        *second.verdicts, guard.take]
             context = AgentContext(
                 tap, lambda api: self.proxy.base_url(api, tap.run), lambda: self._abandon(tap),
                 lambda: self.proxy.drop(tap.connections),
@@ -100,7 +105,8 @@ class AgentCases:
                 match_timeout_s=self.settings.match_timeout_s,
                 verdict=lambda: next(filter(None, (each() for each in verdicts)), None),
                 judge=second.models.get("judge"), simulator=second.models.get("simulator"),
-                run_faults=self.settings.fault_plan(), thread=self._thread)
+                run_faults=self.settings.fault_plan(), thread=self._thread,
+                guard=guard)
             try:
                 result = await run_agent_case(case_run, context)
             finally:
@@ -111,8 +117,15 @@ class AgentCases:
                     " which blocks every later import of them in the process it shares with"
                     " the session; they were put back as they were")
             result.error = said if result.error is None else f"{result.error}; {said}"
-        self.keep(tap, failed=not result.passed, lost=result.endpoint_failed)
+        self.keep(tap, failed=not result.passed,
+                  lost=result.endpoint_failed or bool(guard.escapes))
         return result
+
+    def guard(self, who: str, remedy: str) -> Guard:
+        """A socket guard for one case or test: ``who``'s code may connect to the proxy
+        and to the hosts ``--toolbench-allow-connect`` names, nowhere else
+        (``netguard.py``)."""
+        return guard_for(self.proxy.port, self.settings.allow_connect, who, remedy)
 
     def cassette(self, path: Path, shown: str, hint: str, replaying: bool) -> Cassette:
         """The cassette at ``path``: loaded to replay (ReplayError: it cannot be), else an

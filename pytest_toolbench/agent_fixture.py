@@ -18,6 +18,7 @@ from __future__ import annotations
 import inspect
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,7 @@ from .casefile.schema import Endpoint, Expect
 from .defaults import CASSETTE_FOLDER
 from .judge.second import RoleModels
 from .keypaths import KeyPath
+from .netguard import Guard, remedy, unguarded
 from .records import (
     CaseResult,
     Failure,
@@ -164,8 +166,9 @@ class ToolbenchAgent:
             fail(attempt, "judge error: no judge model: name one with --toolbench-judge-model"
                           " or the ini key toolbench_judge_model", ("expect", "judge"))
             return
-        self._judging.submit(judge_stage(judge, expect, attempt, fail, list(self._history))
-                             ).result(_JUDGE_WAIT_S)
+        with unguarded():  # the plugin's own judge, asked from within the test
+            self._judging.submit(judge_stage(judge, expect, attempt, fail, list(self._history))
+                                 ).result(_JUDGE_WAIT_S)
 
     def _expect(self, given: dict[str, Any], line: int) -> Expect:
         from pydantic import ValidationError
@@ -239,15 +242,19 @@ def agent_fixture(request: pytest.FixtureRequest, runtime: SessionRuntime
     with agents.attached(cassette, replaying, Endpoint(), name=node.nodeid) as tap:
         bench = ToolbenchAgent(tap, agents, name, _shown(test_file, start),
                                settings.match_timeout_s, seconds)
+        guard = node.stash[_GUARD] = agents.guard(
+            "the test", remedy("toolbench_agent.base_url(api)"))
         try:
             yield bench
         finally:
+            del node.stash[_GUARD]
             bench.close()
     failed = node.stash.get(_FAILED, False)
-    agents.keep(tap, failed=failed)
+    agents.keep(tap, failed=failed, lost=bool(guard.escapes))
     # As a case's: what a test that failed left unplayed is its failure's effect, not a
-    # second failure (a teardown error that says to re-record over a regression).
-    unused = None if failed else bench.unused()
+    # second failure (a teardown error that says to re-record over a regression). A
+    # connection past the proxy is the test's failure whatever else happened.
+    unused = guard.take() or (None if failed else bench.unused())
     node.stash[TEST_RESULT] = result = bench.result(line, unused)
     seconds.write_verdicts(cassette, result)
     if unused is not None:
@@ -269,6 +276,20 @@ def _asked(turns: list[Turn]) -> str:
     if not users:
         return ""
     return message_text(users[-1].get("content", users[-1].get("parts")))
+
+
+_GUARD = pytest.StashKey[Guard]()
+"""On a ``toolbench_agent`` test's item while the fixture is set up: its socket guard."""
+
+
+@contextmanager
+def guarded_call(item: pytest.Item) -> Iterator[None]:
+    """A ``toolbench_agent`` test's own body run under its socket guard (``netguard.py``):
+    the test itself, not the other fixtures' setup (a server a fixture starts is the
+    test's, not agent code)."""
+    guard = item.stash.get(_GUARD, None)
+    with guard.armed() if guard is not None else nullcontext():
+        yield
 
 
 _OUTCOME = pytest.StashKey[str]()

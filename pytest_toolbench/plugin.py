@@ -95,6 +95,18 @@ def toolbench_agent(request: pytest.FixtureRequest) -> Iterator[ToolbenchAgent]:
 
 
 @pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    """A ``toolbench_agent`` test's body runs under its socket guard: it may connect to the
+    plugin's proxy and nowhere else (``agent_fixture.guarded_call``)."""
+    if "toolbench_agent" not in getattr(item, "fixturenames", ()):
+        return (yield)
+    from .agent_fixture import guarded_call
+
+    with guarded_call(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
                               ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     """A ``toolbench_agent`` test's reports, as a case's: the session's credentials masked

@@ -177,6 +177,10 @@ OPTIONS: tuple[Option, ...] = (
            DEFAULT_COOLDOWN_S),
     Option("files", "GLOBS", "globs of case files: comma-separated on the command line, one"
            " per line in the ini", DEFAULT_FILES, ini_type="linelist"),
+    Option("allow_connect", "HOST[:PORT],...",
+           "hosts agent code (agent cases, the toolbench_agent fixture) may connect to besides"
+           " the plugin's proxy, which is all it may reach by default: comma-separated on the"
+           " command line, one per line in the ini", ini_type="linelist"),
 )
 """Every option with a value; ``--toolbench-record`` and ``--toolbench-live`` are
 shorthands for ``--toolbench-mode``, flags without an ini twin."""
@@ -231,6 +235,9 @@ class Settings:
     faults: tuple[str, ...] = ()
     """``--toolbench-fault``: faults for every stage of every case, in the compact form
     (``status=429@1``); ``fault_plan`` reads them."""
+    allow_connect: tuple[str, ...] = ()
+    """``--toolbench-allow-connect``: where agent code may connect besides the proxy
+    (``host`` or ``host:port`` each, checked)."""
 
     def fault_plan(self) -> tuple[Any, ...]:
         """``faults`` as fault entries (``faults.Fault``; read when a case runs)."""
@@ -301,6 +308,7 @@ class Settings:
             ini_judge_model=ini("judge_model"),
             rejudge=bool(cli("rejudge")),
             faults=_faults(config.getoption("toolbench_fault") or []),
+            allow_connect=_allowed(flag("allow_connect"), ini_key("allow_connect")),
         )
 
     def replays(self, recorded: Callable[[], bool]) -> bool:
@@ -440,6 +448,20 @@ def _apis(given: Given) -> tuple[str, ...]:
 def _globs(value: str | None) -> tuple[str, ...]:
     """``--toolbench-files "*.case.yaml,*.tb.yaml"``: comma-separated on the command line."""
     return tuple(glob.strip() for glob in (value or "").split(",") if glob.strip())
+
+
+def _allowed(flag: Given, ini: Given) -> tuple[str, ...]:
+    """``--toolbench-allow-connect`` (comma-separated) and the ini's lines, each checked."""
+    from .netguard import Allowed
+
+    entries = [(entry, flag[1]) for entry in _globs(flag[0])]
+    entries += [(line.strip(), ini[1]) for line in ini[0] or () if line.strip()]
+    for entry, name in entries:
+        try:
+            Allowed.parse(entry)
+        except ValueError as error:
+            raise pytest.UsageError(f"{name}: {error}") from None
+    return tuple(entry for entry, _name in entries)
 
 
 def _or(value: Any, default: Any) -> Any:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -26,6 +27,7 @@ from ..casefile.toolbox import STATE_METHOD
 from ..faults import Fault, FaultPlan, stage_plan
 from ..judge.second import SecondModel
 from ..keypaths import KeyPath
+from ..netguard import Guard
 from ..records import (
     CASE_END,
     CaseResult,
@@ -95,6 +97,9 @@ class AgentContext:
     """Where plain agents' calls run: the session's one thread for them, so a framework
     that keeps its event loop and clients on its thread (openai-agents' ``run_sync``)
     finds them again at the next stage, run and case."""
+    guard: Guard | None = None
+    """Armed around every call into the agent: its connections go to the proxy or are
+    refused (``netguard.py``); what it refused fails the stage."""
 
 
 class Toolbench:
@@ -178,9 +183,10 @@ class AgentRun:
         close = getattr(self.agent, "aclose", None) or getattr(self.agent, "close", None)
         if callable(close) and not self.abandoned:
             try:
-                await call_user(_entry(close), timeout_s=self.ctx.stage_timeout_s,
-                                what=f"the agent's {close.__name__}()", loop=self.loop,
-                                thread=self.thread)
+                with self._guarded():
+                    await call_user(_entry(close), timeout_s=self.ctx.stage_timeout_s,
+                                    what=f"the agent's {close.__name__}()", loop=self.loop,
+                                    thread=self.thread)
             except UserCodeFailed:
                 pass  # the run's verdict is in; a close that fails changes none of it
         self.ctx.hang_up()
@@ -211,15 +217,20 @@ class AgentRun:
             kwargs["toolbench"] = Toolbench(self.ctx.base_url, self.case_run.model)
         started = self.ctx.traffic.mark()
         try:
-            self.agent = await call_user(_entry(factory),
-                                         timeout_s=self.ctx.stage_timeout_s,
-                                         what=f"agent factory {self.spec.python}",
-                                         loop=self.loop, thread=self.thread, **kwargs)
+            with self._guarded():
+                self.agent = await call_user(_entry(factory),
+                                             timeout_s=self.ctx.stage_timeout_s,
+                                             what=f"agent factory {self.spec.python}",
+                                             loop=self.loop, thread=self.thread, **kwargs)
         except UserCodeFailed as failed:
             self._abandon_if_overrun(failed)
-            return self._failure(f"the agent factory {self.spec.python} {_said(failed)}",
+            return self._failure(self._escaped() or
+                                 f"the agent factory {self.spec.python} {_said(failed)}",
                                  ("agent", "python"))
         self.ctx.traffic.since(started)  # a factory's own requests are no stage's
+        escaped = self._escaped()
+        if escaped is not None:
+            return self._failure(escaped, ("agent", "python"))
         if not callable(self.agent):
             return self._failure(f"the agent factory {self.spec.python} returned"
                                  f" {type(self.agent).__name__}, which is not callable: it"
@@ -270,9 +281,13 @@ class AgentRun:
                 said(history, text, answer, calls)
         exchanges = self.ctx.traffic.since(started)
         attempt.turns = [exchange_turn(exchange) for exchange in exchanges if exchange.api is not None]
-        # What the proxy could not do comes first: an agent's failure is mostly its effect.
-        attempt.failures[:0] = [self._failure(exchange.error, ("stages", index))
-                                for exchange in exchanges if exchange.error is not None]
+        # What the proxy could not do comes first: an agent's failure is mostly its effect;
+        # a connection that went past the proxy, before that.
+        escaped = self._escaped()
+        attempt.failures[:0] = [
+            *([self._failure(escaped, ("stages", index))] if escaped is not None else []),
+            *(self._failure(exchange.error, ("stages", index))
+              for exchange in exchanges if exchange.error is not None)]
         attempt.failures += [self._failure(message, path) for message, path in plan.unselected()]
         # A reply a fault changed, cut or stood in for is not the model's: what the stage
         # checks is what the model said (its requests count them all).
@@ -333,10 +348,11 @@ class AgentRun:
         (the failure noted in ``attempt``)."""
         started = self.ctx.traffic.mark()
         try:
-            answer = await call_user(_entry(self.agent), text,
-                                     timeout_s=self.ctx.stage_timeout_s,
-                                     what=f"agent {self.spec.python}", loop=self.loop,
-                                     thread=self.thread)
+            with self._guarded():
+                answer = await call_user(_entry(self.agent), text,
+                                         timeout_s=self.ctx.stage_timeout_s,
+                                         what=f"agent {self.spec.python}", loop=self.loop,
+                                         thread=self.thread)
         except UserCodeFailed as failed:
             self._abandon_if_overrun(failed)
             if _expects_error(self.case.stages[index]) and not failed.overran:
@@ -372,8 +388,9 @@ class AgentRun:
         if "state" not in expect.model_fields_set:
             return WorldState()
         try:
-            state = await read_state(self.agent, self.ctx.stage_timeout_s, self.loop,
-                                     self.thread)
+            with self._guarded():
+                state = await read_state(self.agent, self.ctx.stage_timeout_s, self.loop,
+                                         self.thread)
         except ToolFailed as failed:
             return WorldState(errors={"agent": str(failed)})
         # Masked before it is checked, as a toolbox's state is: a failure may cut a value.
@@ -395,6 +412,14 @@ class AgentRun:
         attempt.failures = check_agent(expect, attempt.trajectory, world, [], ("expect",),
                                        self._line_of, self.ctx.match_timeout_s, run.path)
         return StageResult(CASE_END, [attempt])
+
+    def _guarded(self) -> AbstractContextManager[None]:
+        """The agent's connections guarded while the block runs (``netguard.py``)."""
+        return self.ctx.guard.armed() if self.ctx.guard is not None else nullcontext()
+
+    def _escaped(self) -> str | None:
+        """What the guard refused the agent since last asked, as a failure says it."""
+        return self.ctx.guard.take() if self.ctx.guard is not None else None
 
     def _failure(self, message: str, path: KeyPath) -> Failure:
         return Failure(message, path, self._line_of(path))
