@@ -279,8 +279,8 @@ def _install() -> None:
                 self.run = _guarded_run(guard, self.run)  # type: ignore[method-assign]
             true_start(self)
 
-        socket.socket.connect = connect  # type: ignore[method-assign]
-        socket.socket.connect_ex = connect_ex  # type: ignore[method-assign]
+        socket.socket.connect = connect  # type: ignore[method-assign,assignment]
+        socket.socket.connect_ex = connect_ex  # type: ignore[method-assign,assignment]
         socket.getaddrinfo = getaddrinfo
         threading.Thread.start = start  # type: ignore[method-assign]
         _installed = True

@@ -403,8 +403,8 @@ def test_an_agent_abandoned_at_its_deadline_while_recording_keeps_the_good_casse
         (pytester.path / "hang").touch()
         result = run(pytester, "--toolbench-record", "--toolbench-deadline", "1")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*moody: stages[[]0].user: the agent did not finish within"
-                                 " 1 s (the stage's time limit)*"])
+    result.stdout.fnmatch_lines([("*moody: stages[[]0].user: the agent did not finish within"
+                                 " 1 s (the stage's time limit)*")])
     assert path.read_bytes() == before
     (pytester.path / "hang").unlink()
     run(pytester).assert_outcomes(passed=1)

@@ -180,8 +180,8 @@ def test_a_host_the_user_allows_may_be_reached(pytester: pytest.Pytester,
 def test_a_bad_allowed_host_is_a_usage_error(pytester: pytest.Pytester) -> None:
     result = run(pytester, "--toolbench-allow-connect", "127.0.0.1:http")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--toolbench-allow-connect: '127.0.0.1:http': the port is"
-                                 " not a number from 1 to 65535*"])
+    result.stderr.fnmatch_lines([("*--toolbench-allow-connect: '127.0.0.1:http': the port is"
+                                 " not a number from 1 to 65535*")])
 
 
 FIXTURE_TEST = '''
@@ -201,8 +201,8 @@ def test_a_fixture_test_that_connects_past_the_proxy_fails_naming_the_host(
     result = run(pytester)
     result.assert_outcomes(failed=1, errors=1)  # the client's error, then the teardown's
     where = real.base_url.removeprefix("http://").removesuffix("/v1")
-    result.stdout.fnmatch_lines([f"*the test connected to {where}, not to the plugin's proxy:"
-                                 " refused*toolbench_agent.base_url(api)*"])
+    result.stdout.fnmatch_lines([(f"*the test connected to {where}, not to the plugin's proxy:"
+                                 " refused*toolbench_agent.base_url(api)*")])
     assert real.requests == []
 
 

@@ -289,8 +289,8 @@ def test_max_turns_past_its_bound_is_a_collection_error_at_its_line(
     pytester.makefile(".case.yaml", talk=case)
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines([f"*talk.case.yaml:{line}: stages[[]0].simulate_user.max_turns:"
-                                 "*50*"])
+    result.stdout.fnmatch_lines([(f"*talk.case.yaml:{line}: stages[[]0].simulate_user.max_turns:"
+                                 "*50*")])
 
 
 @pytest.mark.parametrize("grows", ["one message", "the conversation"])
@@ -312,8 +312,8 @@ def test_a_simulated_user_past_the_reply_limit_fails_the_stage_and_records_nothi
            if grows == "one message" else
            "its request, the conversation so far, is *, past the reply limit of 100,000"
            " bytes (--toolbench-max-reply-bytes): not sent")
-    result.stdout.fnmatch_lines([f"*stages[[]0].simulate_user: simulator error: no reply:"
-                                 f" {why}*"])
+    result.stdout.fnmatch_lines([(f"*stages[[]0].simulate_user: simulator error: no reply:"
+                                 f" {why}*")])
     assert len(script.requests["simulator"]) <= 3
     assert not (pytester.path / "__cassettes__").exists()  # a recording that broke off
 
