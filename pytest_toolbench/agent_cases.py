@@ -97,6 +97,10 @@ class AgentCases:
             guard = self.guard("the agent", CASE_REMEDY)
             verdicts = [*([tap.unused] if isinstance(tap, ReplayTap) else []),
                         *second.verdicts, guard.take]
+            # The judge's and simulated user's credentials (judge.endpoint.api_key_env names
+            # its variable, whatever its name) are the case's secrets too.
+            tap.learn(secret for model in second.models.values()
+                      for secret in model.scrubber.secrets)
             context = AgentContext(
                 tap, lambda api: self.proxy.base_url(api, tap.run), lambda: self._abandon(tap),
                 lambda: self.proxy.drop(tap.connections),

@@ -415,3 +415,48 @@ stages: [{name: ask, user: hi, expect: {text: nothing}}]
     outputs = every_output(pytester, replayed)
     del outputs["__cassettes__/plain/plain.yaml"]  # recorded where it was no secret
     assert leaked_to(outputs, TEAM_SECRET) == []
+
+
+CRED_AGENT = '''
+import os
+
+
+class Keeper:
+    def __init__(self):
+        self.judge_cred = os.environ["JUDGE_CRED"]
+
+    def __call__(self, user):
+        return "hello"
+
+
+def make_agent():
+    return Keeper()
+'''
+
+
+def test_the_variable_a_case_names_for_its_judge_is_a_secret_of_the_agent_case(
+        pytester: pytest.Pytester, chat_server: ChatServer,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``judge.endpoint.api_key_env`` names a variable whose name looks like no
+    credential's: its value is masked in the agent's state all the same."""
+    cred = "judge-cred-value-4b7e2a9c1d"
+    monkeypatch.setenv("JUDGE_CRED", cred)
+    pytester.makepyfile(cred_agent=CRED_AGENT)
+    pytester.syspathinsert()
+    pytester.makefile(".case.yaml", cred=f"""name: cred
+agent: {{python: "cred_agent:make_agent"}}
+judge: {{model: judge-model, endpoint: {{base_url: "{chat_server.base_url}",
+                                       api_key_env: JUDGE_CRED}}}}
+stages:
+  - name: ask
+    user: hi
+    expect:
+      state: {{judge_cred: nothing}}
+      judge: [Greets]
+""")
+
+    result = pytester.runpytest("--toolbench-live", *EVERY_OUTPUT)
+
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*judge_cred: expected 'nothing', got '<scrubbed>'*"])
+    assert leaked_to(every_output(pytester, result), cred) == []

@@ -189,11 +189,15 @@ class Tap:
         """The case's scrubber, from now on masking the credentials this request carries
         too: its credential headers' values and its credential query values (Gemini's
         ``?key=``), wherever they appear (an echo in a reply, the agent's state)."""
-        sent = [value for value in sent_secrets(request.headers, request.query)
-                if PLACEHOLDER_KEY not in value]
+        return self.learn(value for value in sent_secrets(request.headers, request.query)
+                          if PLACEHOLDER_KEY not in value)
+
+    def learn(self, secrets: Iterable[str]) -> Scrubber:
+        """The case's scrubber, from now on masking ``secrets`` too."""
+        found = set(secrets)
         with self._lock:
-            if not set(self.scrubber.secrets).issuperset(sent):
-                self.scrubber = self._scrubber_of((*self.scrubber.secrets, *sent))
+            if not set(self.scrubber.secrets).issuperset(found):
+                self.scrubber = self._scrubber_of((*self.scrubber.secrets, *found))
             return self.scrubber
 
     def _shown_path(self, request: ProxyRequest) -> str:
