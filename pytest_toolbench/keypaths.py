@@ -22,6 +22,24 @@ class KeyedError(ValueError):
         self.path = path
 
 
+class KeyedErrors(KeyedError):
+    """Several problems found at once, by a check that looks at every key it knows rather
+    than stopping at the first: each is told at its own line. As a single KeyedError it is
+    the first of them."""
+
+    def __init__(self, errors: Sequence[KeyedError]) -> None:
+        super().__init__(errors[0].message, errors[0].path)
+        self.errors = list(errors)
+
+
+def raise_all(errors: Sequence[KeyedError]) -> None:
+    """Raise ``errors``: nothing when there are none, the one alone, or all of them."""
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        raise KeyedErrors(errors)
+
+
 def format_key_path(path: Sequence[str | int]) -> str:
     """``("stages", 0, "expect")`` -> ``stages[0].expect``."""
     text = ""

@@ -583,3 +583,28 @@ def test_a_missing_delegate_module_is_reported(monkeypatch: pytest.MonkeyPatch,
     code, _, err = run(capsys, "import-bfcl", "x")
     assert code == 2
     assert err.startswith("toolbench import-bfcl: error: not available in this install")
+
+
+def test_validate_reports_every_problem_of_an_agent_case_at_once(
+        pytester: pytest.Pytester) -> None:
+    """Three keys of the plugin's own loop on an agent case: three problems in one run of
+    ``toolbench validate`` (and of pytest's collection), each at its line, not one a run."""
+    pytester.makepyfile(bot="def make():\n    return lambda text: text\n")
+    pytester.makeini("[pytest]\npythonpath = .\n")
+    pytester.makefile(".case.yaml", bot=(
+        "name: bot\nagent: {python: 'bot:make'}\nparams: {temperature: 0}\n"
+        "stages:\n  - name: ask\n    user: hi\n    tool_choice: required\n"
+        "    run_tools: true\n  - name: more\n    expect: {text: hi}\n"))
+    said = "is for the plugin's own loop, and an agent case's agent builds its own requests"
+    problems = [f"  bot.case.yaml:3: params: params {said}",
+                f"  bot.case.yaml:7: stages[[]0[]].tool_choice: tool_choice {said}",
+                f"  bot.case.yaml:8: stages[[]0[]].run_tools: run_tools {said}",
+                ("  bot.case.yaml:9: stages[[]1[]]: an agent case's stage needs `user` (the"
+                 " text its agent is called with) or `simulate_user`")]
+
+    code, out = command(pytester.path, "toolbench", "validate", "bot.case.yaml")
+
+    assert code == 1
+    pytest.LineMatcher(out).fnmatch_lines([*problems, "1 file, 0 cases: 4 problems in 1 file"])
+    _, out = command(pytester.path, "pytest", "--collect-only", "bot.case.yaml")
+    pytest.LineMatcher(out).fnmatch_lines(problems)

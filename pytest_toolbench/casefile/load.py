@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..keypaths import KeyedError, KeyPath, format_key_path
+from ..keypaths import KeyedError, KeyedErrors, KeyPath, format_key_path
 from .files import Reads
 from .inherit import DEFAULTS, Inheritance, allowed_keys, inherit, is_file_level
 from .loader import CaseFileError, Document, ParsedDocuments, load_documents
@@ -393,8 +393,13 @@ def _describe(exc: ValidationError, data: Any,
     near: set[KeyPath] = set()
     for detail in exc.errors():
         path = _data_path(detail, data)
-        message = _message(detail, path)
         keyed = (detail.get("ctx") or {}).get("error")
+        if isinstance(keyed, KeyedErrors):  # several problems of one check, each told
+            for each in keyed.errors:
+                line, shown = locate((*path, *each.path))
+                errors.append((CaseFileError(file, line, each.message, shown), False))
+            continue
+        message = _message(detail, path)
         if isinstance(keyed, KeyedError):
             path = (*path, *keyed.path)
             message = keyed.message

@@ -39,7 +39,7 @@ from ..agent_imports import importing
 from ..apis import AGENT, API_NAMES
 from ..defaults import JUDGE_SAMPLES_MAX, SIMULATED_TURNS_MAX
 from ..faults import Fault
-from ..keypaths import KeyedError, KeyPath
+from ..keypaths import KeyedError, KeyPath, raise_all
 from ..matchers import (
     Matcher,
     compile_matcher,
@@ -961,27 +961,28 @@ class Case(StrictModel):
             _faults_need_an_agent(self)
             return self
         said = "is for the plugin's own loop, and an agent case's agent builds its own requests"
-        for key in LOOP_ONLY_KEYS:
-            if key in self.model_fields_set:
-                raise KeyedError(f"{key} {said}", (key,))
+        # Every problem at once, each at its line: not one a run of `toolbench validate`.
+        problems = [KeyedError(f"{key} {said}", (key,))
+                    for key in LOOP_ONLY_KEYS if key in self.model_fields_set]
         if self.endpoint.api is not None:
-            raise KeyedError("api: an agent's requests name their own wire API (their"
-                             " paths say which)", ("endpoint", "api"))
+            problems.append(KeyedError("api: an agent's requests name their own wire API"
+                                       " (their paths say which)", ("endpoint", "api")))
         for index, stage in enumerate(self.stages):
-            for key in LOOP_ONLY_STAGE_KEYS:
-                if key in stage.model_fields_set:
-                    raise KeyedError(f"{key} {said}", ("stages", index, key))
+            problems += [KeyedError(f"{key} {said}", ("stages", index, key))
+                         for key in LOOP_ONLY_STAGE_KEYS if key in stage.model_fields_set]
             if stage.user is None and stage.simulate_user is None:
-                raise KeyedError("an agent case's stage needs `user` (the text its agent is"
-                                 " called with) or `simulate_user`", ("stages", index))
+                problems.append(KeyedError("an agent case's stage needs `user` (the text its"
+                                           " agent is called with) or `simulate_user`",
+                                           ("stages", index)))
         for path, expect in self._agent_expects():
             if expect.probe:
-                raise KeyedError("probe calls the case's tools, and an agent case has"
-                                 " none of its own", (*path, "probe"))
+                problems.append(KeyedError("probe calls the case's tools, and an agent case"
+                                           " has none of its own", (*path, "probe")))
             if "background_errors" in expect.model_fields_set:
-                raise KeyedError("background_errors reads the case's background tools, and"
-                                 " an agent case has none of its own",
-                                 (*path, "background_errors"))
+                problems.append(KeyedError("background_errors reads the case's background"
+                                           " tools, and an agent case has none of its own",
+                                           (*path, "background_errors")))
+        raise_all(problems)
         return self
 
     @property
