@@ -158,9 +158,15 @@ def test_an_agent_that_cannot_connect_is_told_it_never_reached_the_proxy(
     # The agent changed: its client now goes to a fixed URL, where nothing listens.
     pytester.makepyfile(bot=BOT.replace('BASE_URL = None', 'BASE_URL = "http://127.0.0.1:9/v1"'))
 
-    result = replay(pytester)
+    guarded = replay(pytester)
+    allowed = replay(pytester, "--toolbench-allow-connect", "127.0.0.1:9")
 
-    assert_led_by(result, pytester, "a.case.yaml:*: bot: stages[[]0[]].user: the agent raised"
+    # The socket guard refuses the connection and says where it went: that leads, once.
+    assert_led_by(guarded, pytester, "a.case.yaml:*: bot: stages[[]0[]]: the agent connected"
+                  " to 127.0.0.1:9, not to the plugin's proxy: refused*")
+    assert "never reached it" not in guarded.stdout.str()
+    # Allowed there, it finds nothing listening: it never reached the proxy, and is told.
+    assert_led_by(allowed, pytester, "a.case.yaml:*: bot: stages[[]0[]].user: the agent raised"
                   " ConnectError: *; it sent no request to the plugin's proxy, so it never"
                   " reached it: check that its client takes its base URL from OPENAI_BASE_URL*")
 

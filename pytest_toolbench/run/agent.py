@@ -346,7 +346,7 @@ class AgentRun:
     async def _ask(self, attempt: StageAttempt, index: int, text: str) -> Any:
         """Call the agent with the stage's text; what it returned, or None when it failed
         (the failure noted in ``attempt``)."""
-        started = self.ctx.traffic.mark()
+        started, refused = self.ctx.traffic.mark(), self._refused()
         try:
             with self._guarded():
                 answer = await call_user(_entry(self.agent), text,
@@ -357,7 +357,10 @@ class AgentRun:
             self._abandon_if_overrun(failed)
             if _expects_error(self.case.stages[index]) and not failed.overran:
                 return Raised(failed.message)  # what expect.error matches
-            unheard = failed.cannot_connect and not self.ctx.traffic.since(started)
+            # Sent nothing, and not refused by the guard (whose own failure says where the
+            # connection went and what to change): it never reached the proxy.
+            unheard = (failed.cannot_connect and self._refused() == refused
+                       and not self.ctx.traffic.since(started))
             attempt.failures.append(self._failure(
                 f"the agent {_said(failed, NEVER_REACHED if unheard else '')}",
                 ("stages", index, "user")))
@@ -416,6 +419,10 @@ class AgentRun:
     def _guarded(self) -> AbstractContextManager[None]:
         """The agent's connections guarded while the block runs (``netguard.py``)."""
         return self.ctx.guard.armed() if self.ctx.guard is not None else nullcontext()
+
+    def _refused(self) -> int:
+        """How many hosts the guard has refused the agent so far."""
+        return len(self.ctx.guard.escapes) if self.ctx.guard is not None else 0
 
     def _escaped(self) -> str | None:
         """What the guard refused the agent since last asked, as a failure says it."""
