@@ -13,7 +13,7 @@ HERE = Path(__file__).resolve().parent
 BENCHMARKS = ["bench_stream.py", "bench_replay.py", "bench_concurrency.py",
               "bench_collection.py", "bench_startup.py", "bench_html.py",
               "bench_bfcl_multi.py", "bench_mcp.py", "bench_agent.py",
-              "bench_progressive.py"]
+              "bench_progressive.py", "bench_faults.py"]
 
 
 def parse_args() -> argparse.Namespace:

@@ -30,6 +30,7 @@ import httpx2
 from .apis import AGENT
 from .casefile.routes import route_table
 from .casefile.schema import Case, McpTools
+from .faults import LOOP_KINDS, Fault, stage_plan
 from .keypaths import KeyPath
 from .records import CaseResult
 from .run.runner import CaseRun, RunContext, run_case
@@ -91,6 +92,8 @@ class Plan:
     runs: list[str] = field(default_factory=list)
     """What will run, where no request can be shown (an agent case: its factory, the proxy
     its SDKs are pointed at, the cassette it replays)."""
+    faults: list[str] = field(default_factory=list)
+    """Its fault plan: each fault of each stage, what it does to which requests."""
 
     @property
     def ready(self) -> bool:
@@ -156,7 +159,10 @@ async def _plan_case(runtime: SessionRuntime, case_run: CaseRun, replaying: bool
     context = RunContext(clients[0], api_key=None if replaying else setup.api_key,
                          scrubber=setup.scrubber,
                          mcp=PlannedMcp(replaying, cassette, setup.scrubber, plan),
-                         judge=on_seconds.get("judge"), simulator=on_seconds.get("simulator"))
+                         judge=on_seconds.get("judge"), simulator=on_seconds.get("simulator"),
+                         inject=False)
+    plan.faults = fault_plan_lines(case_run, tuple(
+        fault for fault in runtime.settings.fault_plan() if fault.kind in LOOP_KINDS))
     try:
         result = await run_case(case_run, context)
     except FirstRequest as first:
@@ -194,6 +200,7 @@ def _agent_plan(runtime: SessionRuntime, case_run: CaseRun, replaying: bool) -> 
     variables = ", ".join(name for family in FAMILIES.values() for name in family.env)
     plan.runs.append(f"its SDKs are pointed at the plugin's loopback proxy: {variables}"
                      " (and toolbench.base_url(), for a factory that takes toolbench)")
+    plan.faults = fault_plan_lines(case_run, runtime.settings.fault_plan())
     if replaying:
         try:
             cassette = runtime.agent_cases.cassette(path, shown, hint, replaying=True)
@@ -210,6 +217,15 @@ def _agent_plan(runtime: SessionRuntime, case_run: CaseRun, replaying: bool) -> 
                          + (f" and records it in {shown}" if recording else "; nothing is"
                             " recorded"))
     return plan
+
+
+def fault_plan_lines(case_run: CaseRun, run_faults: tuple[Fault, ...]) -> list[str]:
+    """Each stage's faults in words: ``stage ask: fault 1 of stage ask: status 429 at
+    request 1``."""
+    case = case_run.loaded.case
+    return [f"stage {stage.name}: {line}" for index, stage in enumerate(case.stages)
+            for line in stage_plan(stage.faults, case.faults, list(run_faults), index,
+                                   stage.name).lines()]
 
 
 async def _check_replays(first: FirstRequest, cassette: Cassette, scrubber: Scrubber,
@@ -367,7 +383,8 @@ def render(plan: Plan, write: Callable[[str], None], quiet: bool) -> None:
     request = plan.request
     where = f"{plan.api} {request.method} {request.url}" if request else plan.api
     if quiet:
-        write(f"{plan.nodeid}: {where}: {verdict}")
+        faults = f" ({len(plan.faults)} faults planned)" if plan.faults else ""
+        write(f"{plan.nodeid}: {where}: {verdict}{faults}")
         return
     write(f"{plan.nodeid}: {'ready' if plan.ready else 'NOT READY'}")
     if plan.answers:
@@ -380,6 +397,8 @@ def render(plan: Plan, write: Callable[[str], None], quiet: bool) -> None:
         write(f"    note: {note}")
     for line in plan.runs:
         write(f"    runs: {line}")
+    for fault in plan.faults:
+        write(f"    injected fault: {fault}")
     if request is None:
         if not plan.runs:
             write("    no request (see what is missing)")

@@ -33,6 +33,9 @@ SELECTORS: Final = ("request", "every", "rate")
 """The keys that say which requests it selects (none: every request)."""
 STATUSES: Final = (429, 500, 502, 503, 504, 529)
 MUTATIONS: Final = ("malformed_arguments", "unknown_tool", "empty", "truncated")
+LOOP_KINDS: Final = frozenset({"status", "disconnect"})
+"""The kinds the plugin's own transport injects, for a case of its own loop (an agent
+case takes every kind, at the proxy)."""
 
 
 class _Strict(BaseModel):
@@ -87,9 +90,9 @@ class Fault(_Strict):
     @classmethod
     def _known_keys(cls, data: Any) -> Any:
         if not isinstance(data, dict):
-            raise ValueError(f"a fault is a mapping with one of {', '.join(KINDS)}, and"
-                             f" optionally request, every, rate (with seed), api, times;"
-                             f" got {data!r}")
+            raise ValueError(  # noqa: TRY004 - pydantic reports ValueError only
+                f"a fault is a mapping with one of {', '.join(KINDS)}, and optionally"
+                f" request, every, rate (with seed), api, times; got {data!r}")
         known = set(cls.model_fields)
         for key in data:
             if key not in known:
@@ -325,8 +328,8 @@ class FaultPlan:
     def unselected(self) -> list[tuple[str, KeyPath]]:
         """The stage's own faults that selected nothing, each as its error and its path."""
         sent = self.requests
-        return [(f"{planned.label} selected nothing: the stage sent {sent}"
-                 f" request{'' if sent == 1 else 's'}", planned.path)
+        return [((f"{planned.label} selected nothing: the stage sent {sent}"
+                 f" request{'' if sent == 1 else 's'}"), planned.path)
                 for planned in self.planned
                 if planned.own and planned.fault.must_select and not planned.hits]
 

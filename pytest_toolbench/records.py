@@ -491,11 +491,12 @@ class CaseResult:
         """Whether a recording of it keeps the previous cassette: a request got no answer
         (connect error, timeout, reset), or a case that failed met an overloaded or broken
         server (429 or 5xx after the retries); a case that passes with such a status
-        expects it. Or a tool source (an MCP server) broke: its failures sit at
+        expects it (a status a fault injected is none of the endpoint's). Or a tool
+        source (an MCP server) broke: its failures sit at
         ``tools[N]``, where the source is declared, and the recording is missing its
         exchanges."""
         return any(
-            turn.error or (not self.passed and turn.reply is not None
+            turn.error or (not self.passed and turn.reply is not None and turn.fault is None
                            and overloaded(turn.reply.status))
             for run in self.runs for turn in (*run.turns, *run.side_turns)
         ) or any(failure.key_path[:1] == ("tools",)

@@ -454,7 +454,8 @@ class SessionRuntime:
                           runs=self.settings.repeat or (repeat.runs if repeat else 1),
                           match_timeout_s=self.settings.match_timeout_s, scrubber=scrubber,
                           mcp=mcp, judge=seconds.get("judge"),
-                          simulator=seconds.get("simulator"))
+                          simulator=seconds.get("simulator"),
+                          run_faults=self.settings.fault_plan())
 
     def _live_client(self, endpoint: ResolvedEndpoint) -> ApiClient:
         if endpoint not in self._clients:

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import gc
 import json
-import re
 import sys
-from typing import Any
 
 import pytest
-from support.agents.frameworks import PLACEHOLDER_KEYS, FRAMEWORKS, Framework
+from support.agents.frameworks import FRAMEWORKS, PLACEHOLDER_KEYS, Framework
 from support.chat_server import ChatServer
 from support.gemini_server import GeminiServer
 from support.scripted_model import ScriptedModel, calls, says
@@ -125,8 +123,8 @@ def test_faults_replayed_into_a_clean_recording_meet_the_sdks_own_retries(
     # Arguments that are not JSON: the agent tells its model so, a request the clean
     # recording never saw (or its SDK refuses the reply): the case fails, naming the fault.
     malformed.assert_outcomes(failed=1)
-    malformed.stdout.fnmatch_lines(["*injected fault (--toolbench-fault 1):"
-                                    " mutate: malformed_arguments*"])
+    malformed.stdout.fnmatch_lines([("*injected fault (--toolbench-fault 1):"
+                                    " mutate: malformed_arguments*")])
 
 
 def test_a_cut_stream_is_what_the_agent_raises_and_expect_error_matches_it(
@@ -147,15 +145,15 @@ def test_a_cut_stream_is_what_the_agent_raises_and_expect_error_matches_it(
     cut.stdout.fnmatch_lines(["*the agent raised*", "*injected fault*cut after 1 chunks*"])
     expected.assert_outcomes(passed=1)
     returned.assert_outcomes(failed=1)
-    returned.stdout.fnmatch_lines(["*the agent returned 'Order 913 is refunded: 42.5.',"
-                                   " but expect.error says it must raise*"])
+    returned.stdout.fnmatch_lines([("*the agent returned 'Order 913 is refunded: 42.5.',"
+                                   " but expect.error says it must raise*")])
     # The stage's own fault selected nothing: the stage sent fewer requests than it names.
     pytester.makefile(".case.yaml", refund=case_text(
         framework, "http://127.0.0.1:9/v1", "[{request: 9, status: 500}]"))
     unselected = run(pytester)
     unselected.assert_outcomes(failed=1)
-    unselected.stdout.fnmatch_lines(["*fault 1 of stage ask selected nothing: the stage"
-                                     " sent 3 requests*"])
+    unselected.stdout.fnmatch_lines([("*fault 1 of stage ask selected nothing: the stage"
+                                     " sent 3 requests*")])
 
 
 def test_a_naive_agent_gives_up_on_an_overload_and_says_so(
@@ -188,7 +186,7 @@ model: m
 stages:
   - name: ask
     user: hi
-    faults: [{request: 1, status: 429}]
+    faults: [{request: 1, cut: {after_chunks: 1}}]
 """
 
 
@@ -203,7 +201,8 @@ def test_every_fault_key_is_checked_at_its_line(pytester: pytest.Pytester) -> No
         "*broken.case.yaml:9: *unknown fault key 'foo'*",
         "*broken.case.yaml:10: *rate needs a seed*",
         "*broken.case.yaml:11: *exactly one of status, disconnect*got status, disconnect*",
-        "*broken.case.yaml:18: *faults are injected into an agent case's requests*",
+        ("*broken.case.yaml:18: *cut: a case of the plugin's own loop takes status and"
+        " disconnect faults*"),
     ])
 
 
@@ -237,3 +236,111 @@ def test_defaults_faults_come_before_the_cases_own(pytester: pytest.Pytester,
         "status 503", "status 502", None, None, None]
     assert [(fault or {}).get("source") for fault in turns[:2]] == [
         "fault 1 of stage ask", "fault 2 of the case"]
+
+
+def test_the_dry_run_lists_each_items_fault_plan_and_diff_shows_the_faults(
+        pytester: pytest.Pytester, keys: None) -> None:
+    framework = by_id("openai-chat")
+    record(pytester, framework)
+    pytester.makefile(".case.yaml", refund=case_text(
+        framework, "http://127.0.0.1:9/v1", "[{request: 1, status: 429, retry_after_s: 0}]"))
+    planned = run(pytester, "--toolbench-dry-run", "--toolbench-fault", "cut=2,api=chat@3")
+    planned.stdout.fnmatch_lines([
+        "*refund*: ready",
+        ("*injected fault: stage ask: fault 1 of stage ask: status 429 (retry-after 0 s)"
+        " at request 1"),
+        ("*injected fault: stage ask: --toolbench-fault 1: cut after 2 chunks at request 3"
+        " of chat")])
+    run(pytester, "--toolbench-report", "faulted.json").assert_outcomes(passed=1)
+    pytester.makefile(".case.yaml", refund=case_text(framework, "http://127.0.0.1:9/v1"))
+    run(pytester, "--toolbench-report", "clean.json").assert_outcomes(passed=1)
+    diff = pytester.run(sys.executable, "-m", "pytest_toolbench.commands.cli", "diff",
+                        "clean.json", "faulted.json")
+    diff.stdout.fnmatch_lines([("*fault*ask: injected none -> status 429 (retry-after 0 s)"
+                               " at request 1*")])
+
+
+PLAIN_SDKS = [framework for framework in FRAMEWORKS if framework.id in (
+    "openai-chat", "openai-chat-async-stream", "openai-responses", "openai-responses-stream",
+    "anthropic-stream", "anthropic", "gemini", "gemini-stream")]
+
+
+@pytest.mark.parametrize("framework", [pytest.param(f, marks=f.marks, id=f.id)
+                                       for f in PLAIN_SDKS])
+def test_a_reply_mutated_in_its_apis_shape_is_read_by_its_sdk(
+        framework: Framework, pytester: pytest.Pytester, keys: None) -> None:
+    """Whole or streamed, the changed reply is one the SDK reads: the agent answers with
+    what it got (half the text; no text), or answers a tool it was not offered, which sends
+    a request the clean recording never saw: the failure names the fault before it."""
+    record(pytester, framework)
+    truncated = run(pytester, "--toolbench-fault", "mutate=truncated@3")
+    emptied = run(pytester, "--toolbench-fault", "mutate=empty@3")
+    renamed = run(pytester, "--toolbench-fault", "mutate=unknown_tool@1")
+
+    truncated.assert_outcomes(failed=1)
+    truncated.stdout.fnmatch_lines(["*refund.case.yaml:12*text*'Order 913 is r'*"])
+    emptied.assert_outcomes(failed=1)
+    emptied.stdout.fnmatch_lines(["*refund.case.yaml:12*text*''*"])
+    renamed.assert_outcomes(failed=1)
+    renamed.stdout.fnmatch_lines(["*differs from the one recorded*",
+                                  ("*the fault injected just before: --toolbench-fault 1,"
+                                  " mutate: unknown_tool at request 1*")])
+
+
+MODEL_CASE = """name: hello
+model: MODEL
+endpoint: {base_url: "BASE_URL", apis: [APIS]}
+stages:
+  - name: ask
+    user: Say hello
+    faults: FAULTS
+    expect: EXPECT
+"""
+
+
+def model_case(base_url: str, apis: str, model: str = "test-model", faults: str = "[]",
+               expect: str = "{text: {$contains: Hello}}") -> str:
+    return (MODEL_CASE.replace("BASE_URL", base_url).replace("APIS", apis)
+            .replace("MODEL", model).replace("FAULTS", faults).replace("EXPECT", expect))
+
+
+@pytest.mark.parametrize("apis", ["chat, responses, messages", "gemini"])
+def test_a_model_case_puts_the_plugins_own_retries_under_test(
+        apis: str, pytester: pytest.Pytester, keys: None) -> None:
+    """The plugin's own transport meets the faults: it retries a 429 and a dropped
+    connection (its retries say each), and gives up on a 503 that lasts, which the
+    stage's expect can name."""
+    server = GeminiServer() if apis == "gemini" else ChatServer()
+    count = len(apis.split(","))
+    model = "gemini-2.5-flash" if apis == "gemini" else "test-model"
+    with server.start():
+        server.set_handler(ScriptedModel(*[says("Hello there.")] * count))
+        pytester.makefile(".case.yaml", hello=model_case(server.base_url, apis, model))
+        run(pytester, "--toolbench-record").assert_outcomes(passed=count)
+    dead = "http://127.0.0.1:9/v1"
+    pytester.makefile(".case.yaml", hello=model_case(
+        dead, apis, model, "[{request: 1, status: 429, retry_after_s: 0}, {request: 2,"
+        " disconnect: true}]"))
+    retried = run(pytester, "--toolbench-report", "retried.json", "-rA")
+    pytester.makefile(".case.yaml", hello=model_case(dead, apis, model, "[{status: 503}]"))
+    down = run(pytester, "-rA")
+    pytester.makefile(".case.yaml", hello=model_case(
+        dead, apis, model, "[{status: 503}]",
+        "{status: 503, error: {$contains: Service unavailable}}"))
+    expected = run(pytester)
+
+    retried.assert_outcomes(passed=count)
+    turns = [turn for case in json.loads((pytester.path / "retried.json").read_text())["cases"]
+             for run_ in case["runs"] for stage in run_["stages"]
+             for attempt in stage["attempts"] for turn in attempt["turns"]]
+    assert len(turns) == count
+    for turn in turns:
+        assert turn["reply"]["status"] == 200
+        assert turn["fault"]["kind"] == "disconnect" and turn["fault"]["request"] == 2
+        assert len(turn["retries"]) == 2
+        assert "HTTP 429" in turn["retries"][0] and "injected" in turn["retries"][0]
+        assert "closed with no reply" in turn["retries"][1]
+    down.assert_outcomes(failed=count)
+    down.stdout.fnmatch_lines([("*status*503*Service unavailable (HTTP 503, a fault injected"
+                               " by pytest-toolbench)*")])
+    expected.assert_outcomes(passed=count)

@@ -38,7 +38,7 @@ from pydantic_core import core_schema
 from ..agent_imports import importing
 from ..apis import AGENT, API_NAMES
 from ..defaults import JUDGE_SAMPLES_MAX, SIMULATED_TURNS_MAX
-from ..faults import Fault
+from ..faults import LOOP_KINDS, Fault
 from ..keypaths import KeyedError, KeyPath, raise_all
 from ..matchers import (
     Matcher,
@@ -1146,13 +1146,19 @@ class Case(StrictModel):
 
 
 def _faults_need_an_agent(case: Case) -> None:
-    """Faults are injected at the agent proxy: the plugin's own loop takes none yet."""
-    where = [("faults",)] if case.faults else []
-    where += [("stages", index, "faults") for index, stage in enumerate(case.stages)
-              if stage.faults]
-    if where:
-        raise KeyedError("faults are injected into an agent case's requests (agent:); a"
-                         " case of the plugin's own loop takes none", where[0])
+    """The plugin's own loop takes the faults its transport injects (``LOOP_KINDS``): the
+    others change a reply on its way to an agent."""
+    entries: list[tuple[KeyPath, Fault]] = [(("faults", index), fault)
+                                            for index, fault in enumerate(case.faults)]
+    entries += [(("stages", stage_index, "faults", index), fault)
+                for stage_index, stage in enumerate(case.stages)
+                for index, fault in enumerate(stage.faults)]
+    for path, fault in entries:
+        if fault.kind not in LOOP_KINDS:
+            raise KeyedError(f"{fault.kind}: a case of the plugin's own loop takes status"
+                             " and disconnect faults (its transport's retries and circuit"
+                             " breaker under test); the others are for agent cases (agent:)",
+                             (*path, fault.kind))
 
 
 def _entry_name(entry: Tool | McpTools | Toolbox) -> tuple[str, str, str]:

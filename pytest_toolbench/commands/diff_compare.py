@@ -6,8 +6,8 @@ code.
 Of a case: a verdict that flipped (reports only: cassettes hold none), a request the case
 sent otherwise while the answers before it were the same (the case, or what the plugin
 makes of it, changed: no model did that), tool calls that appeared, disappeared or changed
-arguments, answers whose text changed (a short word diff; marked when they follow a changed
-request), errors that came or went, the number of turns, and latency, time to first token
+arguments, injected faults that came, went or changed, answers whose text changed (a short
+word diff; marked when they follow a changed request), errors that came or went, the number of turns, and latency, time to first token
 (left out between a replayed and a live run) and tokens that moved past the threshold.
 
 What is compared of a case is its first run, and of each stage its last attempt: the
@@ -36,7 +36,7 @@ class Change:
     nodeid: str
     kind: str
     """verdict, case added, case removed, unreadable, request, call added, call removed,
-    arguments, answer, error, turns, latency_ms, ttft_ms, total_tokens."""
+    arguments, fault, answer, error, turns, latency_ms, ttft_ms, total_tokens."""
     detail: str
     regression: bool = False
     stage: str | None = field(default=None, compare=False, repr=False)
@@ -209,6 +209,10 @@ def _stage_changes(nodeid: str, stage: str, old: AttemptRecord | None,
             yield Change(nodeid, "call removed", f"{stage}: {name}({args})")
     if old is None or new is None:
         return
+    old_faults, new_faults = _faults(old), _faults(new)
+    if old_faults != new_faults:  # injected on purpose: never read as the service's doing
+        yield Change(nodeid, "fault", f"{stage}: injected {', '.join(old_faults) or 'none'}"
+                                      f" -> {', '.join(new_faults) or 'none'}")
     old_error, new_error = _error(old), _error(new)
     if old_error != new_error:  # says more than the answer an error leaves empty
         yield Change(nodeid, "error", f"{stage}: {old_error or 'none'} -> {new_error or 'none'}")
@@ -216,6 +220,12 @@ def _stage_changes(nodeid: str, stage: str, old: AttemptRecord | None,
     old_text, new_text = _answer(old), _answer(new)
     if old_text != new_text:
         yield Change(nodeid, "answer", f"{stage}: {word_diff(old_text, new_text)}")
+
+
+def _faults(attempt: AttemptRecord) -> list[str]:
+    """The faults injected into the attempt's requests: ``status 429 at request 1``."""
+    return [f"{turn.fault.get('does', turn.fault.get('kind'))} at request"
+            f" {turn.fault.get('request')}" for turn in attempt.turns if turn.fault]
 
 
 def _calls(attempt: AttemptRecord | None) -> list[tuple[str, str]]:

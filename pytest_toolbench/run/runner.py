@@ -29,6 +29,7 @@ from ..casefile.schema import (
     Toolbox,
     ToolChoiceFunction,
 )
+from ..faults import LOOP_KINDS, Fault, FaultPlan, stage_plan
 from ..judge.second import SecondModel
 from ..keypaths import KeyPath
 from ..matchers.limits import DEFAULT_LIMIT_S as DEFAULT_MATCH_TIMEOUT_S
@@ -156,6 +157,10 @@ class RunContext:
     """Judges ``expect.judge`` criteria; ``None``: the case has none."""
     simulator: SecondModel | None = None
     """Plays ``simulate_user``; ``None``: the case has none."""
+    run_faults: tuple[Fault, ...] = ()
+    """``--toolbench-fault``: faults for every stage (those the transport injects)."""
+    inject: bool = True
+    """Whether the faults are injected (the dry run shows them, and sends nothing)."""
 
 
 @dataclass
@@ -224,8 +229,10 @@ def unplayed(verdict: Callable[[], str | None] | None, runs: list[RunResult]) ->
     passed. A run that failed ended at its failure, and the exchanges recorded after it
     were never asked for: said first ("the case sent 1 request, but ... holds 3: the case
     changed since it was recorded; re-record it"), that consequence would hide the real
-    failure and invite re-recording over a regression."""
-    if verdict is None or not all(run.passed for run in runs):
+    failure and invite re-recording over a regression. Nor does a faulted run's: its
+    agent (or its retries) may give up before the recording's end."""
+    if verdict is None or not all(run.passed for run in runs) or any(
+            turn.fault is not None for run in runs for turn in run.turns):
         return None
     return verdict()
 
@@ -324,7 +331,7 @@ async def run_once(case_run: CaseRun, ctx: RunContext, number: int,
         # An unrouted failure ends the run: later stages build on its conversation.
         while (index := route.next_stage()) is not None:
             stage_result = await run_stage(case_run, ctx, conversation, index,
-                                           case.stages[index], machine, toolset)
+                                           case.stages[index], machine, toolset, number)
             run.stages.append(stage_result)
             route.took(stage_result)
     background = await _end_background(case_run, toolset, run)
@@ -406,7 +413,7 @@ async def check_case_end(case_run: CaseRun, ctx: RunContext, run: RunResult,
 
 async def run_stage(case_run: CaseRun, ctx: RunContext, conversation: Conversation,
                     index: int, stage: Stage, machine: StageMachine,
-                    toolset: Toolset) -> StageResult:
+                    toolset: Toolset, run_number: int = 1) -> StageResult:
     result = StageResult(stage.name)
     attempts = stage.retry.attempts if stage.retry else 1
     before = conversation.snapshot()
@@ -426,7 +433,7 @@ async def run_stage(case_run: CaseRun, ctx: RunContext, conversation: Conversati
                 result.attempts.append(_broken_attempt(case_run, stage, number, fault))
                 break
         attempt = await StageRunner(case_run, ctx, conversation, index, stage, machine,
-                                    toolset).run(number)
+                                    toolset, run_number).run(number)
         result.attempts.append(attempt)
         if attempt.passed or not attempt.turns:
             break  # an attempt that sent nothing failed on the case itself: retry can't help
@@ -464,8 +471,10 @@ class StageRunner:
     """One attempt at one stage, driving the state machine from idle to passed or failed."""
 
     def __init__(self, case_run: CaseRun, ctx: RunContext, conversation: Conversation,
-                 index: int, stage: Stage, machine: StageMachine, toolset: Toolset) -> None:
+                 index: int, stage: Stage, machine: StageMachine, toolset: Toolset,
+                 run_number: int = 1) -> None:
         self.case_run, self.ctx = case_run, ctx
+        self.run_number = run_number
         self.toolset = toolset
         self.conversation, self.index = conversation, index
         self.stage = stage
@@ -474,10 +483,17 @@ class StageRunner:
         self._resolved: Expect | None = None
         self._stream_end: Anchor | None = None
         """The latest streamed reply's end on the stream's clock, for its tool runs."""
+        self.faults: FaultPlan | None = None
+        """The faults of the attempt under way (None: none)."""
 
     async def run(self, number: int) -> StageAttempt:
         attempt = StageAttempt(self.stage.name, number)
         trail_start = len(self.machine.trail) - 1
+        case = self.case_run.loaded.case
+        run_faults = [fault for fault in self.ctx.run_faults if fault.kind in LOOP_KINDS]
+        plan = stage_plan(self.stage.faults, case.faults, run_faults, self.index,
+                          self.stage.name, f"{self.run_number}/{number}")
+        self.faults = plan if plan and self.ctx.inject else None
         try:
             await self._run(attempt)
             if attempt.state is None and self.toolset.stateful:  # the loop broke off
@@ -489,6 +505,9 @@ class StageRunner:
                                             self._line_of(fault.path)))
         finally:
             attempt.trail = self.machine.trail[trail_start:]
+        if self.faults is not None:
+            attempt.failures += [self._failure(message, path)
+                                 for message, path in plan.unselected()]
         return attempt
 
     async def _run(self, attempt: StageAttempt) -> None:
@@ -666,11 +685,12 @@ class StageRunner:
         turn = Turn(request=body, streamed=streamed, progressive=early is not None)
         self._stream_end = None
         started = time.perf_counter()
+        injected = len(self.faults.injections) if self.faults is not None else 0
         try:
             pending = await self.ctx.client.open(
                 body, wire=self.case_run.wire, stream=streamed, model=self.case_run.model,
                 api_key=self.ctx.api_key,
-                sink=self._keep if self.ctx.sink is not None else None)
+                sink=self._keep if self.ctx.sink is not None else None, faults=self.faults)
             turn.retries = pending.retries
             self.machine.fire("headers")
             turn.reply = await pending.read(None if early is None else early.start)
@@ -683,6 +703,9 @@ class StageRunner:
             self.machine.fire("transport_error")
         finally:
             turn.elapsed_ms = (time.perf_counter() - started) * 1000
+            if self.faults is not None and self.faults.injections[injected:]:
+                # Its attempts' faults (its retries say each); the last one is shown.
+                turn.fault = self.faults.injections[-1].record()
         # Scrubbed where it is made: the conversation, the checks, the failure text and the
         # reports only ever see this copy.
         turn = self.ctx.scrubber.turn(turn)

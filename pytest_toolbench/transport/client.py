@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 import httpx2
 
+from ..faults import FaultPlan, Injection
 from ..records import Interaction, Reply, StreamEvent, ToolCall
 from ..wire import WireApi
 from ..wire.base import JSON_ERRORS
@@ -273,18 +274,24 @@ class ApiClient:
         model: str | None = None,
         api_key: str | None = None,
         sink: InteractionSink | None = None,
+        faults: FaultPlan | None = None,
     ) -> PendingReply:
         """Send ``body`` to ``wire``'s path for ``model`` and ``stream``; return once the
-        headers are in. Retries connect errors, 429 and 5xx."""
+        headers are in. Retries connect errors, 429 and 5xx. ``faults``: asked before each
+        attempt, whose injected ``status`` or ``disconnect`` stands in for the endpoint."""
         path = wire.url_path(model, stream)
         content = request_content(body)
         self.breaker.check()
         retries: list[str] = []
         for attempt in range(self.config.retries + 1):
             last = attempt == self.config.retries
+            injection = faults.decide(wire.name) if faults is not None else None
             try:
-                pending = await self._send_once(content, body, wire, path, stream, api_key,
-                                                sink)
+                if injection is not None:
+                    pending = self._injected(injection, body, wire, path, stream)
+                else:
+                    pending = await self._send_once(content, body, wire, path, stream,
+                                                    api_key, sink)
             except (ConnectFailed, ConnectionLost) as error:
                 if last:
                     self.breaker.record_failure(str(error))
@@ -310,6 +317,24 @@ class ApiClient:
             retries.append(await self._back_off(attempt, reason, pending.response,
                                                 reply.retry_after_s))
         raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _injected(self, injection: Injection, body: dict[str, Any], wire: WireApi, path: str,
+                  stream: bool) -> PendingReply:
+        """An injected fault's answer, the endpoint never asked (nor a cassette): the API's
+        own error for a ``status``; ConnectionLost for a ``disconnect``. Nothing of it is
+        recorded."""
+        url = _endpoint_url(self.config.base_url, path)
+        fault = injection.fault
+        if fault.status is None:
+            raise ConnectionLost(f"{_where(url)}: the connection was closed with no reply"
+                                 " (a fault injected by pytest-toolbench)")
+        error, headers = wire.fault_error(fault.status, fault.retry_after_s)
+        # A stream, as the network's: read by PendingReply.read like any other body.
+        response = httpx2.Response(fault.status, headers=headers,
+                                   stream=httpx2.ByteStream(json.dumps(error).encode()),
+                                   request=self._client.build_request("POST", url))
+        return PendingReply(response, body, wire, path, stream, time.perf_counter(), None,
+                            self.config)
 
     async def _send_once(self, content: bytes, body: dict[str, Any], wire: WireApi, path: str,
                          stream: bool, api_key: str | None, sink: InteractionSink | None

@@ -21,6 +21,7 @@ model API is still handled, its reply not read as one.
 from __future__ import annotations
 
 import asyncio
+import http
 import json
 import re
 import secrets
@@ -104,7 +105,7 @@ def error_body(shape: str, message: str, status: int = 400) -> dict[str, object]
                       "code": "toolbench_proxy"}}
 
 
-class HangUp(Exception):  # noqa: N818 - what it does, not an error of the proxy's
+class HangUp(Exception):
     """Raised by a handler, or by its reply's chunks: the connection is closed there, with
     no reply or the rest of it unsent (an injected ``disconnect`` or ``cut``)."""
 
@@ -574,12 +575,14 @@ class _Connection:
             if isinstance(chunks, bytes):
                 headers.append(("content-length", str(len(chunks))))
                 self.writer.write(b"".join((
-                    self._bytes(h11.Response(status_code=response.status, headers=headers)),
+                    self._bytes(h11.Response(status_code=response.status, headers=headers,
+                                             reason=_reason(response.status))),
                     b"" if head_only else self._bytes(h11.Data(data=chunks)),
                     self._bytes(h11.EndOfMessage()))))
                 await self.writer.drain()
                 return
-            self._send(h11.Response(status_code=response.status, headers=headers))
+            self._send(h11.Response(status_code=response.status, headers=headers,
+                                    reason=_reason(response.status)))
             await self.writer.drain()
             async for chunk in chunks:
                 if chunk:
@@ -601,6 +604,15 @@ class _Connection:
 
     def _bytes(self, event: h11.Event) -> bytes:
         return self.state.send(event) or b""
+
+
+def _reason(status: int) -> bytes:
+    """The status line's reason phrase, as services send it (``429 Too Many Requests``):
+    an agent's HTTP library may quote it (httpx's ``raise_for_status``)."""
+    try:
+        return http.HTTPStatus(status).phrase.encode()
+    except ValueError:  # a status of a service's own (Anthropic's 529)
+        return b"Overloaded" if status == 529 else b""
 
 
 def _loop_free(head: h11.Request) -> bool:

@@ -95,10 +95,10 @@ from .base import (
     SseItem,
     StreamReader,
     ToolNamed,
-    fault_headers,
-    fault_message,
     Unsupported,
     WireApi,
+    fault_headers,
+    fault_message,
     message_text,
     take_token_limit,
 )
