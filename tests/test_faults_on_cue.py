@@ -265,6 +265,16 @@ PLAIN_SDKS = [framework for framework in FRAMEWORKS if framework.id in (
     "anthropic-stream", "anthropic", "gemini", "gemini-stream")]
 
 
+CUT_SHORT = {
+    # The SDK's stream helper refuses a completion cut by its length limit.
+    "openai-chat-async-stream": "*the agent raised LengthFinishReasonError*",
+    # The agent itself wants response.completed, and got response.incomplete.
+    "openai-responses-stream": "*the agent raised RuntimeError: the stream ended without"
+                               " response.completed*"}
+"""What an agent does with a reply truncated at its length limit, when it is not to answer
+with the half it got."""
+
+
 @pytest.mark.parametrize("framework", [pytest.param(f, marks=f.marks, id=f.id)
                                        for f in PLAIN_SDKS])
 def test_a_reply_mutated_in_its_apis_shape_is_read_by_its_sdk(
@@ -278,7 +288,8 @@ def test_a_reply_mutated_in_its_apis_shape_is_read_by_its_sdk(
     renamed = run(pytester, "--toolbench-fault", "mutate=unknown_tool@1")
 
     truncated.assert_outcomes(failed=1)
-    truncated.stdout.fnmatch_lines(["*refund.case.yaml:12*text*'Order 913 is r'*"])
+    truncated.stdout.fnmatch_lines([CUT_SHORT.get(framework.id,
+                                                  "*refund.case.yaml:12*text*'Order 913 is r'*")])
     emptied.assert_outcomes(failed=1)
     emptied.stdout.fnmatch_lines(["*refund.case.yaml:12*text*''*"])
     renamed.assert_outcomes(failed=1)
@@ -344,3 +355,27 @@ def test_a_model_case_puts_the_plugins_own_retries_under_test(
     down.stdout.fnmatch_lines([("*status*503*Service unavailable (HTTP 503, a fault injected"
                                " by pytest-toolbench)*")])
     expected.assert_outcomes(passed=count)
+
+
+def test_repeat_with_a_rate_fault_gives_the_same_resilience_rate_in_every_session(
+        pytester: pytest.Pytester, keys: None) -> None:
+    """A rate picks by its seed, the run and the request: each run of a repeat draws its
+    own requests, and a second session draws the same ones. The Gemini agent's SDK does
+    not retry, so a run whose requests draw a 500 fails: 2 runs of 4 pass with seed 1."""
+    framework = by_id("gemini")
+    repeated = "model: MODEL\nrepeat: {runs: 4, min_pass_rate: 0.5}\n"
+    server = GeminiServer()
+    with server.start():
+        server.set_handler(ScriptedModel(*REFUND * 4))
+        pytester.makefile(".case.yaml", refund=case_text(
+            framework, server.base_url).replace("model: gemini-2.5-flash\n", repeated.replace(
+                "MODEL", "gemini-2.5-flash")))
+        run(pytester, "--toolbench-record").assert_outcomes(passed=1)
+    figures = []
+    for report in ("first.json", "second.json"):
+        run(pytester, "--toolbench-fault", "status=500,rate=0.2,seed=1",
+            "--toolbench-report", report).assert_outcomes(passed=1)
+        case = json.loads((pytester.path / report).read_text())["cases"][0]
+        figures.append((case["passes"], case["runs_total"], case["pass_hat_k"],
+                        [run_["passed"] for run_ in case["runs"]]))
+    assert figures[0] == figures[1] == (2, 4, 0.0, [False, True, True, False])
