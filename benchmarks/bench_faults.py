@@ -29,8 +29,9 @@ from _common import (
     repeat_runs,
     run_pytest,
     start_chat_server,
+    write_pytest_ini,
 )
-from bench_agent import ARGS, bench_env, prepare, refund_handler
+from bench_agent import ARGS, CASE, _check, bench_env, refund_handler
 
 TARGET_RATIO = 1.05
 SIDES = (("clean", []),
@@ -39,10 +40,26 @@ SIDES = (("clean", []),
           ["--toolbench-fault", "status=429,retry_after_s=0.001@1"]))
 
 
+def prepare(base: Path, count: int, files: int, base_url: str) -> Path:
+    """``bench_agent.py``'s agent cases, written and recorded against ``base_url``."""
+    cases = base / "cases"
+    cases.mkdir(parents=True)
+    write_pytest_ini(cases)
+    per_file = -(-count // files)
+    for number in range(files):
+        indexes = range(number * per_file, min(count, (number + 1) * per_file))
+        (cases / f"refunds_{number:03d}.case.yaml").write_text(
+            "---\n".join(CASE.format(index=index) for index in indexes))
+    live = bench_env(TOOLBENCH_BASE_URL=base_url, OPENAI_BASE_URL=base_url,
+                     OPENAI_API_KEY="sk-bench")
+    _check(run_pytest([*ARGS, "--toolbench-record"], cases, live), "recording the cases")
+    return cases
+
+
 def bench(base: Path, args: argparse.Namespace) -> float:
     with start_chat_server() as server:
         server.set_handler(refund_handler)
-        cases, _vcr = prepare(base, args.count, args.files, server.base_url)
+        cases = prepare(base, args.count, args.files, server.base_url)
     env = bench_env()
     sides = [lambda extra=extra: run_pytest([*ARGS, *extra], cases, env) for _, extra in SIDES]
     for side in sides:  # every side passes, or the script stops with its output
