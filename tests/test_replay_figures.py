@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from support.chat_server import RecordedRequest, completion, json_reply, start_chat_server
 
-PAUSE_S = 0.6
+PAUSE_S = 2.0  # long beside the replay, which a busy machine can slow to half a second
 
 CASES = """name: agent_case
 agent: {python: support.agents.openai_chat:make_agent}
