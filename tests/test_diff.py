@@ -57,6 +57,11 @@ def record(pytester: pytest.Pytester, server: ChatServer, name: str,
     return pytester.path / name
 
 
+# Live recordings on a busy machine differ in latency by more than the diff's default
+# floor; the tests of what changed in answers and calls leave timings out with this.
+STEADY = ("--min-ms", "60000")
+
+
 def run(capsys: pytest.CaptureFixture[str], *argv: str | Path) -> tuple[int, str]:
     capsys.readouterr()  # what the recording runs printed
     code = main(["diff", *map(str, argv)])
@@ -79,7 +84,7 @@ def test_diff_shows_changed_arguments_new_calls_and_answers(
     reports: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     old, new, _ = reports
-    code, out = run(capsys, old, new)
+    code, out = run(capsys, old, new, *STEADY)
     assert code == 0  # nothing that passed fails now
     assert out.splitlines() == [
         (f"toolbench diff {old} -> {new}: 2 cases compared, 2 changed (2 in answers), 0"
@@ -96,7 +101,7 @@ def test_diff_exits_1_on_a_regressed_verdict_and_names_the_missing_call(
     reports: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     old, _, gone = reports
-    code, out = run(capsys, old, gone)
+    code, out = run(capsys, old, gone, *STEADY)
     assert code == 1
     assert " ! verdict       passed -> failed" in out.splitlines()
     assert '   call removed  ask: get_weather({"city": "Paris"})' in out.splitlines()
@@ -108,13 +113,13 @@ def test_diff_as_markdown_and_json(
     reports: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     old, _, gone = reports
-    code, out = run(capsys, old, gone, "--format", "markdown")
+    code, out = run(capsys, old, gone, "--format", "markdown", *STEADY)
     assert code == 1
     lines = out.splitlines()
     assert lines[0] == f"### toolbench diff: `{old}` -> `{gone}`"
     assert "| case | change | detail |" in lines
     assert "| `suite.case.yaml::weather[m1]` | **regressed** verdict | passed -> failed |" in lines
-    code, out = run(capsys, old, gone, "--format", "json")
+    code, out = run(capsys, old, gone, "--format", "json", *STEADY)
     document = json.loads(out)
     assert code == 1 and document["regressed"] == 1 and document["cases_compared"] == 2
     assert {"nodeid": "suite.case.yaml::weather[m1]", "kind": "verdict",
