@@ -117,8 +117,8 @@ class _CallBuilder(CallPart):
         last delta that carried some (at the call's opening when none ever does)."""
         carried = isinstance(function, dict) and bool(_arguments_text(function.get("arguments")))
         if carried:
-            self.said_ms = offset_ms
-        if carried or self.completed_ms is None:
+            self.said_ms = self.completed_ms = offset_ms
+        elif self.completed_ms is None:
             self.completed_ms = offset_ms
 
     def finished(self, problems: list[str], where: str) -> ToolCall:
@@ -323,17 +323,19 @@ class StreamAssembler(StreamAccumulator):
         delta = choice.get("delta")
         if isinstance(delta, dict) and self._read_delta(delta, offset_ms):
             self.first_output(offset_ms)
-        self._close_calls(offset_ms)
+        if self._tool_calls.parts or self._legacy is not None:
+            self._close_calls(offset_ms)
 
     def _close_calls(self, offset_ms: float) -> None:
         """Chat's marks of complete arguments: a call is complete once the next call's
         index opens, and every call once a finish reason comes."""
         parts = self._tool_calls.parts
-        upto = len(parts) - (self._finish_reason is None)
-        while self._closed < upto:
-            self.closed_call(parts[self._closed], offset_ms)
-            self._closed += 1
-        if self._finish_reason is not None and self._legacy is not None:
+        if len(parts) > self._closed + (self._finish_reason is None):
+            upto = len(parts) - (self._finish_reason is None)
+            while self._closed < upto:
+                self.closed_call(parts[self._closed], offset_ms)
+                self._closed += 1
+        if self._legacy is not None and self._finish_reason is not None:
             self.closed_call(self._legacy, offset_ms)
 
     def built(self, part: CallPart) -> ToolCall:

@@ -97,8 +97,8 @@ class StreamAccumulator(ABC):
         (``closed_call``), while the stream goes on: ``run_tools: progressive``."""
         self.last_ms: float | None = None
         """When the latest event (an end marker too) arrived."""
-        self._wall_ms = 0.0
-        """When the latest event arrived in this run (a replay's own time)."""
+        self._wall_ms: float | None = None
+        """A replayed stream: when the latest event arrived in this run."""
 
     end_marker: ClassVar[str | None] = None
     """A data payload that ends the stream and is no event (chat's ``[DONE]``)."""
@@ -109,7 +109,8 @@ class StreamAccumulator(ABC):
         the time to the first token is the replay's, as its latency is)."""
         data = event.data
         self.last_ms = offset_ms
-        self._wall_ms = offset_ms if wall_ms is None else wall_ms
+        if wall_ms is not None:
+            self._wall_ms = wall_ms
         if self.end_marker is not None and not data.startswith("{") \
                 and data.strip() == self.end_marker:
             self.marked_end()
@@ -182,7 +183,7 @@ class StreamAccumulator(ABC):
         """Text or a call arrived: the first one is the time to first token (of this run:
         a replayed stream's, not its recording's)."""
         if self.ttft_ms is None:
-            self.ttft_ms = self._wall_ms
+            self.ttft_ms = offset_ms if self._wall_ms is None else self._wall_ms
 
     def in_band_error(self, carrier: str, error: Any, kind: str | None = None) -> None:
         """An error sent inside the stream (an object with a message, or text), said as the
@@ -230,8 +231,8 @@ class CallPart:
         """A piece of the arguments arrived at ``offset_ms``."""
         self.pieces.append(text)
         if text:
-            self.said_ms = offset_ms
-        if text or self.completed_ms is None:
+            self.said_ms = self.completed_ms = offset_ms
+        elif self.completed_ms is None:
             self.completed_ms = offset_ms
 
     def closed(self, offset_ms: float, final: str | None = None) -> None:
