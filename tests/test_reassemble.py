@@ -288,6 +288,10 @@ def test_error_event_with_plain_text() -> None:
     assert assemble(SSEEvent("upstream died", event="error")).error == "upstream died"
 
 
+# An error object with a code and no message says so, as llama-cpp-python's bare 500 needs.
+EMPTY_500 = "500, with an empty message (no reason given; the server's log may say why)"
+
+
 @pytest.mark.parametrize(
     ("error", "message", "problem"),
     [
@@ -297,8 +301,8 @@ def test_error_event_with_plain_text() -> None:
             "chat stream: error chunk invalid_request: context too long",
         ),
         ("boom", "boom", "chat stream: error chunk: boom"),
-        ({"code": 500}, '{"code": 500}', ("chat stream: error chunk 500 (transient: the service"
-         ' failed on its side; retry later): {"code": 500}')),
+        ({"code": 500}, EMPTY_500, ("chat stream: error chunk 500 (transient: the service"
+         f" failed on its side; retry later): {EMPTY_500}")),
         ({"message": "Overloaded", "type": "overloaded_error"}, "Overloaded",
          ("chat stream: error chunk overloaded_error (transient: the service was overloaded;"
          " retry later): Overloaded")),
