@@ -33,6 +33,7 @@ from .casefile.schema import Case, McpTools
 from .faults import LOOP_KINDS, Fault, stage_plan
 from .keypaths import KeyPath
 from .records import CaseResult
+from .report.failure import plural
 from .run.runner import CaseRun, RunContext, run_case
 from .run.toolset import ToolSource
 from .scrubbing import SCRUBBED, Scrubber, is_credential, mask_urls
@@ -383,7 +384,7 @@ def render(plan: Plan, write: Callable[[str], None], quiet: bool) -> None:
     request = plan.request
     where = f"{plan.api} {request.method} {request.url}" if request else plan.api
     if quiet:
-        faults = f" ({len(plan.faults)} faults planned)" if plan.faults else ""
+        faults = f" ({plural(len(plan.faults), 'fault')} planned)" if plan.faults else ""
         write(f"{plan.nodeid}: {where}: {verdict}{faults}")
         return
     write(f"{plan.nodeid}: {'ready' if plan.ready else 'NOT READY'}")
