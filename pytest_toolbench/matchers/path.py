@@ -18,11 +18,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from .compiled import _ELEMENTS, _AllOf, _Items, _Sequence
+from .compiled import _ELEMENTS, _AllOf, _Items
 from .compiler import _compile, _compile_operators
-from .core import Matcher, MatcherError, Mismatch, Path, _Matcher, _require, _short
-from .pairing import _OneToOne
-from .trajectory import _Under
+from .core import Matcher, MatcherError, Mismatch, Path, _Matcher, _short
+from .trajectory import list_part
 
 _KEYS: Final = ("$ordered", "$contains", "$unordered", "$includes", "$not")
 _STAGES = _Items("stage", _short)
@@ -92,16 +91,6 @@ def compile_path(spec: Any) -> Matcher:
 def _part(key: str, value: Any, path: Path) -> _Matcher:
     if key == "$not" and not isinstance(value, (list, tuple)):
         value = [value]  # one stage that must never run
-    _require(isinstance(value, (list, tuple)), f"{key!r} takes a list of stage names", path)
-    items = [_compile(item, path + (index,)) for index, item in enumerate(value)]
-    matcher: _Matcher
-    if key == "$ordered":
-        matcher = _Sequence(value, items, _STAGES)
-    elif key == "$contains":
-        matcher = _InOrder(value, items)
-    elif key == "$not":
-        matcher = _Never(value, items)
-    else:
-        matcher = _OneToOne(value, items, _ELEMENTS, exact=key == "$unordered")
-    return _Under(path, matcher)
+    return list_part(key, value, path, _compile, "stage names", in_order=_InOrder,
+                     never=_Never, ordered=_STAGES, paired=_ELEMENTS)
 

@@ -14,11 +14,11 @@ made, so a failure shows the trajectory that happened.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from ..records import ToolCall
-from .compiled import _AllOf, _Sequence
+from .compiled import _AllOf, _Items, _Sequence
 from .core import Matcher, MatcherError, Mismatch, Path, _did_you_mean, _Matcher, _require, _short
 from .pairing import _OneToOne
 from .tool_calls import _CALLS, _compile_call, _describe_call, _ToolCall
@@ -120,17 +120,28 @@ def _part(key: str, value: Any, path: Path) -> _Matcher:
         return _Under(path, _AtMost(value))
     if key == "$not" and isinstance(value, Mapping):
         value = [value]  # one call that must never happen
-    _require(isinstance(value, (list, tuple)), f"{key!r} takes a list of calls", path)
-    items = [_compile_call(item, path + (index,)) for index, item in enumerate(value)]
+    return list_part(key, value, path, _compile_call, "calls", in_order=_Subsequence,
+                     never=_Never, ordered=_CALLS, paired=_CALLS)
+
+
+def list_part(key: str, value: Any, path: Path, compile_item: Callable[[Any, Path], Any],
+              what: str, *, in_order: Callable[[Any, Any], _Matcher],
+              never: Callable[[Any, Any], _Matcher], ordered: _Items,
+              paired: _Items) -> _Matcher:
+    """The matcher of one list key ($ordered, $contains, $not, $unordered, $includes) over
+    items that ``compile_item`` compiles, its mismatches placed under the key: the shape
+    that ``expect.trajectory`` (calls) and ``expect.path`` (stage names) share."""
+    _require(isinstance(value, (list, tuple)), f"{key!r} takes a list of {what}", path)
+    items = [compile_item(item, path + (index,)) for index, item in enumerate(value)]
     matcher: _Matcher
     if key == "$ordered":
-        matcher = _Sequence(value, items, _CALLS)
+        matcher = _Sequence(value, items, ordered)
     elif key == "$contains":
-        matcher = _Subsequence(value, items)
+        matcher = in_order(value, items)
     elif key == "$not":
-        matcher = _Never(value, items)
+        matcher = never(value, items)
     else:
-        matcher = _OneToOne(value, items, _CALLS, exact=key == "$unordered")
+        matcher = _OneToOne(value, items, paired, exact=key == "$unordered")
     return _Under(path, matcher)
 
 
