@@ -30,7 +30,7 @@ import httpx2
 from .apis import AGENT
 from .casefile.routes import route_table
 from .casefile.schema import Case, McpTools
-from .faults import LOOP_KINDS, Fault, stage_plan
+from .faults import Fault, stage_plan
 from .keypaths import KeyPath
 from .records import CaseResult
 from .report.failure import plural
@@ -162,8 +162,7 @@ async def _plan_case(runtime: SessionRuntime, case_run: CaseRun, replaying: bool
                          mcp=PlannedMcp(replaying, cassette, setup.scrubber, plan),
                          judge=on_seconds.get("judge"), simulator=on_seconds.get("simulator"),
                          inject=False)
-    plan.faults = fault_plan_lines(case_run, tuple(
-        fault for fault in runtime.settings.fault_plan() if fault.kind in LOOP_KINDS))
+    plan.faults = fault_plan_lines(case_run, runtime.settings.fault_plan())
     try:
         result = await run_case(case_run, context)
     except FirstRequest as first:

@@ -33,9 +33,10 @@ SELECTORS: Final = ("request", "every", "rate")
 """The keys that say which requests it selects (none: every request)."""
 STATUSES: Final = (429, 500, 502, 503, 504, 529)
 MUTATIONS: Final = ("malformed_arguments", "unknown_tool", "empty", "truncated")
-LOOP_KINDS: Final = frozenset({"status", "disconnect"})
-"""The kinds the plugin's own transport injects, for a case of its own loop (an agent
-case takes every kind, at the proxy)."""
+ANSWERED: Final = frozenset({"status", "disconnect"})
+"""The kinds the injector answers itself (the proxy toward an agent, the plugin's client
+toward a case of its own loop): the request never reaches the service or a cassette. The
+others act on its real reply, live or replayed (``transport/reshape.py``)."""
 
 
 class _Strict(BaseModel):
@@ -280,6 +281,12 @@ class Injection:
     label: str
     request: int
     """The stage's request it was applied to."""
+
+    def before(self) -> str:
+        """The line a replay mismatch after it ends with: requests that stop matching the
+        recording mostly follow from the fault."""
+        return (f"the fault injected just before: {self.label}, {self.fault.describe()} at"
+                f" request {self.request}")
 
     def record(self) -> dict[str, Any]:
         """As the JSON report keeps it (a turn's ``fault``)."""

@@ -259,6 +259,9 @@ class Turn:
     fault: dict[str, Any] | None = None
     """The fault injected into this request (``faults.Injection.record``): never the
     service's own doing."""
+    error_injected: bool = False
+    """``error`` is what the fault did (a cut, a hold past the timeout, a disconnect with no
+    retry left), not the endpoint's failure."""
 
     @property
     def latency_ms(self) -> float:
@@ -489,14 +492,14 @@ class CaseResult:
     @property
     def endpoint_failed(self) -> bool:
         """Whether a recording of it keeps the previous cassette: a request got no answer
-        (connect error, timeout, reset), or a case that failed met an overloaded or broken
+        (connect error, timeout, reset; one a fault injected is none of the endpoint's), or a case that failed met an overloaded or broken
         server (429 or 5xx after the retries); a case that passes with such a status
         expects it (a status a fault injected is none of the endpoint's). Or a tool
         source (an MCP server) broke: its failures sit at
         ``tools[N]``, where the source is declared, and the recording is missing its
         exchanges."""
         return any(
-            turn.error or (not self.passed and turn.reply is not None and turn.fault is None
+            (turn.error and not turn.error_injected) or (not self.passed and turn.reply is not None and turn.fault is None
                            and overloaded(turn.reply.status))
             for run in self.runs for turn in (*run.turns, *run.side_turns)
         ) or any(failure.key_path[:1] == ("tools",)

@@ -457,14 +457,29 @@ def test_graph_draws_each_stage_from_the_table(cases: Path,
     assert stage_states(diagram, "stage0") == {
         state.value for state in StageState if state is not StageState.RUNNING_TOOLS}
     assert set(stage_triggers(diagram, "stage0")) == ALL_TRIGGERS - {
-        "answer_pending", "tool_use", "max_turns", "other_variant", "retry"}
-    # answer: everything the table has, with its settings in the labels
+        "answer_pending", "tool_use", "max_turns", "other_variant", "retry", "expected_error"}
+    # answer: everything the table has, with its settings in the labels (but an expected
+    # error: it has no expect.error)
     assert stage_states(diagram, "stage1") == {state.value for state in StageState}
     answer = stage_triggers(diagram, "stage1")
-    assert set(answer) == ALL_TRIGGERS
+    assert set(answer) == ALL_TRIGGERS - {"expected_error"}
     assert answer["tool_use"] == "tool_use (max 3 turns)"
     assert answer["max_turns"] == "max_turns (3 sent)"
     assert answer["retry"] == "retry (up to 2 attempts)"
+
+
+def test_a_stage_that_expects_an_error_checks_the_transports_failure(
+        cases: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write(cases, "down.case.yaml", """\
+        name: down
+        stages:
+          - {name: ask, expect: {error: {$contains: overloaded}}}
+        """)
+    diagram = graph_of(capsys, "down.case.yaml")
+    assert stage_triggers(diagram, "stage0")["expected_error"] == "expected_error"
+    edges = [line.strip() for line in diagram.splitlines() if "expected_error" in line]
+    assert [edge.split(":")[0] for edge in edges] == [
+        "stage0__sending --> stage0__checking", "stage0__receiving --> stage0__checking"]
 
 
 def test_pending_tool_calls_are_answered_only_after_a_stage_without_the_loop(

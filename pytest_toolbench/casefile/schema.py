@@ -38,7 +38,7 @@ from pydantic_core import core_schema
 from ..agent_imports import importing
 from ..apis import AGENT, API_NAMES
 from ..defaults import JUDGE_SAMPLES_MAX, SIMULATED_TURNS_MAX
-from ..faults import LOOP_KINDS, Fault
+from ..faults import Fault
 from ..keypaths import KeyedError, KeyPath, raise_all
 from ..matchers import (
     Matcher,
@@ -724,11 +724,13 @@ class Expect(AgentExpect):
     """What must hold after a stage; every key given must hold (SPEC section 4)."""
 
     status: MatcherField = Field(default=200, validate_default=True)
-    """HTTP status of the last response. Any other status fails unless this names it."""
+    """HTTP status of the last response. Any other status fails unless this names it, or
+    ``error`` is given (an error must then have come)."""
     error: MatcherField = None
-    """Matcher on the error message of a non-2xx response; an agent case: on what its
-    agent raised, as ``ExceptionType: message`` (the stage then passes only if it
-    raised)."""
+    """Matcher on the error message of a non-2xx response, or on the transport's failure
+    after its retries, as ``ExceptionType: message`` (``ConnectionLost: ...``); an agent
+    case: on what its agent raised, as ``ExceptionType: message`` (the stage then passes
+    only if it raised)."""
     finish_reason: MatcherField = None
     """Matcher on why the reply ended, in chat completions' words whatever the API."""
     api_finish_reason: MatcherField = None
@@ -958,7 +960,6 @@ class Case(StrictModel):
     def _agent_case(self) -> Case:
         """An agent builds its own requests: the loop's keys have no say in them."""
         if self.agent is None:
-            _faults_need_an_agent(self)
             return self
         said = "is for the plugin's own loop, and an agent case's agent builds its own requests"
         # Every problem at once, each at its line: not one a run of `toolbench validate`.
@@ -1143,22 +1144,6 @@ class Case(StrictModel):
 
     def tool(self, name: str) -> Tool | None:
         return next((tool for tool in self.function_tools if tool.name == name), None)
-
-
-def _faults_need_an_agent(case: Case) -> None:
-    """The plugin's own loop takes the faults its transport injects (``LOOP_KINDS``): the
-    others change a reply on its way to an agent."""
-    entries: list[tuple[KeyPath, Fault]] = [(("faults", index), fault)
-                                            for index, fault in enumerate(case.faults)]
-    entries += [(("stages", stage_index, "faults", index), fault)
-                for stage_index, stage in enumerate(case.stages)
-                for index, fault in enumerate(stage.faults)]
-    for path, fault in entries:
-        if fault.kind not in LOOP_KINDS:
-            raise KeyedError(f"{fault.kind}: a case of the plugin's own loop takes status"
-                             " and disconnect faults (its transport's retries and circuit"
-                             " breaker under test); the others are for agent cases (agent:)",
-                             (*path, fault.kind))
 
 
 def _entry_name(entry: Tool | McpTools | Toolbox) -> tuple[str, str, str]:

@@ -42,6 +42,7 @@ class StageFlow:
                                                      and stage.max_turns < 2),
             "other_variant": stage.stream == "both",
             "retry": stage.retry is not None and stage.retry.attempts > 1,
+            "expected_error": "error" in stage.expect.model_fields_set,
         }
         return conditional.get(trigger, True)
 

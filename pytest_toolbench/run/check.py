@@ -245,7 +245,10 @@ _STREAM_DEFAULTS = StreamExpect()
 
 def _actuals(expect: Expect, outcome: Outcome) -> list[tuple[str, Any]]:
     reply = outcome.reply
-    given = expect.model_fields_set | {"status"}  # status is always checked (default 200)
+    # Status is checked (default 200) unless the stage expects an error and names no status:
+    # then an error must have come, and ``error`` says which.
+    given = expect.model_fields_set | (
+        set() if "error" in expect.model_fields_set else {"status"})
     values: dict[str, Any] = {
         "status": reply.status,
         "error": (outcome.raised if outcome.raised is not None

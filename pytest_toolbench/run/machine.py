@@ -46,6 +46,7 @@ TRANSITIONS: list[dict[str, Any]] = [
     {"trigger": "simulator_error", "source": S.SIMULATING, "dest": S.FAILED},
     {"trigger": "max_turns", "source": S.RECEIVING, "dest": S.FAILED},
     {"trigger": "transport_error", "source": [S.SENDING, S.RECEIVING], "dest": S.FAILED},
+    {"trigger": "expected_error", "source": [S.SENDING, S.RECEIVING], "dest": S.CHECKING},
     {"trigger": "other_variant", "source": S.CHECKING, "dest": S.IDLE},
     {"trigger": "all_hold", "source": S.CHECKING, "dest": S.PASSED},
     {"trigger": "mismatch", "source": S.CHECKING, "dest": S.FAILED},
@@ -53,7 +54,8 @@ TRANSITIONS: list[dict[str, Any]] = [
 ]
 """``other_variant`` runs the second half of ``stream: both``; ``retry`` needs ``retry:``;
 ``simulate``, ``user_turn``, ``conversation_over`` and ``simulator_error`` are a
-``simulate_user`` stage's: the agent's turn goes to the simulated user, not to checking."""
+``simulate_user`` stage's: the agent's turn goes to the simulated user, not to checking;
+``expected_error`` is a transport failure that the stage's ``expect.error`` checks."""
 
 
 def build_machine() -> Machine:

@@ -29,7 +29,7 @@ from ..casefile.schema import (
     Toolbox,
     ToolChoiceFunction,
 )
-from ..faults import LOOP_KINDS, Fault, FaultPlan, stage_plan
+from ..faults import Fault, FaultPlan, stage_plan
 from ..judge.second import SecondModel
 from ..keypaths import KeyPath
 from ..matchers.limits import DEFAULT_LIMIT_S as DEFAULT_MATCH_TIMEOUT_S
@@ -50,7 +50,7 @@ from ..records import (
 )
 from ..scrubbing import Scrubber
 from ..transport.client import ApiClient, InteractionSink
-from ..transport.errors import TransportError
+from ..transport.errors import ReplayError, TransportError
 from ..wire import RequestParts, WireApi, wire_api
 from .background import task_error
 from .check import Outcome, check, check_agent
@@ -485,13 +485,15 @@ class StageRunner:
         """The latest streamed reply's end on the stream's clock, for its tool runs."""
         self.faults: FaultPlan | None = None
         """The faults of the attempt under way (None: none)."""
+        self.raised: str | None = None
+        """The transport's failure (``ExceptionType: message``) that ended the variant
+        under way, when its stage's ``expect.error`` checks it instead of failing."""
 
     async def run(self, number: int) -> StageAttempt:
         attempt = StageAttempt(self.stage.name, number)
         trail_start = len(self.machine.trail) - 1
         case = self.case_run.loaded.case
-        run_faults = [fault for fault in self.ctx.run_faults if fault.kind in LOOP_KINDS]
-        plan = stage_plan(self.stage.faults, case.faults, run_faults, self.index,
+        plan = stage_plan(self.stage.faults, case.faults, list(self.ctx.run_faults), self.index,
                           self.stage.name, f"{self.run_number}/{number}")
         self.faults = plan if plan and self.ctx.inject else None
         try:
@@ -558,9 +560,13 @@ class StageRunner:
             return await converse(self, attempt, self.stage.simulate_user, streamed)
         self._append_stage_messages()
         replies: list[Reply] = []
+        self.raised, turns_before = None, len(attempt.turns)
         if not await self.agent_loop(attempt, streamed, replies):
             return None
-        return Outcome(replies, [call for r in replies for call in r.tool_calls])
+        # Every request counts, its retries (an injected fault's too) with it.
+        requests = sum(1 + len(turn.retries) for turn in attempt.turns[turns_before:])
+        return Outcome(replies, [call for r in replies for call in r.tool_calls],
+                       requests=requests, raised=self.raised)
 
     async def agent_loop(self, attempt: StageAttempt, streamed: bool,
                          replies: list[Reply]) -> bool:
@@ -574,7 +580,7 @@ class StageRunner:
             turn = await self._send(attempt, streamed, first=not sent, early=early)
             if turn.reply is None:
                 await _drop(early)
-                return False
+                return self.raised is not None  # a failure the stage expects is checked
             reply = turn.reply
             replies.append(reply)
             sent += 1
@@ -699,8 +705,15 @@ class StageRunner:
                 self._stream_end = Anchor(stats.ended_ms, time.perf_counter())
         except TransportError as error:
             turn.error, turn.stop_reason = str(error), "error"
+            turn.error_injected = error.injected
+            if isinstance(error, ReplayError) and self.faults and self.faults.injections:
+                turn.error += f"\n{self.faults.injections[-1].before()}"
             turn.retries = turn.retries or list(error.retries)
-            self.machine.fire("transport_error")
+            if self._expects_error() and not isinstance(error, ReplayError):
+                self.raised = self.ctx.scrubber.text(f"{type(error).__name__}: {error.message}")
+                self.machine.fire("expected_error")
+            else:
+                self.machine.fire("transport_error")
         finally:
             turn.elapsed_ms = (time.perf_counter() - started) * 1000
             if self.faults is not None and self.faults.injections[injected:]:
@@ -710,9 +723,13 @@ class StageRunner:
         # reports only ever see this copy.
         turn = self.ctx.scrubber.turn(turn)
         attempt.turns.append(turn)
-        if turn.error is not None:
+        if turn.error is not None and self.raised is None:
             attempt.failures.append(self._failure(turn.error, ()))
         return turn
+
+    def _expects_error(self) -> bool:
+        """The stage's ``expect.error`` checks a transport failure (after the retries)."""
+        return "error" in self.stage.expect.model_fields_set
 
     def _keep(self, interaction: Interaction) -> None:
         """While recording (only then is it the client's sink), the client hands over every

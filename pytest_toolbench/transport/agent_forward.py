@@ -21,8 +21,9 @@ from urllib.parse import quote
 
 import httpx2
 
+from ..faults import ANSWERED
 from ..scrubbing import Scrubber
-from .agent_faults import ANSWERED, faulted
+from .agent_faults import faulted
 from .agent_tap import PLACEHOLDER_KEY, Exchange, ReplyReader, Tap
 from .cassette import Cassette
 from .client import _within

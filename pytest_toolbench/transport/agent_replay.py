@@ -15,10 +15,11 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
+from ..faults import ANSWERED
 from ..keypaths import format_key_path
 from ..records import Interaction
 from ..scrubbing import Scrubber
-from .agent_faults import ANSWERED, faulted
+from .agent_faults import faulted
 from .agent_tap import Exchange, ReplyReader, Tap
 from .cassette import Cassette
 from .client import request_content
@@ -104,8 +105,7 @@ class ReplayTap(Tap):
         injected = self.injected
         if injected is None:
             return said
-        return (f"{said}\nthe fault injected just before: {injected.label},"
-                f" {injected.fault.describe()} at request {injected.request}")
+        return f"{said}\n{injected.before()}"
 
     def _unmatched(self, exchange: Exchange) -> str:
         cassette, recorded = self.cassette, self._recorded

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import httpx2
 
-from ..faults import FaultPlan, Injection
+from ..faults import ANSWERED, FaultPlan, Injection
 from ..records import Interaction, Reply, StreamEvent, ToolCall
 from ..wire import WireApi
 from ..wire.base import JSON_ERRORS
@@ -52,6 +52,7 @@ from .limits import (
 )
 from .ramp import ramped_transport
 from .ratelimit import RequestPacer
+from .reshape import CutShort, held_s, reshaped
 from .sse import DEFAULT_MAX_EVENT_CHARS, SSEDecoder, SSETooLarge
 from .tls import shared_ssl_context
 
@@ -68,6 +69,8 @@ RECORDED_LATENCY = "toolbench_recorded_latency_ms"
 """The response extension in which a transport that answers from a recording (a replay)
 gives the latency recorded with the answer: the reply keeps it as ``recorded_latency_ms``,
 beside its own."""
+INJECTED = "a fault injected by pytest-toolbench"
+"""How the client's messages mark what an injected fault did, never the service's own."""
 
 
 @dataclass(frozen=True)
@@ -99,8 +102,17 @@ class PendingReply:
     """One line per retried attempt: what failed and how long the client waited."""
     pacer: RequestPacer | None = None
     """Told of the reply once read (its tokens), when the endpoint is rate limited."""
+    injection: Injection | None = None
+    """The fault injected into this reply (its ``status`` stood in for it, or it is slowed,
+    cut or changed on its way in); None: none."""
+    held_ms: float = 0.0
+    """How long the fault has held the reply back so far (its first byte, its chunks):
+    a recording keeps the real reply's timing, without it."""
     _size: int = field(default=0, init=False)
     """Bytes of the body read so far, after ``Content-Encoding`` is undone."""
+    _real: list[tuple[bytes, float]] | None = field(default=None, init=False)
+    """While recording a reply a fault reshapes: its own bytes as they came, each with
+    its offset in ms, so the cassette keeps the real exchange."""
 
     async def read(self, on_call: Callable[[ToolCall], None] | None = None) -> Reply:
         """Read the body or stream whole, within what is left of the total deadline;
@@ -118,10 +130,16 @@ class PendingReply:
         reply.recorded_latency_ms = self.response.extensions.get(RECORDED_LATENCY)
         if self.pacer is not None:
             self.pacer.after_reply(reply)
-        if self.sink is not None and reply.interaction is not None:
-            reply.interaction.elapsed_ms = round(reply.latency_ms, 1)
-            self.sink(reply.interaction)
+        if reply.interaction is not None:
+            self._keep(reply.interaction)
         return reply
+
+    def _keep(self, interaction: Interaction) -> None:
+        """Hand the exchange to the recording, its time the service's own (without what a
+        fault held it back)."""
+        assert self.sink is not None
+        interaction.elapsed_ms = round(_ms_since(self.started) - self.held_ms, 1)
+        self.sink(interaction)
 
     async def _read(self, on_call: Callable[[ToolCall], None] | None) -> Reply:
         streaming = self.stream and _is_event_stream(self.response)
@@ -142,7 +160,9 @@ class PendingReply:
         reply = self.wire.read_body(self.response.status_code, raw, content_type)
         if self.stream and 200 <= reply.status < 300:
             reply.problems.append(f"asked for a stream, got {content_type or 'no content type'}")
-        if self.sink is not None:  # only a recording keeps the exchange (the body parsed anew)
+        if self._real is not None:
+            reply.interaction = self._real_interaction(streamed=False)
+        elif self.sink is not None:  # only a recording keeps the exchange (the body parsed anew)
             reply.interaction = Interaction(
                 request=self.body,
                 path=f"/{self.path}",
@@ -152,16 +172,37 @@ class PendingReply:
             )
         return reply
 
+    def _real_interaction(self, streamed: bool) -> Interaction:
+        """The exchange as the service sent it, before a fault reshaped it: what a
+        recording keeps, so a replay with the same fault reshapes it the same way."""
+        assert self._real is not None
+        interaction = Interaction(request=self.body, path=f"/{self.path}",
+                                  status=self.response.status_code,
+                                  content_type=self.response.headers.get("content-type", ""))
+        if streamed:
+            interaction.events = _events_of(self._real, self._max_event_chars)
+        else:
+            interaction.body = _body_for_cassette(b"".join(piece for piece, _ in self._real))
+        return interaction
+
+    @property
+    def _max_event_chars(self) -> int:
+        return min(self.config.limits.max_bytes, DEFAULT_MAX_EVENT_CHARS)
+
     async def _read_stream(self, on_call: Callable[[ToolCall], None] | None) -> Reply:
-        decoder = SSEDecoder(max_event_chars=min(self.config.limits.max_bytes,
-                                                 DEFAULT_MAX_EVENT_CHARS))
+        decoder = SSEDecoder(max_event_chars=self._max_event_chars)
         assembler = self.wire.stream_reader()
         assembler.on_call = on_call
-        # Only a recording keeps the events as they came; a replay or live run counts them.
-        events: list[StreamEvent] | None = [] if self.sink is not None else None
+        # Only a recording keeps the events as they came (the real reply's, when a fault
+        # reshapes it: ``_real``); a replay or live run counts them.
+        events: list[StreamEvent] | None = (
+            [] if self.sink is not None and self._real is None else None)
         # A replayed stream's events carry the times they were recorded at: each call's
-        # arguments and its end are the recording's; its first token, the replay's.
-        recorded: list[float] | None = self.response.extensions.get(RECORDED_TIMES)
+        # arguments and its end are the recording's; its first token, the replay's (a
+        # changed reply's events are not the recorded ones).
+        recorded: list[float] | None = (
+            None if self.injection is not None and self.injection.fault.mutate is not None
+            else self.response.extensions.get(RECORDED_TIMES))
         count = 0
         try:
             async for chunk in self._decoded("stream"):
@@ -189,7 +230,9 @@ class PendingReply:
             raise ReplyTooLarge(f"{exc} from {_where(self.response.request.url)}") from None
         reply = assembler.finish(truncated=decoder.truncated)
         reply.status = self.response.status_code
-        if events is not None:  # only a recording keeps the exchange
+        if self._real is not None:
+            reply.interaction = self._real_interaction(streamed=True)
+        elif events is not None:  # only a recording keeps the exchange
             reply.interaction = Interaction(
                 request=self.body,
                 path=f"/{self.path}",
@@ -205,6 +248,28 @@ class PendingReply:
         httpx2 would inflate each network read at once (64 KiB of gzip can be 64 MiB);
         reading raw and inflating in bounded pieces stops a compression bomb at the limit.
         """
+        pieces = self._inflated(what)
+        fault = self.injection.fault if self.injection is not None else None
+        if fault is None or fault.kind in ANSWERED:
+            async for piece in pieces:
+                yield piece
+            return
+        if self.sink is not None:  # the cassette keeps the real reply, whatever the fault
+            self._real = []
+            pieces = self._kept(pieces, self._real)
+        try:
+            async for piece in reshaped(pieces, fault, what == "stream", self.wire.name,
+                                        self._hold):
+                yield piece
+        except CutShort as cut:
+            if self._real is not None:  # the rest of it too: a replay cuts it again
+                async for _piece in pieces:
+                    pass
+                self._keep(self._real_interaction(what == "stream"))
+            raise _by_fault(ConnectionLost(f"{cut.describe()} ({INJECTED}:"
+                                           f" {fault.describe()})")) from None
+
+    async def _inflated(self, what: str) -> AsyncIterator[bytes]:
         encoding = self.response.headers.get("content-encoding", "")
         decoder = BoundedDecoder(encoding)
         async for raw in self.response.aiter_raw():
@@ -212,6 +277,16 @@ class PendingReply:
                 yield self._counted(piece, what, encoding)
         for piece in decoder.flush():
             yield self._counted(piece, what, encoding)
+
+    async def _kept(self, pieces: AsyncIterator[bytes], real: list[tuple[bytes, float]]
+                    ) -> AsyncIterator[bytes]:
+        async for piece in pieces:
+            real.append((piece, _ms_since(self.started) - self.held_ms))
+            yield piece
+
+    async def _hold(self, seconds: float) -> None:
+        self.held_ms += seconds * 1000
+        await asyncio.sleep(seconds)
 
     def _counted(self, piece: bytes, what: str, encoding: str) -> bytes:
         self._size += len(piece)
@@ -278,7 +353,8 @@ class ApiClient:
     ) -> PendingReply:
         """Send ``body`` to ``wire``'s path for ``model`` and ``stream``; return once the
         headers are in. Retries connect errors, 429 and 5xx. ``faults``: asked before each
-        attempt, whose injected ``status`` or ``disconnect`` stands in for the endpoint."""
+        attempt; an injected ``status`` or ``disconnect`` stands in for the endpoint, the
+        other kinds hold back, slow, cut or change its reply."""
         path = wire.url_path(model, stream)
         content = request_content(body)
         self.breaker.check()
@@ -287,11 +363,11 @@ class ApiClient:
             last = attempt == self.config.retries
             injection = faults.decide(wire.name) if faults is not None else None
             try:
-                if injection is not None:
+                if injection is not None and injection.fault.kind in ANSWERED:
                     pending = self._injected(injection, body, wire, path, stream)
                 else:
                     pending = await self._send_once(content, body, wire, path, stream,
-                                                    api_key, sink)
+                                                    api_key, sink, injection)
             except (ConnectFailed, ConnectionLost) as error:
                 if last:
                     self.breaker.record_failure(str(error))
@@ -326,19 +402,19 @@ class ApiClient:
         url = _endpoint_url(self.config.base_url, path)
         fault = injection.fault
         if fault.status is None:
-            raise ConnectionLost(f"{_where(url)}: the connection was closed with no reply"
-                                 " (a fault injected by pytest-toolbench)")
+            raise _by_fault(ConnectionLost(f"{_where(url)}: the connection was closed with no"
+                                           f" reply ({INJECTED})"))
         error, headers = wire.fault_error(fault.status, fault.retry_after_s)
         # A stream, as the network's: read by PendingReply.read like any other body.
         response = httpx2.Response(fault.status, headers=headers,
                                    stream=httpx2.ByteStream(json.dumps(error).encode()),
                                    request=self._client.build_request("POST", url))
         return PendingReply(response, body, wire, path, stream, time.perf_counter(), None,
-                            self.config)
+                            self.config, injection=injection)
 
     async def _send_once(self, content: bytes, body: dict[str, Any], wire: WireApi, path: str,
-                         stream: bool, api_key: str | None, sink: InteractionSink | None
-                         ) -> PendingReply:
+                         stream: bool, api_key: str | None, sink: InteractionSink | None,
+                         injection: Injection | None = None) -> PendingReply:
         headers = wire.headers(api_key)
         if stream:
             headers["Accept"] = "text/event-stream"
@@ -350,20 +426,25 @@ class ApiClient:
         )
         if self.pacer is not None:
             await self.pacer.before_request()
+        hold_s = held_s(injection.fault) if injection is not None else 0.0
+        if hold_s and hold_s >= self.config.timeout_s:
+            raise await self._held_past_timeout(request.url, hold_s)
         started = time.perf_counter()
-        response = await self._send_within_deadline(request)
+        response = await self._send_within_deadline(request, hold_s)
         if self.pacer is not None:
             self.pacer.after_headers(response.status_code, response.headers)
         return PendingReply(response, body, wire, path, stream, started, sink, self.config,
-                            pacer=self.pacer)
+                            pacer=self.pacer, injection=injection, held_ms=hold_s * 1000)
 
-    async def _send_within_deadline(self, request: httpx2.Request) -> httpx2.Response:
+    async def _send_within_deadline(self, request: httpx2.Request, hold_s: float = 0.0
+                                    ) -> httpx2.Response:
         """Send; return once the headers are in. The timeout bounds each wait (connect,
         each read); the total deadline bounds them all, e.g. headers trickled a byte a time.
+        ``hold_s``: an injected fault holds the reply back that long before its first byte.
         """
         timeout_s, deadline_s = self.config.timeout_s, self.config.limits.deadline_s
         try:
-            return await _within(self._client.send(request, stream=True), deadline_s)
+            return await _within(self._sent(request, hold_s), deadline_s)
         except asyncio.TimeoutError:
             raise _deadline_exceeded(deadline_s, request.url) from None
         except httpx2.ConnectTimeout:
@@ -376,6 +457,28 @@ class ApiClient:
                                f" {_where(request.url)}") from None
         except (httpx2.RemoteProtocolError, httpx2.ReadError, httpx2.WriteError) as exc:
             raise ConnectionLost(f"{_where(request.url)}: {_detail(exc)}") from None
+
+    async def _sent(self, request: httpx2.Request, hold_s: float) -> httpx2.Response:
+        response = await self._client.send(request, stream=True)
+        if hold_s:
+            try:
+                await asyncio.sleep(hold_s)
+            except BaseException:
+                await response.aclose()
+                raise
+        return response
+
+    async def _held_past_timeout(self, url: httpx2.URL, hold_s: float) -> ReadTimedOut:
+        """A reply held back longer than the client waits: it gives up after its timeout,
+        as with a silent server, and never sees the reply (nor does a recording), so the
+        request is not sent at all."""
+        timeout_s, deadline_s = self.config.timeout_s, self.config.limits.deadline_s
+        try:
+            await _within(asyncio.sleep(timeout_s), deadline_s)
+        except asyncio.TimeoutError:
+            return _by_fault(_deadline_exceeded(deadline_s, url))
+        return _by_fault(ReadTimedOut(f"no response within {timeout_s:g} s (timeout) from"
+                                      f" {_where(url)} ({INJECTED}: held back {hold_s:g} s)"))
 
     async def _back_off(self, attempt: int, reason: str, response: httpx2.Response | None,
                         asked_s: float | None = None) -> str:
@@ -390,6 +493,15 @@ class ApiClient:
         delay = min(delay, self.config.timeout_s)
         await self._sleep(delay)
         return f"attempt {attempt + 1} failed ({reason}); retried after {delay:.2f} s"
+
+
+Failure = TypeVar("Failure", bound=TransportError)
+
+
+def _by_fault(error: Failure) -> Failure:
+    """``error``, marked as what an injected fault did."""
+    error.injected = True
+    return error
 
 
 def retryable(status: int) -> bool:
@@ -472,6 +584,22 @@ def _is_event_stream(response: httpx2.Response) -> bool:
     return response.is_success and (
         content_type.startswith("text/event-stream") or not content_type
     )
+
+
+def _events_of(real: list[tuple[bytes, float]], max_event_chars: int) -> list[StreamEvent]:
+    """A stream's own events, as they came before a fault reshaped them: what a recording
+    keeps."""
+    decoder = SSEDecoder(max_event_chars=max_event_chars)
+    events: list[StreamEvent] = []
+    offset = 0.0
+    for chunk, offset in real:
+        events += [StreamEvent(event.data, round(offset, 1), event.event)
+                   for event in decoder.feed(chunk)]
+    events += [StreamEvent(event.data, round(offset, 1), event.event)
+               for event in decoder.close()]
+    if decoder.cut is not None:
+        events.append(StreamEvent(decoder.cut, round(offset, 1), cut=True))
+    return events
 
 
 def _body_for_cassette(raw: bytes) -> Any:

@@ -26,6 +26,9 @@ class TransportError(Exception):
         self.message = message
         self.retries: list[str] = []
         """The attempts that failed before this one, one line each (as ``PendingReply``'s)."""
+        self.injected = False
+        """What a fault injected did (a disconnect, a cut, a hold past the timeout), not
+        the endpoint."""
 
     def __str__(self) -> str:
         return f"{self.reason}: {self.message}"
