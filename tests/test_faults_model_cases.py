@@ -173,12 +173,13 @@ def test_every_fault_kind_gives_a_model_case_the_same_verdict_in_every_mode(
             for name, _stream, _fault, _expect, said, _reached in CASES}
         assert verdicts(pytester.path / f"{report}.json") == expected, (
             report, result.stdout.str())
-    for name, said in RECOVERED.items():
-        over_clean.stdout.fnmatch_lines([f"*{name}*", *said])
+    for name, lines in RECOVERED.items():
+        over_clean.stdout.fnmatch_lines([f"*{name}*", *lines])
     for name, _stream, _fault, _expect, said, _reached in CASES:
-        if failure(said, api) is not None:
+        shown = failure(said, api)
+        if shown is not None:
             for result in (live, replayed, *([over_clean] if name not in RECOVERED else [])):
-                result.stdout.fnmatch_lines([f"*{name}*", failure(said, api)])
+                result.stdout.fnmatch_lines([f"*{name}*", shown])
     # Status and disconnect faults never reached the service, nor did a request held
     # past the client's timeout; every other fault acted on a real reply.
     assert reached == sum(case[-1] for case in CASES)
@@ -195,7 +196,7 @@ def test_every_fault_kind_gives_a_model_case_the_same_verdict_in_every_mode(
 def recorded(cassettes: Path, name: str) -> list[dict[str, Any]]:
     """The exchanges of case ``name``'s cassette, without their timings."""
     [path] = [path for path in cassettes.rglob(f"{name}[[]*") if path.is_file()]
-    exchanges = yaml.safe_load(path.read_text())["interactions"]
+    exchanges: list[dict[str, Any]] = yaml.safe_load(path.read_text())["interactions"]
     for exchange in exchanges:
         response = exchange["response"]
         response.pop("elapsed_ms")
@@ -226,7 +227,7 @@ def test_the_runs_own_fault_plan_reaches_every_model_case(pytester: pytest.Pytes
                          "--toolbench-fault 1")] * len(CASES)
     cut.assert_outcomes(failed=len(CASES))
     cut.stdout.fnmatch_lines([
-        "*retry: attempt 1 failed (HTTP 503: Service unavailable (HTTP 503, a fault injected"
-        " by pytest-toolbench)*",
-        "*closed after 1 event of the stream, with no terminator (a fault injected by"
-        " pytest-toolbench: cut after 1 chunks)*"])
+        ("*retry: attempt 1 failed (HTTP 503: Service unavailable (HTTP 503, a fault injected"
+        " by pytest-toolbench)*"),
+        ("*closed after 1 event of the stream, with no terminator (a fault injected by"
+        " pytest-toolbench: cut after 1 chunks)*")])
