@@ -189,6 +189,7 @@ class AgentCases:
         ``Tap.whole`` says so for a run that ``failed``, or not): the old cassette stays,
         as a case of the plugin's own loop keeps it."""
         if isinstance(tap, LiveTap) and tap.recording and not lost and tap.whole(failed):
+            tap.keep_held()
             tap.cassette.save()
 
     def _upstream(self, case_endpoint: Endpoint, api: str) -> Upstream:

@@ -7,6 +7,12 @@ the case's cassette. Each reply is held to the endpoint's ``ReplyLimits`` as the
 own client holds it (``--toolbench-deadline``, ``--toolbench-max-reply-bytes``,
 ``--toolbench-max-stream-events``): past one, the agent's connection is cut, the exchange
 fails naming the limit, and nothing of it is kept.
+
+A reply a fault cut short (``agent_faults.py``) is still read to its end from the service,
+off the agent's connection, and held: at the end of the recording it joins the cassette,
+unless the agent sent its request again (its retry's exchange then stands for it). So a
+replay with the same fault cuts it again where the agent gave up, and answers a retry from
+the exchange that answered it.
 """
 
 from __future__ import annotations
@@ -14,14 +20,15 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 from urllib.parse import quote
 
 import httpx2
 
 from ..faults import ANSWERED
+from ..records import Interaction
 from ..scrubbing import Scrubber
 from .agent_faults import faulted
 from .agent_tap import PLACEHOLDER_KEY, Exchange, ReplyReader, Tap
@@ -51,6 +58,16 @@ class Upstream:
     every other live request to it: a request waits its turn before it is forwarded."""
 
 
+@dataclass
+class _Reading:
+    """How far the proxy read one upstream reply."""
+
+    whole: bool = False
+    """Read to its end (the service sent all of it, within its limits)."""
+    rest: asyncio.Task[None] | None = None
+    """The reading of what a fault kept from the agent, while it lasts."""
+
+
 class LiveTap(Tap):
     """Forwards each request once to its API's real base URL; records when told to."""
 
@@ -61,6 +78,9 @@ class LiveTap(Tap):
         self.upstreams = upstreams
         self.recording = recording
         self._client: httpx2.AsyncClient | None = None
+        self._held: list[tuple[int, Interaction]] = []
+        """Replies the agent did not get whole, each with its place in the cassette."""
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def handle(self, request: ProxyRequest) -> ProxyResponse:
         if self._closed:
@@ -102,9 +122,11 @@ class LiveTap(Tap):
         # the body itself.
         headers = [(name, value) for name, value in response.headers.multi_items()
                    if name.lower() != "content-length"]
+        reading = _Reading()
         relayed = ProxyResponse(response.status_code, headers,
-                                self._relay(response, reader, exchange),
-                                lambda: self._settle(exchange, reader, request))
+                                self._relay(response, reader, exchange, reading),
+                                lambda: self._settle(exchange, reader, request, response,
+                                                     reading))
         if injection is None:
             return relayed
         return await faulted(relayed, injection, exchange, request.api)
@@ -123,18 +145,21 @@ class LiveTap(Tap):
         return await self._client.send(sent, stream=True)
 
     async def _relay(self, response: httpx2.Response, reader: ReplyReader,
-                     exchange: Exchange) -> AsyncIterator[bytes]:
+                     exchange: Exchange, reading: _Reading) -> AsyncIterator[bytes]:
         """The response's bytes as they arrive, each read on the way (the reply is read
         whole and recorded by ``_settle`` once its end has been sent to the agent), within
-        the reply's limits: past one, the agent's connection is cut (``_LimitReached``)."""
+        the reply's limits: past one, the agent's connection is cut (``_LimitReached``).
+        A recording reads the rest of a reply a fault kept from the agent all the same."""
         limits = reader.limits
         chunks = response.aiter_raw()
+        closes = True
         try:
             while True:
                 left = limits.deadline_s - (time.perf_counter() - reader.started)
                 try:
                     chunk = await _within(chunks.__anext__(), left)
                 except StopAsyncIteration:
+                    reading.whole = True
                     break
                 except asyncio.TimeoutError:
                     exchange.error = str(deadline_exceeded(limits.deadline_s, reader.where))
@@ -148,14 +173,52 @@ class LiveTap(Tap):
                     raise _LimitReached(exchange.error)
         except httpx2.HTTPError as error:
             exchange.error = f"the upstream reply broke off: {str(error) or type(error).__name__}"
+        except GeneratorExit:  # the agent reads no more of it: a fault cut it, or it left
+            if self.recording and exchange.injection is not None:
+                closes = False
+                reading.rest = self._spawn(self._read_rest(chunks, response, reader, reading))
+            raise
+        finally:
+            if closes:
+                await response.aclose()
+
+    async def _read_rest(self, chunks: AsyncGenerator[bytes, None], response: httpx2.Response,
+                         reader: ReplyReader, reading: _Reading) -> None:
+        """The rest of a reply the agent no longer reads, read as it comes, within the
+        reply's limits; ``reading.whole`` once its end came."""
+        try:
+            while reader.exceeded is None:
+                left = reader.limits.deadline_s - (time.perf_counter() - reader.started)
+                try:
+                    chunk = await _within(chunks.__anext__(), left)
+                except StopAsyncIteration:
+                    reading.whole = True
+                    return
+                reader.feed(chunk)
+        except (httpx2.HTTPError, OSError, asyncio.TimeoutError):
+            pass  # not read whole: not kept (the agent got no whole reply either)
         finally:
             await response.aclose()
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
 
     def _note_request(self, exchange: Exchange, request: ProxyRequest) -> None:
         exchange.path = self._shown_path(request)
         exchange.request = self._request_body(request)
 
-    def _settle(self, exchange: Exchange, reader: ReplyReader, request: ProxyRequest) -> None:
+    def _settle(self, exchange: Exchange, reader: ReplyReader, request: ProxyRequest,
+                response: httpx2.Response, reading: _Reading) -> None:
+        rest = reading.rest
+        if rest is not None and not rest.done():  # settled once the rest is read
+            rest.add_done_callback(
+                lambda _: self._settle(exchange, reader, request, response, reading))
+            return
+        if not response.is_closed:  # the agent left before any of it was sent
+            self._spawn(response.aclose())
         self._note_request(exchange, request)
         reply, interaction = reader.finish()
         if reader.exceeded is not None:
@@ -172,13 +235,39 @@ class LiveTap(Tap):
         interaction = scrubber.interaction(interaction)
         if exchange.error is None:
             exchange.interaction = interaction
-            if self.recording and exchange.delivered:  # a reply cut by a fault: not kept
-                self.cassette.interactions.append(interaction)
+            if self.recording:
+                self._keep(interaction, exchange.delivered, reading.whole)
         self._end(exchange)
+
+    def _keep(self, interaction: Interaction, delivered: bool, whole: bool) -> None:
+        """Record the exchange: in the cassette if the agent got its reply whole; held
+        (``keep_held``) if a fault kept part of it from the agent but the service sent it
+        whole; else not at all."""
+        with self._lock:
+            if delivered:
+                self.cassette.interactions.append(interaction)
+            elif whole:
+                self._held.append((len(self.cassette.interactions), interaction))
+
+    def keep_held(self) -> None:
+        """Put in the cassette, where each came, the replies a fault kept from the agent
+        whose request it never sent again (it gave up on them), one for each request: a
+        replay answers it from them and applies the fault again. One it retried is left
+        out: its retry's exchange stands for it, and a replay cuts that one first."""
+        with self._lock:
+            kept = self.cassette.interactions
+            for index, interaction in reversed(self._held):
+                if not any(_same_request(interaction, other) for other in kept):
+                    kept.insert(index, interaction)
+            self._held.clear()
 
     async def aclose(self) -> None:
         if self._client is not None:
             await self._client.aclose()
+
+
+def _same_request(one: Interaction, other: Interaction) -> bool:
+    return (one.method, one.path, one.request) == (other.method, other.path, other.request)
 
 
 class _LimitReached(TransportError):
