@@ -14,13 +14,14 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from support.agents.frameworks import PLACEHOLDER_KEYS, Framework
-from support.chat_server import ChatServer, RecordedRequest
+from support.chat_server import ChatServer, JsonReply, RecordedRequest
 from support.gemini_server import GeminiServer
 from support.scripted_model import ScriptedModel
 from test_faults_on_cue import REFUND, by_id, case_text, run
@@ -254,3 +255,81 @@ def test_a_cut_reply_the_sdk_retries_is_recorded_as_its_retry(
     first = json.loads(kept[0]["response"]["json"])
     assert first["choices"][0]["message"]["tool_calls"][0]["id"] == "call_3"
     replayed.assert_outcomes(passed=1)
+
+
+# -- the reports: an injected fault marked so, a service's own error not ----------------
+
+
+def test_the_reports_mark_an_injected_fault_and_never_the_services_own_error(
+        pytester: pytest.Pytester, keys: None) -> None:
+    """Recorded while the server answers the first request with its own 429 (the SDK
+    retries it): no report calls it injected. Replayed with an injected 429 at request 2
+    (the second retry of the same body): junit counts one injected fault, the HTML page
+    marks that turn, and the JSON report's turn says ``injected``; the service's own 429,
+    replayed from the cassette, is still no fault."""
+    framework = by_id("openai-chat")
+    model = ScriptedModel(*REFUND)
+    limited = {"error": {"message": "Rate limit reached for test-model", "type": "requests",
+                         "code": "rate_limit_exceeded", "param": None}}
+
+    def first_limited(request: RecordedRequest) -> Any:
+        if not model.served and not hasattr(first_limited, "done"):
+            first_limited.done = True  # type: ignore[attr-defined]
+            return JsonReply(limited, status=429, headers={"retry-after": "0"})
+        return model(request)
+
+    server = ChatServer()
+    with server.start():
+        server.set_handler(first_limited)
+        pytester.makefile(".case.yaml", refund=case_text(
+            framework, server.base_url, expect=RETRIED))
+        recorded = run(pytester, "--toolbench-record", "--junitxml", "own.xml",
+                       "--toolbench-html", "own.html", "--toolbench-report", "own.json")
+        assert len(server.requests) == 4
+    faulted = replay(pytester, framework, "--toolbench-fault", "status=429,retry_after_s=0@2",
+                     "--junitxml", "faulted.xml", "--toolbench-html", "faulted.html",
+                     "--toolbench-report", "faulted.json", expect=RETRIED.replace(
+                         "requests: 4", "requests: 5"))
+
+    recorded.assert_outcomes(passed=1)
+    faulted.assert_outcomes(passed=1)
+    own, injected = (pytester.path / "own.json"), (pytester.path / "faulted.json")
+    assert [(turn["reply"]["status"], turn["fault"]) for turn in turns(own)] == [
+        (429, None), (200, None), (200, None), (200, None)]
+    assert [turn["reply"]["status"] for turn in turns(injected)] == [429, 429, 200, 200, 200]
+    fault = turns(injected)[1]["fault"]
+    assert fault == {"injected": True, "kind": "status", "does": "status 429 (retry-after 0 s)",
+                     "entry": {"status": 429, "retry_after_s": 0, "request": 2},
+                     "source": "--toolbench-fault 1", "request": 2}
+    assert [turn["fault"] for index, turn in enumerate(turns(injected)) if index != 1] == [
+        None] * 4
+
+    assert properties(pytester.path / "faulted.xml").get("faults_injected") == "1"
+    assert properties(pytester.path / "own.xml").get("turns") == "4"
+    assert "faults_injected" not in properties(pytester.path / "own.xml")
+
+    page = html_turns(pytester.path / "faulted.html")
+    assert sorted(page) == ["1", "2", "3", "4", "5"]
+    assert page["2"].startswith(
+        '<div class="fault">injected fault (--toolbench-fault 1): status 429 (retry-after 0 s)'
+        "</div>")
+    assert "HTTP 429" in page["2"] and "a fault injected by pytest-toolbench" in page["2"]
+    assert "HTTP 429" in page["1"] and "Rate limit reached for test-model</pre>" in page["1"]
+    assert [number for number, turn in page.items() if "injected" in turn] == ["2"]
+    own_page = html_turns(pytester.path / "own.html")
+    assert "HTTP 429" in own_page["1"] and "Rate limit reached for test-model</pre>" in own_page["1"]
+    assert [number for number, turn in own_page.items() if "injected" in turn] == []
+
+
+def html_turns(page: Path) -> dict[str, str]:
+    """The HTML page's turns, by their number: each from just after its head (``request
+    1: 3.8 ms, stop: ...``) to the next turn's."""
+    parts = re.split(r'<div class="muted">(?:streamed )?request (\d+): [^<]*</div>',
+                     page.read_text())
+    return dict(zip(parts[1::2], parts[2::2]))
+
+
+def properties(junit: Path) -> dict[str, str]:
+    """The junit properties of the one test case in ``junit``."""
+    (case,) = ET.parse(junit).getroot().iter("testcase")
+    return {prop.get("name", ""): prop.get("value", "") for prop in case.iter("property")}
