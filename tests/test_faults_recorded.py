@@ -333,3 +333,28 @@ def properties(junit: Path) -> dict[str, str]:
     """The junit properties of the one test case in ``junit``."""
     (case,) = ET.parse(junit).getroot().iter("testcase")
     return {prop.get("name", ""): prop.get("value", "") for prop in case.iter("property")}
+
+
+def test_live_faults_act_on_the_service_as_recording_does_and_write_no_cassette(
+        pytester: pytest.Pytester, keys: None) -> None:
+    """Live, as recording: the async streamed SDK's first request gets an injected 503
+    that never reaches the server (the SDK retries it), and its last reply is slowed
+    on its way; nothing is written."""
+    framework = by_id("openai-chat-async-stream")
+    server = ChatServer()
+    with server.start():
+        server.set_handler(ScriptedModel(*REFUND))
+        pytester.makefile(".case.yaml", refund=case_text(
+            framework, server.base_url, "[{request: 1, status: 503, retry_after_s: 0},"
+            " {request: 4, delay: {first_byte_ms: 150, chunk_ms: 10}}]", RETRIED))
+        result = run(pytester, "--toolbench-live", "--toolbench-report", "live.json")
+        reached = len(server.requests)
+
+    result.assert_outcomes(passed=1)
+    assert reached == 3
+    faulted = turns(pytester.path / "live.json")
+    assert [(turn["fault"] or {}).get("does") for turn in faulted] == [
+        "status 503 (retry-after 0 s)", None, None,
+        "delay 150 ms to the first byte, 10 ms a chunk"]
+    assert faulted[0]["reply"]["status"] == 503 and faulted[3]["elapsed_ms"] >= 150
+    assert not (pytester.path / "__cassettes__").exists()
