@@ -257,6 +257,68 @@ def test_a_cut_reply_the_sdk_retries_is_recorded_as_its_retry(
     replayed.assert_outcomes(passed=1)
 
 
+IMPATIENT = """
+from openai import APITimeoutError, OpenAI
+from support.agents.openai_chat import ChatAgent
+from support.agents.shop import SYSTEM
+
+
+class ImpatientAgent(ChatAgent):
+    \"\"\"Waits 0.2 s for its first reply, then asks again at once (its own retry).\"\"\"
+
+    asked = 0
+
+    def _reply(self):
+        self.asked += 1
+        if self.asked > 1:
+            return super()._reply()
+        try:
+            return self.client.with_options(timeout=0.2, max_retries=0).chat.completions.create(
+                **self.request()).choices[0].message
+        except APITimeoutError:
+            return super()._reply()
+
+
+def make_agent():
+    return ImpatientAgent(OpenAI(), "test-model", False, SYSTEM)
+"""
+
+
+def test_a_stall_the_agent_gives_up_on_is_neither_recorded_nor_checked_and_replays(
+        pytester: pytest.Pytester, keys: None) -> None:
+    """An agent that waits 0.2 s for its first reply, stalled 0.5 s: it asks again during
+    the stall. Recording, both requests reach the service; the stalled reply, sent after
+    the agent left, is neither kept nor read as the model's (its call is no call the agent
+    made); replaying, the retry during the stall is answered from the exchange the stalled
+    request was matched to. Both pass with four requests."""
+    pytester.makepyfile(impatient_bot=IMPATIENT)
+    pytester.makeconftest("")  # the bot beside the case is importable
+    framework = Framework("impatient", "impatient_bot:make_agent", "chat", False)
+    faults = "[{request: 1, stall_s: 0.5}]"
+    server = ChatServer()
+    with server.start():
+        server.set_handler(ScriptedModel(REFUND[0], *REFUND))
+        pytester.makefile(".case.yaml", refund=case_text(framework, server.base_url, faults,
+                                                         RETRIED))
+        recorded = run(pytester, "--toolbench-record", "--toolbench-report", "recorded.json")
+        reached = list(server.requests)
+    replayed = replay(pytester, framework, "--toolbench-report", "replayed.json",
+                      faults=faults, expect=RETRIED)
+
+    recorded.assert_outcomes(passed=1)
+    assert len(reached) == 4 and reached[0].json() == reached[1].json()
+    kept = exchanges(cassette(pytester))
+    assert [json.loads(interaction["request"]["json"]) for interaction in kept] == [
+        request.json() for request in reached[1:]]
+    first = json.loads(kept[0]["response"]["json"])
+    assert first["choices"][0]["message"]["tool_calls"][0]["id"] == "call_3"
+    replayed.assert_outcomes(passed=1)
+    for report in ("recorded.json", "replayed.json"):
+        stalled = [turn for turn in turns(pytester.path / report) if turn["fault"]]
+        assert [turn["fault"]["does"] for turn in stalled] == ["stall 0.5 s"]
+        assert stalled[0]["elapsed_ms"] >= 500
+
+
 # -- the reports: an injected fault marked so, a service's own error not ----------------
 
 

@@ -280,7 +280,8 @@ class AgentRun:
             if isinstance(answer, str):
                 said(history, text, answer, calls)
         exchanges = self.ctx.traffic.since(started)
-        attempt.turns = [exchange_turn(exchange) for exchange in exchanges if exchange.api is not None]
+        model = [exchange for exchange in exchanges if exchange.api is not None]
+        attempt.turns = [exchange_turn(exchange) for exchange in model]
         # What the proxy could not do comes first: an agent's failure is mostly its effect;
         # a connection that went past the proxy, before that.
         escaped = self._escaped()
@@ -289,10 +290,11 @@ class AgentRun:
             *(self._failure(exchange.error, ("stages", index))
               for exchange in exchanges if exchange.error is not None)]
         attempt.failures += [self._failure(message, path) for message, path in plan.unselected()]
-        # A reply a fault changed, cut or stood in for is not the model's: what the stage
-        # checks is what the model said (its requests count them all).
-        replies = [turn.reply for turn in attempt.turns
-                   if turn.reply is not None and not _altered(turn)]
+        # A reply a fault changed, cut or stood in for is not the model's, nor one the
+        # agent gave up on while a fault held it back: what the stage checks is what the
+        # model said to the agent (its requests count them all).
+        replies = [turn.reply for turn, exchange in zip(attempt.turns, model)
+                   if turn.reply is not None and _the_models(exchange)]
         calls = [call for reply in replies for call in reply.tool_calls]
         attempt.trajectory = calls
         raised = answer if isinstance(answer, Raised) else None
@@ -464,10 +466,13 @@ def _expects_error(stage: Stage) -> bool:
     return "error" in stage.expect.model_fields_set
 
 
-def _altered(turn: Turn) -> bool:
-    """Whether an injected fault stood in for the turn's reply, or cut or changed it (a
-    delay or a stall leaves it as the model gave it)."""
-    return turn.fault is not None and turn.fault["kind"] not in ("delay", "stall_s")
+def _the_models(exchange: Exchange) -> bool:
+    """Whether the agent got the model's own reply: no injected fault stood in for it, cut
+    or changed it, and the agent did not give up on it while one held it back (a delay or
+    a stall leaves it as the model gave it)."""
+    injection = exchange.injection
+    return injection is None or (exchange.delivered
+                                 and injection.fault.kind in ("delay", "stall_s"))
 
 
 def _quoted(answer: Any) -> str:

@@ -10,6 +10,7 @@ recorded request.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -27,6 +28,7 @@ from .errors import UnsendableRequest
 from .limits import ReplyLimits
 from .proxy import ProxyRequest, ProxyResponse, refused
 from .replay import request_diff, sse_bytes
+from .reshape import held_s
 
 
 class ReplayTap(Tap):
@@ -85,7 +87,19 @@ class ReplayTap(Tap):
                                  lambda: self._settle(found, reader, exchange))
         if injection is None:
             return response
-        return await faulted(response, injection, exchange, recorded.api)
+        held = held_s(injection.fault) > 0
+        if held:  # the agent may give up meanwhile: its retry is answered from it
+            with self._lock:
+                self._used.discard(found)
+        response = await faulted(response, injection, exchange, recorded.api)
+        if held:
+            with self._lock:
+                retried = found in self._used
+                self._used.add(found)
+            if retried:  # the retry has it: sent here too (to no one, mostly), kept used
+                response = dataclasses.replace(
+                    response, after=lambda: self._settle(found, reader, exchange, False))
+        return response
 
     def _match(self, exchange: Exchange) -> int | str:
         """The first unused recorded exchange with the request's method, path and body;
@@ -138,12 +152,13 @@ class ReplayTap(Tap):
             if reader.exceeded is not None:  # the agent's connection is cut here
                 raise reader.exceeded
 
-    def _settle(self, found: int, reader: ReplyReader, exchange: Exchange) -> None:
+    def _settle(self, found: int, reader: ReplyReader, exchange: Exchange,
+                release: bool = True) -> None:
         """The reply read whole, once its end has been sent to the agent; a reply the
         agent did not get whole (a fault cut it) leaves its recorded exchange unused, for
-        the agent's retry."""
+        the agent's retry (``release``: unless a retry was answered from it already)."""
         recorded = self._recorded[found]
-        if not exchange.delivered:
+        if not exchange.delivered and release:
             with self._lock:
                 self._used.discard(found)
         reply, replayed = reader.finish()
