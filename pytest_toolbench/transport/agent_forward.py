@@ -58,6 +58,12 @@ class Upstream:
     every other live request to it: a request waits its turn before it is forwarded."""
 
 
+_REST_S: Final = 3.0
+"""How long the rest of a reply a fault kept from the agent is read, at most: the exchange
+ends then (a stage waits a few seconds for its exchanges, ``Tap.since``), and what did not
+come in time is not kept."""
+
+
 @dataclass
 class _Reading:
     """How far the proxy read one upstream reply."""
@@ -185,10 +191,12 @@ class LiveTap(Tap):
     async def _read_rest(self, chunks: AsyncGenerator[bytes, None], response: httpx2.Response,
                          reader: ReplyReader, reading: _Reading) -> None:
         """The rest of a reply the agent no longer reads, read as it comes, within the
-        reply's limits; ``reading.whole`` once its end came."""
+        reply's limits and ``_REST_S``; ``reading.whole`` once its end came."""
+        until = time.perf_counter() + _REST_S
         try:
             while reader.exceeded is None:
-                left = reader.limits.deadline_s - (time.perf_counter() - reader.started)
+                left = min(reader.limits.deadline_s - (time.perf_counter() - reader.started),
+                           until - time.perf_counter())
                 try:
                     chunk = await _within(chunks.__anext__(), left)
                 except StopAsyncIteration:
