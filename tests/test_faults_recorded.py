@@ -133,8 +133,8 @@ def test_a_status_or_disconnect_fault_never_reaches_the_service_and_replays(
     assert [interaction["response"]["status"] for interaction in kept] == [200, 200, 200]
     assert [json.loads(interaction["request"]["json"]) for interaction in kept] == [
         request.json() for request in reached]
-    for trace in ("429", "Too Many Requests", "rate_limit", "injected", "fault",
-                  "toolbench-fault", "overloaded"):
+    for trace in ("429", "Too Many Requests", "rate_limit", "injected", "toolbench-fault",
+                  "stall", "disconnect", "overloaded"):
         assert trace not in text
     faulted = [turn["fault"] for turn in turns(pytester.path / "recorded.json")]
     assert [(fault or {}).get("kind") for fault in faulted] == (
@@ -231,9 +231,9 @@ def test_a_reply_fault_while_recording_keeps_the_real_reply_and_replays_alike(
 def test_a_cut_reply_the_sdk_retries_is_recorded_as_its_retry(
         pytester: pytest.Pytester, keys: None) -> None:
     """The sync openai SDK retries a whole reply cut at half: both requests reach the
-    service (the model answers the same call twice, under two ids: call_1, then call_3), the cassette keeps the
-    retry's exchange only, and the replay cuts that one and answers the retry from it, as
-    the recording went."""
+    service (the model answers the same call twice, under two ids: call_1, then call_3),
+    the cassette keeps the retry's exchange only, and the replay cuts that one and answers
+    the retry from it, as the recording went."""
     framework = by_id("openai-chat")
     server = ChatServer()
     with server.start():
@@ -379,7 +379,8 @@ def test_the_reports_mark_an_injected_fault_and_never_the_services_own_error(
     assert "HTTP 429" in page["1"] and "Rate limit reached for test-model</pre>" in page["1"]
     assert [number for number, turn in page.items() if "injected" in turn] == ["2"]
     own_page = html_turns(pytester.path / "own.html")
-    assert "HTTP 429" in own_page["1"] and "Rate limit reached for test-model</pre>" in own_page["1"]
+    assert "HTTP 429" in own_page["1"]
+    assert "Rate limit reached for test-model</pre>" in own_page["1"]
     assert [number for number, turn in own_page.items() if "injected" in turn] == []
 
 
