@@ -5,9 +5,14 @@ A tap asks the stage's ``FaultPlan`` about each request before it forwards or re
 A ``status`` or ``disconnect`` fault the tap answers itself (``Tap._answer_fault``): the
 request reaches neither the service nor the cassette. Any other fault wraps the real
 reply, live or replayed (``faulted``): held back, slowed, cut, or changed in its API's
-own shape (``reshape.py``, shared with the plugin's own client). A reply the agent did not
-get whole (cut, or abandoned during a stall) is not kept by a recording and uses up no
-recorded exchange in replay, so a case recorded without faults replays with them: the agent's retry sends the same body again and is answered from it.
+own shape (``reshape.py``, shared with the plugin's own client).
+
+A reply the agent did not get whole (cut, or abandoned during a stall) uses up no recorded
+exchange in replay, so a case recorded without faults replays with them: the agent's retry
+sends the same body again and is answered from it. A recording keeps such a reply whole
+only when the agent never asks again (``agent_forward.py``): its retry's exchange stands
+for it otherwise. Both depend on ``_chunks`` closing its source when the cut comes and on
+``faulted`` holding the reply back before it returns.
 """
 
 from __future__ import annotations
