@@ -288,10 +288,13 @@ class Injection:
         return (f"the fault injected just before: {self.label}, {self.fault.describe()} at"
                 f" request {self.request}")
 
-    def record(self) -> dict[str, Any]:
-        """As the JSON report keeps it (a turn's ``fault``)."""
+    def record(self, delivered: bool = True) -> dict[str, Any]:
+        """As the JSON report keeps it (a turn's ``fault``); ``delivered``: whether a reply
+        (the service's, or the fault's own answer) reached the agent or the loop whole, not
+        cut, dropped or given up on while the fault held it back."""
         return {"injected": True, "kind": self.fault.kind, "does": self.fault.describe(),
-                "entry": self.fault.entry(), "source": self.label, "request": self.request}
+                "entry": self.fault.entry(), "source": self.label, "request": self.request,
+                "delivered": delivered}
 
 
 class FaultPlan:

@@ -216,7 +216,8 @@ def test_the_runs_own_fault_plan_reaches_every_model_case(pytester: pytest.Pytes
     pytester.makefile(".case.yaml", orders=case_file("chat", "http://127.0.0.1:9/v1",
                                                      faults=False))
     slowed = run(pytester, "--toolbench-fault", "delay=30@2", "--toolbench-report", "slow.json")
-    cut = run(pytester, "--toolbench-fault", "cut=1@2", "--toolbench-fault", "status=503@1")
+    cut = run(pytester, "--toolbench-fault", "cut=1@2", "--toolbench-fault", "status=503@1",
+              "--toolbench-html", "cut.html")
 
     slowed.assert_outcomes(passed=len(CASES))
     faults = [turn["fault"] for case in json.loads((pytester.path / "slow.json").read_text())[
@@ -227,7 +228,11 @@ def test_the_runs_own_fault_plan_reaches_every_model_case(pytester: pytest.Pytes
                          "--toolbench-fault 1")] * len(CASES)
     cut.assert_outcomes(failed=len(CASES))
     cut.stdout.fnmatch_lines([
+        ("*injected fault (--toolbench-fault 1): cut after 1 chunks, not the service's own;"
+         " no reply came through whole"),
         ("*retry: attempt 1 failed (HTTP 503: Service unavailable (HTTP 503, a fault injected"
         " by pytest-toolbench)*"),
         ("*closed after 1 event of the stream, with no terminator (a fault injected by"
         " pytest-toolbench: cut after 1 chunks)*")])
+    page = (pytester.path / "cut.html").read_text()
+    assert page.count("cut after 1 chunks; no reply came through whole") == len(CASES)

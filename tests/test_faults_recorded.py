@@ -362,7 +362,7 @@ def test_the_reports_mark_an_injected_fault_and_never_the_services_own_error(
     fault = turns(injected)[1]["fault"]
     assert fault == {"injected": True, "kind": "status", "does": "status 429 (retry-after 0 s)",
                      "entry": {"status": 429, "retry_after_s": 0, "request": 2},
-                     "source": "--toolbench-fault 1", "request": 2}
+                     "source": "--toolbench-fault 1", "request": 2, "delivered": True}
     assert [turn["fault"] for index, turn in enumerate(turns(injected)) if index != 1] == [
         None] * 4
 

@@ -264,8 +264,9 @@ def _turn_text(number: int, turn: Turn) -> list[str]:
                f" {_cut(_content(last))}")
     lines = [f"  > {mode} {number}: {summary}"]
     if turn.fault is not None:
+        undelivered = "" if turn.fault.get("delivered", True) else "; no reply came through whole"
         lines.append(f"    injected fault ({turn.fault['source']}): {turn.fault['does']},"
-                     " not the service's own")
+                     f" not the service's own{undelivered}")
     lines.extend(f"    retry: {_cut(line, keep_end=40)}" for line in turn.retries)
     if turn.error:
         # The first line only: a replay mismatch's request diff is printed once, above.

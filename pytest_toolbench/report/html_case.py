@@ -190,7 +190,9 @@ def _turn(turn: TurnRecord, number: int) -> str:
     fault = turn.fault
     injected = ("" if fault is None else
                 f'<div class="fault">injected fault ({e(str(fault.get("source", "")))}):'
-                f' {e(str(fault.get("does", fault.get("kind", ""))))}</div>')
+                f' {e(str(fault.get("does", fault.get("kind", ""))))}'
+                f'{"" if fault.get("delivered", True) else "; no reply came through whole"}'
+                '</div>')
     head = (f'<div class="muted">{kind} {number}: {ms(turn.elapsed_ms)}, '
             f'stop: {e(_stop(turn))}</div>' + injected
             + (f'<ul class="muted">{retries}</ul>' if retries else ""))

@@ -451,7 +451,8 @@ def exchange_turn(exchange: Exchange) -> Turn:
     return Turn(request=exchange.request, streamed=exchange.streamed, reply=exchange.reply,
                 error=exchange.error, elapsed_ms=exchange.elapsed_ms,
                 stop_reason="error" if exchange.error is not None else None,
-                fault=injection.record() if injection is not None else None)
+                fault=(injection.record(exchange.delivered) if injection is not None
+                       else None))
 
 
 @dataclass(frozen=True)

@@ -718,7 +718,7 @@ class StageRunner:
             turn.elapsed_ms = (time.perf_counter() - started) * 1000
             if self.faults is not None and self.faults.injections[injected:]:
                 # Its attempts' faults (its retries say each); the last one is shown.
-                turn.fault = self.faults.injections[-1].record()
+                turn.fault = self.faults.injections[-1].record(not turn.error_injected)
         # Scrubbed where it is made: the conversation, the checks, the failure text and the
         # reports only ever see this copy.
         turn = self.ctx.scrubber.turn(turn)
