@@ -236,3 +236,33 @@ def test_the_runs_own_fault_plan_reaches_every_model_case(pytester: pytest.Pytes
         " pytest-toolbench: cut after 1 chunks)*")])
     page = (pytester.path / "cut.html").read_text()
     assert page.count("cut after 1 chunks; no reply came through whole") == len(CASES)
+
+
+def test_a_seeded_rate_draws_the_same_requests_of_a_repeated_model_case_every_session(
+        pytester: pytest.Pytester) -> None:
+    """With no retries, each run of the repeat fails when its rate draws one of its two
+    requests: the same runs in every session, in replay as in the recording."""
+    repeated = (case_file("chat", "BASE", faults=False).split("---\n")[0]
+                .replace("retries: 2", "retries: 0")
+                .replace("model: test-model\n",
+                         "model: test-model\nrepeat: {runs: 6, min_pass_rate: 0.1}\n"))
+    server = ChatServer()
+    with server.start():
+        server.set_handler(ToolThenAnswer())
+        pytester.makefile(".case.yaml", orders=repeated.replace("BASE", server.base_url))
+        live = run(pytester, "--toolbench-live", "--toolbench-fault",
+                   "status=500,rate=0.3,seed=4", "--toolbench-report", "live.json")
+        run(pytester, "--toolbench-record").assert_outcomes(passed=1)
+    pytester.makefile(".case.yaml", orders=repeated.replace("BASE", "http://127.0.0.1:9/v1"))
+    figures = []
+    for report in ("live.json", "first.json", "second.json"):
+        if report != "live.json":
+            run(pytester, "--toolbench-fault", "status=500,rate=0.3,seed=4",
+                "--toolbench-report", report)
+        case = json.loads((pytester.path / report).read_text())["cases"][0]
+        figures.append((case["passes"], case["runs_total"],
+                        [run_["passed"] for run_ in case["runs"]]))
+    assert live.ret == pytest.ExitCode.OK
+    assert figures[0] == figures[1] == figures[2]
+    passes, total, _runs = figures[0]
+    assert total == 6 and 0 < passes < 6, figures  # the rate drew some requests, not all
