@@ -77,6 +77,10 @@ CASES: list[tuple[str, bool, str, str, str | dict[str, str] | None, int]] = [
     ("malformed", False, "{request: 1, mutate: malformed_arguments}", PASSES,
      {"messages": "*tool_use lookup_order) has its input as a string, not an object*",
       "gemini": "*a functionCall needs a name and args as an object*"}, 2),
+    # The loop answers a call of a tool it does not have with the error `unknown tool`.
+    ("renamed", True, "{request: 1, mutate: unknown_tool}",
+     "{tool_calls: [{name: {$regex: '^lookup_order_not_offered$'}}], text: {$contains: refunded}}",
+     None, 2),
     ("empty", True, "{request: 2, mutate: empty}", PASSES, "*expect.text: '' does not contain 'refunded'*", 2),
     ("truncated", True, "{request: 2, mutate: truncated}",
      "{finish_reason: length, text: {$regex: '^Order 913 is'}}", None, 2),
@@ -86,9 +90,11 @@ CASES: list[tuple[str, bool, str, str, str | dict[str, str] | None, int]] = [
     ("truncated_body", False, "{request: 2, mutate: truncated}",
      "{finish_reason: length, text: {$regex: '^Order 913 is'}}", None, 2),
 ]
-RECOVERED = {"malformed": ["*differs from the one recorded*",
-                           ("*the fault injected just before: fault 1 of stage ask, mutate:"
-                           " malformed_arguments at request 1*")]}
+RECOVERED = {name: ["*differs from the one recorded*",
+                    (f"*the fault injected just before: fault 1 of stage ask, mutate: {kind}"
+                     " at request 1*")]
+             for name, kind in (("malformed", "malformed_arguments"),
+                                ("renamed", "unknown_tool"))}
 """Cases whose loop recovers with a request a clean recording never saw: replayed over
 one, they fail, naming the fault before the first difference."""
 APIS = ["chat", "responses", "messages", "gemini"]
