@@ -25,12 +25,14 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from _common import (
     RecordedRequest,
     Reply,
     Timing,
     alternating_runs,
+    chunks_for,
     completion,
     count_instructions,
     json_reply,
@@ -38,6 +40,7 @@ from _common import (
     print_table,
     repeat_runs,
     run_pytest,
+    sse_reply,
     start_chat_server,
     write_pytest_ini,
 )
@@ -76,6 +79,7 @@ tools:
 {tools}stages:
   - name: ask
     user: What time is it in Paris? (case {index})
+    stream: {stream}
     run_tools: true
     max_turns: {turns}
     expect:
@@ -106,8 +110,9 @@ def parse_args() -> argparse.Namespace:
 
 
 def write_suite(root: Path, mcp: bool, files: int, per_file: int, calls: int,
-                scope: str) -> int:
-    """``files`` case files of ``per_file`` cases; MCP ones declare the server once a file."""
+                scope: str, stream: bool = False) -> int:
+    """``files`` case files of ``per_file`` cases; MCP ones declare the server once a file.
+    ``stream``: every request of the loop asks for a stream (``bench_faults.py``)."""
     root.mkdir(parents=True, exist_ok=True)
     write_pytest_ini(root)
     server = f"mcp_servers:\n  time: {{command: {json.dumps(TIME_SERVER)}, scope: {scope}}}\n"
@@ -116,7 +121,8 @@ def write_suite(root: Path, mcp: bool, files: int, per_file: int, calls: int,
         documents = [server] if mcp else []
         for _ in range(per_file):
             documents.append(CASE.format(index=index, tools=MCP_TOOL if mcp else CANNED_TOOL,
-                                         calls=calls, turns=calls + 1))
+                                         calls=calls, turns=calls + 1,
+                                         stream=str(stream).lower()))
             index += 1
         (root / f"clock_{number:04d}.case.yaml").write_text("---\n".join(documents))
     return index
@@ -124,15 +130,18 @@ def write_suite(root: Path, mcp: bool, files: int, per_file: int, calls: int,
 
 def model_calling(calls: int) -> Callable[[RecordedRequest], Reply]:
     """A loopback model that calls ``get_current_time`` once a turn, ``calls`` times, then
-    answers."""
+    answers; streamed when the request asks for a stream."""
     def answer(request: RecordedRequest) -> Reply:
         body = request.json()
         done = sum(1 for message in body["messages"] if message["role"] == "tool")
+        reply: dict[str, Any] = {"text": REPLY_TEXT}
         if done < calls:
-            return json_reply(completion(tool_calls=[{
+            reply = {"tool_calls": [{
                 "id": f"call_{done}", "type": "function", "function": {
-                    "name": "get_current_time", "arguments": '{"timezone": "Europe/Paris"}'}}]))
-        return json_reply(completion(text=REPLY_TEXT))
+                    "name": "get_current_time", "arguments": '{"timezone": "Europe/Paris"}'}}]}
+        if body.get("stream"):
+            return sse_reply(chunks_for(**reply))
+        return json_reply(completion(**reply))
     return answer
 
 
