@@ -12,6 +12,7 @@ place, so the same requests are picked in every run and in every mode.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 from dataclasses import dataclass, field
@@ -251,6 +252,13 @@ def fault_from(text: str) -> Fault:
                              f" {e['msg'].removeprefix('Value error, ')}"
                              for e in error.errors())
         raise ValueError(problems) from None
+
+
+@functools.cache
+def faults_from(texts: tuple[str, ...]) -> tuple[Fault, ...]:
+    """The faults of ``--toolbench-fault``, each ``fault_from`` its text: parsed once a
+    run, though every case reads them (a ``Fault`` is frozen, so the cases share it)."""
+    return tuple(fault_from(text) for text in texts)
 
 
 # -- a stage's plan -------------------------------------------------------------------------

@@ -243,9 +243,9 @@ class Settings:
         """``faults`` as fault entries (``faults.Fault``; read when a case runs)."""
         if not self.faults:
             return ()
-        from .faults import fault_from
+        from .faults import faults_from
 
-        return tuple(fault_from(text) for text in self.faults)
+        return faults_from(self.faults)
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:

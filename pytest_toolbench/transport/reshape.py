@@ -7,6 +7,9 @@ Either hands over the reply's bytes as they come, live or replayed, and forwards
 
 A stream is counted and spaced an SSE event at a time (a live server's network chunks may
 hold several events, or part of one; a replay's, all of them); a whole body is one piece.
+A fault that neither counts, spaces nor changes the events (a ``stall_s``, a ``delay`` of
+the first byte only) passes the pieces on as they come, unsplit, as a reply without a fault
+is passed on: the same bytes, without the splitting's cost.
 ``status`` and ``disconnect`` faults are not here: the request they select is answered by
 the injector itself and never reaches the service.
 """
@@ -61,7 +64,7 @@ async def reshaped(pieces: AsyncIterator[bytes], fault: Fault, streamed: bool,
     ``fault`` has them delivered; raises CutShort where a ``cut`` closes the connection.
     The first byte's hold (``held_s``) is the caller's: it comes before the reply's head.
     ``sleep`` holds back each further chunk of a ``delay``."""
-    items = _events(pieces) if streamed else pieces
+    items = _events(pieces) if streamed and _by_event(fault) else pieces
     if fault.mutate is not None:
         whole = [piece async for piece in items]
         items = _listed(mutate_reply(api, fault.mutate, whole, streamed))
@@ -79,6 +82,13 @@ async def reshaped(pieces: AsyncIterator[bytes], fault: Fault, streamed: bool,
         sent += 1
     if fault.cut is not None:  # fewer events than it lets through: the close still comes early
         raise CutShort(sent, streamed)
+
+
+def _by_event(fault: Fault) -> bool:
+    """Whether ``fault`` acts on a stream an event at a time: a ``cut`` counts the events, a
+    ``delay``'s ``chunk_ms`` spaces them, a ``mutate`` changes them."""
+    spaced = fault.delay is not None and bool(fault.delay.chunk_ms)
+    return spaced or fault.cut is not None or fault.mutate is not None
 
 
 async def _events(pieces: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
