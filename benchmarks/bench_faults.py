@@ -24,6 +24,9 @@ The three ways:
   the plugin's client): a request more a case, shown for scale.
 
 Target, each part: the faulted side <= 1.05 x the clean one (wall time, median of REPEAT).
+``--instructions`` also counts each side's instructions once under valgrind: a ratio the
+machine's load does not move (about 30 times slower than a run: the agent part's 200 cases
+take several minutes a side).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from pathlib import Path
 
 from _common import (
     alternating_runs,
+    count_instructions,
     median,
     print_table,
     repeat_runs,
@@ -90,7 +94,7 @@ def prepare_model(base: Path, count: int, files: int) -> Path:
 
 
 def compare(what: str, cases: Path, env: dict[str, str],
-            sides: Sequence[tuple[str, list[str]]], repeat: int) -> float:
+            sides: Sequence[tuple[str, list[str]]], repeat: int, instructions: bool) -> float:
     """The sides replayed in turns, their medians side by side; the faulted / clean ratio."""
     runs = [lambda extra=extra: run_pytest([*ARGS, *extra], cases, env) for _, extra in sides]
     for run in runs:  # every side passes, or the script stops with its output
@@ -104,6 +108,16 @@ def compare(what: str, cases: Path, env: dict[str, str],
     ratio = walls[1] / walls[0]
     verdict = "met" if ratio <= TARGET_RATIO else "MISSED"
     print(f"faulted / clean: {ratio:.3f}x (target <= {TARGET_RATIO}x): {verdict}")
+    if instructions:
+        counted = [count_instructions([*ARGS, *extra], cases, env) for _, extra in sides]
+        if None in counted:
+            print("instructions: valgrind is not installed")
+        else:
+            clean = counted[0]
+            assert clean is not None
+            print("instructions: " + ", ".join(
+                f"{name.split(':')[0]} {n / 1e9:.3f} G ({n / clean:.3f}x)"
+                for (name, _), n in zip(sides, counted) if n is not None))
     return ratio
 
 
@@ -111,11 +125,11 @@ def bench(base: Path, args: argparse.Namespace) -> None:
     if args.part in ("agent", "both"):
         cases = prepare_agent(base, args.count, args.files)
         compare(f"{args.count} agent cases (2 requests each)", cases, bench_env(),
-                AGENT_SIDES, args.repeat)
+                AGENT_SIDES, args.repeat, args.instructions)
     if args.part in ("model", "both"):
         cases = prepare_model(base, args.count, args.files)
         compare(f"{args.count} model cases (a streamed tool loop, 2 requests each)", cases,
-                bench_env(), MODEL_SIDES, args.repeat)
+                bench_env(), MODEL_SIDES, args.repeat, args.instructions)
 
 
 def parse_args() -> argparse.Namespace:
@@ -125,6 +139,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--count", type=int, default=200, help="cases a suite (default 200)")
     parser.add_argument("--files", type=int, default=20, help="files a suite (default 20)")
     parser.add_argument("--repeat", type=int, default=5, help="timed runs a side (default 5)")
+    parser.add_argument("--instructions", action="store_true",
+                        help="also count each side's instructions once under valgrind")
     parser.add_argument("--keep", type=Path, help="build in this directory and keep it")
     return parser.parse_args()
 
