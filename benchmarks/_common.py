@@ -102,12 +102,15 @@ stages:
 
 @dataclass(frozen=True)
 class Timing:
-    """One finished child process: wall time, peak memory, exit code, output."""
+    """One finished child process: wall time, peak memory, exit code, output, CPU time."""
 
     wall_s: float
     maxrss_mb: float
     returncode: int
     output: str
+    cpu_s: float = 0.0
+    """User + system CPU seconds of the child: steadier than wall time on a busy machine,
+    where the wall time includes waiting for a core."""
 
 
 def run_pytest(args: Sequence[str], cwd: Path, env: dict[str, str] | None = None) -> Timing:
@@ -127,7 +130,8 @@ def run_pytest(args: Sequence[str], cwd: Path, env: dict[str, str] | None = None
         out.seek(0)
         text = out.read()
     # Linux reports ru_maxrss in KiB.
-    return Timing(wall, usage.ru_maxrss / 1024, process.returncode, text)
+    return Timing(wall, usage.ru_maxrss / 1024, process.returncode, text,
+                  usage.ru_utime + usage.ru_stime)
 
 
 def count_instructions(args: Sequence[str], cwd: Path,
