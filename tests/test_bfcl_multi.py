@@ -516,3 +516,20 @@ def test_the_ground_truth_runs_as_bfcl_runs_it(bfcl_data: Path) -> None:
                     public = {k: v for k, v in vars(instance).items() if not k.startswith("_")}
                     mine = {k: getattr(chain.instances[class_name], k) for k in public}
                     assert mine == public, (record["id"], class_name)
+
+
+def test_a_bfcl_case_refuses_what_would_run_a_stage_again(pytester: pytest.Pytester,
+                                                          bfcl_data: Path) -> None:
+    """Its instances keep what a stage's first run did: a route back, a retry and
+    ``stream: both`` are each a collection error at its line."""
+    pytester.makefile(".case.yaml", files=FILES_CASE.replace(
+        "  - name: more\n", "    next: {pass: more, fail: make}\n  - name: more\n"
+    ) + "---\n" + FILES_CASE.replace("name: files", "name: retried").replace(
+        "    max_turns: 21\n    expect:\n      bfcl: {ground_truth: [\"mean",
+        "    max_turns: 21\n    retry: {attempts: 2}\n    expect:\n      bfcl: {ground_truth: [\"mean"))
+    result = pytester.runpytest("-p", "no:cacheprovider", "--collect-only")
+    result.stdout.fnmatch_lines([
+        ("*files.case.yaml:14: stages[[]0[]].next.fail: next: make may run stage 'make' again,"
+         " but BFCL's instances keep what its first run did*"),
+        "*files.case.yaml:39: stages[[]1[]].retry: retry runs a stage twice*"])
+    assert "next.pass" not in result.stdout.str()  # on to a later stage: runs it once

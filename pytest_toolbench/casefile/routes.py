@@ -83,7 +83,8 @@ def target_path(case: Case, index: int, verdict: str) -> KeyPath:
 
 def route_problems(case: Case) -> Iterator[tuple[KeyPath, str]]:
     """Every route error: a target that is no stage (with the nearest name), a stage named
-    ``end``, a stage no route reaches, a loop with no way out to ``end``."""
+    ``end``, a stage no route reaches, a loop with no way out to ``end``, a route that may
+    run a stage of a BFCL case again."""
     if not is_routed(case):
         return  # a straight case: its routes are the file's order
     table = route_table(case)
@@ -106,6 +107,22 @@ def route_problems(case: Case) -> Iterator[tuple[KeyPath, str]]:
                 f"stage {name!r} is reached by no route: no `next` names it and the stage"
                 " before it does not go on to it (route to it, or remove it)")
     yield from _loops_without_exit(case, table, reached)
+    if case.bfcl_tools:
+        yield from _bfcl_reruns(case, table)
+
+
+def _bfcl_reruns(case: Case, table: RouteTable) -> Iterator[tuple[KeyPath, str]]:
+    """A route back to its own stage or an earlier one may run that stage again, which a
+    BFCL record cannot do: its instances keep what the first run did (as with ``retry``
+    and ``stream: both``, refused with a ``bfcl`` entry too)."""
+    for index in range(len(table.stages)):
+        for verdict, target in table.edges(index):
+            following = table.index_of(target)
+            if following is not None and following <= index:
+                yield target_path(case, index, verdict), (
+                    f"next: {target} may run stage {target!r} again, but BFCL's instances"
+                    " keep what its first run did: with a bfcl entry, routes only go on to"
+                    " a later stage or end")
 
 
 def _unknown_target(target: str, table: RouteTable) -> str:
