@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal
 
@@ -34,6 +35,8 @@ SELECTORS: Final = ("request", "every", "rate")
 """The keys that say which requests it selects (none: every request)."""
 STATUSES: Final = (429, 500, 502, 503, 504, 529)
 MUTATIONS: Final = ("malformed_arguments", "unknown_tool", "empty", "truncated")
+INJECTED: Final = "a fault injected by pytest-toolbench"
+"""How messages mark what an injected fault did, never the service's own."""
 ANSWERED: Final = frozenset({"status", "disconnect"})
 """The kinds the injector answers itself (the proxy toward an agent, the plugin's client
 toward a case of its own loop): the request never reaches the service or a cassette. The
@@ -303,6 +306,12 @@ class Injection:
         return {"injected": True, "kind": self.fault.kind, "does": self.fault.describe(),
                 "entry": self.fault.entry(), "source": self.label, "request": self.request,
                 "delivered": delivered}
+
+
+def delivery_note(record: Mapping[str, Any]) -> str:
+    """What the transcript and the HTML report add after a turn's fault (``record``) when
+    no reply came through whole; else nothing."""
+    return "" if record.get("delivered", True) else "; no reply came through whole"
 
 
 class FaultPlan:

@@ -249,12 +249,19 @@ def test_a_cut_reply_the_sdk_retries_is_recorded_as_its_retry(
     recorded.assert_outcomes(passed=1)
     assert len(reached) == 4 and model.left == 0
     assert reached[0].json() == reached[1].json()  # the retry: the same body again
+    assert_the_retry_was_kept(pytester, reached)
+    replayed.assert_outcomes(passed=1)
+
+
+def assert_the_retry_was_kept(pytester: pytest.Pytester, reached: list[Any]) -> None:
+    """The cassette holds the exchanges from the retry on (the reply the agent gave up on
+    is not kept): the requests the server got after the first, and the retry's reply (the
+    model's second answer, whose call is call_3)."""
     kept = exchanges(cassette(pytester))
     assert [json.loads(interaction["request"]["json"]) for interaction in kept] == [
         request.json() for request in reached[1:]]
     first = json.loads(kept[0]["response"]["json"])
     assert first["choices"][0]["message"]["tool_calls"][0]["id"] == "call_3"
-    replayed.assert_outcomes(passed=1)
 
 
 IMPATIENT = """
@@ -307,11 +314,7 @@ def test_a_stall_the_agent_gives_up_on_is_neither_recorded_nor_checked_and_repla
 
     recorded.assert_outcomes(passed=1)
     assert len(reached) == 4 and reached[0].json() == reached[1].json()
-    kept = exchanges(cassette(pytester))
-    assert [json.loads(interaction["request"]["json"]) for interaction in kept] == [
-        request.json() for request in reached[1:]]
-    first = json.loads(kept[0]["response"]["json"])
-    assert first["choices"][0]["message"]["tool_calls"][0]["id"] == "call_3"
+    assert_the_retry_was_kept(pytester, reached)
     replayed.assert_outcomes(passed=1)
     for report in ("recorded.json", "replayed.json"):
         stalled = [turn for turn in turns(pytester.path / report) if turn["fault"]]

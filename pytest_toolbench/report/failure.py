@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..apis import conversation_keys
+from ..faults import delivery_note
 from ..keypaths import format_key_path
 from ..matchers import MISSING
 from ..records import (
@@ -264,9 +265,8 @@ def _turn_text(number: int, turn: Turn) -> list[str]:
                f" {_cut(_content(last))}")
     lines = [f"  > {mode} {number}: {summary}"]
     if turn.fault is not None:
-        undelivered = "" if turn.fault.get("delivered", True) else "; no reply came through whole"
         lines.append(f"    injected fault ({turn.fault['source']}): {turn.fault['does']},"
-                     f" not the service's own{undelivered}")
+                     f" not the service's own{delivery_note(turn.fault)}")
     lines.extend(f"    retry: {_cut(line, keep_end=40)}" for line in turn.retries)
     if turn.error:
         # The first line only: a replay mismatch's request diff is printed once, above.

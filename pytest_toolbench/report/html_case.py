@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..apis import conversation_keys
+from ..faults import delivery_note
 from ..keypaths import format_key_path
 from ..records import stop_text
 from .html_page import Data, count, json_lines, ms, plural, pretty
@@ -191,8 +192,7 @@ def _turn(turn: TurnRecord, number: int) -> str:
     injected = ("" if fault is None else
                 f'<div class="fault">injected fault ({e(str(fault.get("source", "")))}):'
                 f' {e(str(fault.get("does", fault.get("kind", ""))))}'
-                f'{"" if fault.get("delivered", True) else "; no reply came through whole"}'
-                '</div>')
+                f'{e(delivery_note(fault))}</div>')
     head = (f'<div class="muted">{kind} {number}: {ms(turn.elapsed_ms)}, '
             f'stop: {e(_stop(turn))}</div>' + injected
             + (f'<ul class="muted">{retries}</ul>' if retries else ""))

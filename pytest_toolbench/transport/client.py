@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import httpx2
 
-from ..faults import ANSWERED, FaultPlan, Injection
+from ..faults import ANSWERED, INJECTED, FaultPlan, Injection
 from ..records import Interaction, Reply, StreamEvent, ToolCall
 from ..wire import WireApi
 from ..wire.base import JSON_ERRORS
@@ -69,8 +69,6 @@ RECORDED_LATENCY = "toolbench_recorded_latency_ms"
 """The response extension in which a transport that answers from a recording (a replay)
 gives the latency recorded with the answer: the reply keeps it as ``recorded_latency_ms``,
 beside its own."""
-INJECTED = "a fault injected by pytest-toolbench"
-"""How the client's messages mark what an injected fault did, never the service's own."""
 
 
 @dataclass(frozen=True)

@@ -77,20 +77,28 @@ class Replayer:
         return self._response(recorded)
 
     def _is(self, recorded: Interaction, request: httpx2.Request) -> bool:
-        """Whether ``request`` is ``recorded``'s, as the checks below would find (without
-        their refusal)."""
-        path, _, query = recorded.path.partition("?")
-        if not (request.method == recorded.method and request.url.path.endswith(path)
-                and (not query or _has_query(request, query))):
-            return False
+        """Whether ``request`` is ``recorded``'s: its route and its body."""
+        return _same_route(recorded, request) and self._same_body(recorded, request.content)
+
+    def _same_body(self, recorded: Interaction, content: bytes) -> bool:
+        """Whether the request ``content`` is ``recorded``'s body, as JSON values (the
+        recording may order its keys and lay its JSON out any way).
+
+        Both are compared as the client spells a body (``request_content``); the client
+        sent exactly that, so a request spelled as the recorded one needs no reading."""
         expected = _content_of(recorded.request)
-        if request.content == expected:
+        if content == expected:
             return True
+        sent = self._sent(content)
+        return sent is not _NOT_JSON and _content_of(sent) == expected
+
+    def _sent(self, content: bytes) -> Any:
+        """The sent body read, its credentials masked as the recording holds them (and so
+        a mismatch's diff shows none); ``_NOT_JSON`` when it is not JSON."""
         try:
-            sent = json.loads(request.content)
+            return self.scrubber.data(json.loads(content))
         except ValueError:
-            return False
-        return _content_of(self.scrubber.data(sent)) == expected
+            return _NOT_JSON
 
     def _later(self, request: httpx2.Request) -> int | None:
         """The first recorded exchange after the next one that ``request`` is."""
@@ -110,9 +118,7 @@ class Replayer:
         """Refuse a request that goes elsewhere than the recorded one: another method, or a
         path (below the base URL) and query the recording does not end with; an API whose
         path holds the model or the streaming choice (Gemini's) is matched on them too."""
-        path, _, query = recorded.path.partition("?")
-        if request.method == recorded.method and request.url.path.endswith(path) \
-                and (not query or _has_query(request, query)):
+        if _same_route(recorded, request):
             return
         sent = httpx2.QueryParams(request.url.query)
         shown = request.url.copy_with(query=None).path + (
@@ -123,28 +129,19 @@ class Replayer:
                            f" {self.cassette.rerecord_hint}")
 
     def _check_request(self, recorded: Interaction, content: bytes) -> None:
-        """Refuse the request ``content`` unless its body is ``recorded``'s, as JSON values
-        (the recording may order its keys and lay its JSON out any way).
-
-        Both are compared as the client spells a body (``request_content``); the client
-        sent exactly that, so a request spelled as the recorded one needs no reading."""
-        expected = _content_of(recorded.request)
-        if content == expected:
+        """Refuse the request ``content`` unless its body is ``recorded``'s
+        (``_same_body``), showing how it differs."""
+        if self._same_body(recorded, content):
             return
-        try:
-            sent = json.loads(content)
-        except ValueError:
-            raise self._refuse("the request body is not JSON") from None
-        # The recording holds the key scrubbed; so must the request it is compared to, and
-        # the diff of a mismatch must not show the key either.
-        sent = self.scrubber.data(sent)
-        if _content_of(sent) != expected:
-            cassette = self.cassette
-            why = f": {_WHY_DIFFERENT[self.role]}" if self.role in _WHY_DIFFERENT else ""
-            raise self._refuse(
-                f"{self.what} {self.replayed + 1} differs from the one recorded in"
-                f" {cassette.shown}{why}; re-record with: {cassette.rerecord_hint}\n"
-                f"{request_diff(recorded.request, sent)}")
+        sent = self._sent(content)
+        if sent is _NOT_JSON:
+            raise self._refuse("the request body is not JSON")
+        cassette = self.cassette
+        why = f": {_WHY_DIFFERENT[self.role]}" if self.role in _WHY_DIFFERENT else ""
+        raise self._refuse(
+            f"{self.what} {self.replayed + 1} differs from the one recorded in"
+            f" {cassette.shown}{why}; re-record with: {cassette.rerecord_hint}\n"
+            f"{request_diff(recorded.request, sent)}")
 
     def unused(self) -> str | None:
         """Why the case fails when it is over with recorded answers left unused (it changed
@@ -204,6 +201,18 @@ class _EventStream(httpx2.AsyncByteStream):
         if self.speed > 0 and offset_ms > clock:
             await asyncio.sleep((offset_ms - clock) / 1000 / self.speed)
         return max(clock, offset_ms)
+
+
+_NOT_JSON = object()
+"""What ``Replayer._sent`` reads from a body that is not JSON."""
+
+
+def _same_route(recorded: Interaction, request: httpx2.Request) -> bool:
+    """Whether ``request`` goes where ``recorded`` went: its method, and a path (below the
+    base URL) and query the recording ends with."""
+    path, _, query = recorded.path.partition("?")
+    return (request.method == recorded.method and request.url.path.endswith(path)
+            and (not query or _has_query(request, query)))
 
 
 def _has_query(request: httpx2.Request, query: str) -> bool:

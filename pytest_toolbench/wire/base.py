@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, cast
 from ..apis import ApiRow, api_row
 from ..casefile.params import params_written
 from ..casefile.strict import strict_schema_gaps
+from ..faults import INJECTED
 from ..records import Interaction, Reply, ToolCall
 
 if TYPE_CHECKING:
@@ -530,8 +531,7 @@ _FAULT_MESSAGES: Final = {429: "Rate limit reached", 500: "The server had an err
 
 def fault_message(status: int) -> str:
     """An injected error's message: the service's words, and who said them."""
-    return (f"{_FAULT_MESSAGES.get(status, 'Error')} (HTTP {status}, a fault injected by"
-            " pytest-toolbench)")
+    return f"{_FAULT_MESSAGES.get(status, 'Error')} (HTTP {status}, {INJECTED})"
 
 
 def fault_headers(request_id_header: str, retry_after_s: float | None
