@@ -27,6 +27,7 @@ import pytest
 from .apis import AGENT, conversation_keys
 from .casefile.schema import Endpoint, Expect
 from .defaults import CASSETTE_FOLDER
+from .faults import Fault, stage_plan
 from .judge.second import RoleModels
 from .keypaths import KeyPath
 from .netguard import Guard, remedy, unguarded
@@ -74,7 +75,8 @@ class ToolbenchAgent:
     and the stage checks of a case."""
 
     def __init__(self, tap: Tap, agents: AgentCases, name: str, file: str,
-                 match_timeout_s: float, seconds: RoleModels | None = None) -> None:
+                 match_timeout_s: float, seconds: RoleModels | None = None,
+                 run_faults: tuple[Fault, ...] = ()) -> None:
         self._tap = tap
         self._agents = agents
         self._name, self._file = name, file
@@ -88,6 +90,16 @@ class ToolbenchAgent:
         """The conversation so far as the judge reads it: each check's calls and answer."""
         self.stages: list[StageResult] = []
         """Each check so far, as a stage of a case."""
+        self._run_faults = run_faults
+        """``--toolbench-fault``: planned for the requests up to each check, as a stage's."""
+        self._plan_next()
+
+    def _plan_next(self) -> None:
+        """The run's faults for the requests until the next check, counted from its first
+        as a stage's are."""
+        number = len(self.stages) + 1
+        self._tap.faults(stage_plan([], [], list(self._run_faults), number - 1,
+                                    f"check {number}") or None)
 
     @property
     def exchanges(self) -> list[Exchange]:
@@ -128,6 +140,7 @@ class ToolbenchAgent:
         parsed = self._expect(expect, line)
         attempt = self._attempt(answer, user, parsed, line)
         self.stages.append(StageResult(attempt.stage, [attempt]))
+        self._plan_next()
         if attempt.failures:
             raise AssertionError(render_failure(self._result([self.stages[-1]], line),
                                                 self._name))
@@ -241,7 +254,7 @@ def agent_fixture(request: pytest.FixtureRequest, runtime: SessionRuntime
     seconds = runtime.fixture_seconds(cassette, replaying)
     with agents.attached(cassette, replaying, Endpoint(), name=node.nodeid) as tap:
         bench = ToolbenchAgent(tap, agents, name, _shown(test_file, start),
-                               settings.match_timeout_s, seconds)
+                               settings.match_timeout_s, seconds, settings.fault_plan())
         guard = node.stash[_GUARD] = agents.guard(
             "the test", remedy("toolbench_agent.base_url(api)"))
         try:

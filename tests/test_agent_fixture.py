@@ -269,3 +269,24 @@ def test_a_fixture_test_that_fails_on_its_own_or_has_no_cassette_is_reported_fai
     _later, case = json.loads((pytester.path / "run.json").read_text())["cases"]
     assert case["outcome"] == "failed" and case["turns"] == 4
     assert case["error"].startswith("AssertionError: assert 'Order 913 is refunded.' == 'no'")
+
+
+def test_the_runs_fault_plan_reaches_a_fixture_tests_requests_check_by_check(
+        pytester: pytest.Pytester, desk: tuple[ChatServer, Desk], monkeypatch: pytest.MonkeyPatch
+        ) -> None:
+    """``--toolbench-fault`` reaches every case of the run, fixture tests too: the requests
+    up to each check count as a stage's, and the agent's SDK retries the 429 it gets."""
+    server, _model = desk
+    pytester.makepyfile(test_refund=REFUND_TEST)
+    reported(pytester, "clean", "--toolbench-record", "--toolbench-base-url",
+             server.base_url).assert_outcomes(passed=1)
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    faulted = reported(pytester, "faulted", "--toolbench-fault", "status=429,retry_after_s=0@1")
+
+    faulted.assert_outcomes(passed=1)
+    [case] = json.loads((pytester.path / "faulted.json").read_text())["cases"]
+    checks = [[(turn["reply"]["status"], (turn["fault"] or {}).get("source"))
+               for turn in stage["attempts"][0]["turns"]] for stage in case["runs"][0]["stages"]]
+    assert checks[0][:2] == [(429, "--toolbench-fault 1"), (200, None)]
+    assert checks[1][:2] == [(429, "--toolbench-fault 1"), (200, None)]
+    assert 'name="faults_injected" value="2"' in (pytester.path / "faulted.xml").read_text()
